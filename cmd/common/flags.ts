@@ -1,0 +1,83 @@
+// Flag value parsers for both CLIs. Each throws commander's
+// InvalidArgumentError with one line that says what is expected.
+
+import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { InvalidArgumentError } from 'commander';
+
+const UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A Go-style duration ("10s", "500ms", "1m30s") or a number of seconds; returns milliseconds. */
+export function parseDuration(text: string): number {
+  if (/^\d+(\.\d+)?$/.test(text)) return Number(text) * 1000;
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/gy;
+  let total = 0;
+  let matched = 0;
+  for (const m of text.matchAll(re)) {
+    total += Number(m[1]) * UNITS_MS[m[2]!]!;
+    matched += m[0].length;
+  }
+  if (matched !== text.length || text === '') {
+    throw new InvalidArgumentError(`not a duration: use e.g. 10s, 500ms, 1m (got ${JSON.stringify(text)})`);
+  }
+  return total;
+}
+
+export function parsePort(text: string): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n > 65535) throw new InvalidArgumentError(`not a port number 0-65535 (got ${JSON.stringify(text)})`);
+  return n;
+}
+
+export function parsePositiveInt(text: string): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n < 1) throw new InvalidArgumentError(`not a positive integer (got ${JSON.stringify(text)})`);
+  return n;
+}
+
+export function parseNonNegativeInt(text: string): number {
+  if (!/^\d+$/.test(text)) throw new InvalidArgumentError(`not a non-negative integer (got ${JSON.stringify(text)})`);
+  return Number(text);
+}
+
+export function parseIP(text: string): string {
+  if (isIP(text) === 0) throw new InvalidArgumentError(`not an IP address (got ${JSON.stringify(text)})`);
+  return text;
+}
+
+export function parseList(text: string): string[] {
+  return text
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+}
+
+export function parseIPList(text: string): string[] {
+  const list = parseList(text);
+  for (const ip of list) if (isIP(ip) === 0) throw new InvalidArgumentError(`${JSON.stringify(ip)} is not an IP address`);
+  return list;
+}
+
+/** Go-style booleans: true/false/1/0/t/f. A bare flag (commander passes true) means true. */
+export function parseBool(text: string | boolean): boolean {
+  if (typeof text === 'boolean') return text;
+  const t = text.toLowerCase();
+  if (['true', 't', '1'].includes(t)) return true;
+  if (['false', 'f', '0'].includes(t)) return false;
+  throw new InvalidArgumentError(`not a boolean: use true or false (got ${JSON.stringify(text)})`);
+}
+
+export function parseLogFormat(text: string): 'text' | 'json' {
+  if (text !== 'text' && text !== 'json') throw new InvalidArgumentError(`use text or json (got ${JSON.stringify(text)})`);
+  return text;
+}
+
+/** The package version, read from package.json next to dist/. */
+export function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+// yurt-tunnel-agent: flags → pkg/agent/app.
+
+import { Command } from 'commander';
+import { TunnelAgent } from '../../pkg/agent/app.js';
+import { createLogger } from '../../pkg/log/logger.js';
+import { onShutdownSignals } from '../common/signals.js';
+import { packageVersion, parseDuration, parseIP, parseLogFormat, parseNonNegativeInt } from '../common/flags.js';
+
+interface AgentFlags {
+  nodeName?: string;
+  nodeIp?: string;
+  tunnelserverAddr?: string;
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  agentIdentifiers?: string;
+  allowedDestinations?: string;
+  dialTimeout: number;
+  keepaliveTime: number;
+  keepaliveTimeout: number;
+  syncInterval: number;
+  syncIntervalCap: number;
+  drainTimeout: number;
+  v: number;
+  logFormat: 'text' | 'json';
+}
+
+const DEFAULT_PKI = '/var/lib/yurttunnel-agent/pki';
+
+const program = new Command('yurt-tunnel-agent')
+  .description(
+    'Edge side of the yurt tunnel: dials out to yurt-tunnel-server, keeps a gRPC stream open, and opens the ' +
+      'connections the server asks for (kubelet logs, exec, port-forward, metrics) if its allow-list permits them.',
+  )
+  .version(packageVersion(), '--version', 'print the version and exit')
+  .option('--node-name <name>', 'this node\'s name, used as the agent ID (default: env NODE_NAME)')
+  .option('--node-ip <ip>', 'this node\'s IP, advertised and allowed by default (default: env NODE_IP)', parseIP)
+  .option('--tunnelserver-addr <host:port>', 'address of yurt-tunnel-server\'s agent port (10262)')
+  .option('--ca-file <path>', 'CA that signs the server\'s certificate', `${DEFAULT_PKI}/ca.crt`)
+  .option('--cert-file <path>', 'this agent\'s client certificate', `${DEFAULT_PKI}/tls.crt`)
+  .option('--key-file <path>', 'this agent\'s client key', `${DEFAULT_PKI}/tls.key`)
+  .option(
+    '--agent-identifiers <query>',
+    'what this agent serves, URL-query syntax with keys ipv4, ipv6, host, cidr, default-route (default: ipv4=<node-ip>&host=<node-name>)',
+  )
+  .option(
+    '--allowed-destinations <list>',
+    'comma list of CIDR or CIDR:port the server may ask this agent to dial; * allows all (default: loopback and the node IP, any port)',
+  )
+  .option('--dial-timeout <duration>', 'how long to try to connect to a destination', parseDuration, 5000)
+  .option('--keepalive-time <duration>', 'interval of keepalive pings to the server (Go servers refuse < 30s)', parseDuration, 35_000)
+  .option('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', parseDuration, 20_000)
+  .option('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', parseDuration, 1000)
+  .option('--sync-interval-cap <duration>', 'longest reconnect delay', parseDuration, 10_000)
+  .option('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', parseDuration, 30_000)
+  .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
+  .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
+  .action(async (flags: AgentFlags) => {
+    const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
+    const agent = await TunnelAgent.start({
+      nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
+      nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
+      tunnelServerAddr: flags.tunnelserverAddr ?? '',
+      caFile: flags.caFile,
+      certFile: flags.certFile,
+      keyFile: flags.keyFile,
+      agentIdentifiers: flags.agentIdentifiers,
+      allowedDestinations: flags.allowedDestinations,
+      dialTimeoutMs: flags.dialTimeout,
+      keepaliveTimeMs: flags.keepaliveTime,
+      keepaliveTimeoutMs: flags.keepaliveTimeout,
+      syncIntervalMs: flags.syncInterval,
+      syncIntervalCapMs: flags.syncIntervalCap,
+      drainTimeoutMs: flags.drainTimeout,
+      logger,
+    });
+    onShutdownSignals(async (signal) => {
+      logger.info('draining before exit', { signal, drainTimeoutMs: flags.drainTimeout });
+      await agent.drainAndStop();
+    });
+  });
+
+program.parseAsync().catch((err: unknown) => {
+  process.stderr.write(`yurt-tunnel-agent: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,132 @@
+#!/usr/bin/env node
+// yurt-tunnel-server: flags → pkg/server/app.
+
+import { Command } from 'commander';
+import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
+import { createLogger } from '../../pkg/log/logger.js';
+import { DEFAULT_CERT_DIR, DEFAULT_PROXIER_UDS, TunnelServer } from '../../pkg/server/app.js';
+import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
+import { onShutdownSignals } from '../common/signals.js';
+import {
+  packageVersion,
+  parseBool,
+  parseDuration,
+  parseIP,
+  parseIPList,
+  parseList,
+  parseLogFormat,
+  parseNonNegativeInt,
+  parsePort,
+  parsePositiveInt,
+} from '../common/flags.js';
+import { InvalidArgumentError } from 'commander';
+
+interface ServerFlags {
+  bindAddress: string;
+  tunnelAgentConnectPort: number;
+  interceptorProxierUds: string;
+  proxyStrategy: ReturnType<typeof parseProxyStrategies>;
+  dialTimeout: number;
+  serverCount: number;
+  serverId?: string;
+  certDir: string;
+  certIps: string[];
+  certDnsNames: string[];
+  kubeConfig?: string;
+  enableIptables: boolean;
+  enableDnsController: boolean;
+  keepaliveTime: number;
+  keepaliveTimeout: number;
+  v: number;
+  logFormat: 'text' | 'json';
+}
+
+function strategies(text: string): ReturnType<typeof parseProxyStrategies> {
+  try {
+    return parseProxyStrategies(text);
+  } catch (err: unknown) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+const program = new Command('yurt-tunnel-server')
+  .description(
+    'Cloud side of the yurt tunnel: accepts yurt-tunnel-agents (gRPC, mutual TLS) and sends cloud connections ' +
+      'to edge nodes through them. Without a kubeconfig it runs in local certificate mode (its own CA in --cert-dir).',
+  )
+  .version(packageVersion(), '--version', 'print the version and exit')
+  // Options after a subcommand belong to it (issue-agent-cert has its own --cert-dir).
+  .enablePositionalOptions()
+  .option('--bind-address <ip>', 'IP the agent port listens on', parseIP, '0.0.0.0')
+  .option('--tunnel-agent-connect-port <port>', 'port for agents (gRPC AgentService over mutual TLS)', parsePort, 10262)
+  .option(
+    '--interceptor-proxier-uds <path>',
+    'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)',
+    DEFAULT_PROXIER_UDS,
+  )
+  .option(
+    '--proxy-strategy <list>',
+    'how a dial picks its agent, tried in order: destHost (agent advertising the host), default (any agent), defaultRoute (agents with default-route=true)',
+    strategies,
+    ['destHost'],
+  )
+  .option('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', parseDuration, 10_000)
+  .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
+  .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
+  .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
+  .option('--cert-ips <list>', 'comma list of IPs added to the serving certificate', parseIPList, [])
+  .option('--cert-dns-names <list>', 'comma list of DNS names added to the serving certificate', parseList, [])
+  .option('--kube-config <path>', 'kubeconfig of the cluster (empty: in-cluster config if present, else local mode)')
+  .option('--enable-iptables [bool]', 'run the iptables manager (cluster mode only)', parseBool, true)
+  .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
+  .option('--keepalive-time <duration>', 'interval of keepalive pings to agents', parseDuration, 10_000)
+  .option('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', parseDuration, 20_000)
+  .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
+  .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
+  .action(async (flags: ServerFlags) => {
+    const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
+    const server = await TunnelServer.start({
+      bindAddress: flags.bindAddress,
+      tunnelAgentConnectPort: flags.tunnelAgentConnectPort,
+      interceptorProxierUDS: flags.interceptorProxierUds,
+      proxyStrategies: flags.proxyStrategy,
+      dialTimeoutMs: flags.dialTimeout,
+      serverCount: flags.serverCount,
+      serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
+      certDir: flags.certDir,
+      certIPs: flags.certIps,
+      certDNSNames: flags.certDnsNames,
+      kubeConfig: flags.kubeConfig,
+      enableIptables: flags.enableIptables,
+      enableDNSController: flags.enableDnsController,
+      keepaliveTimeMs: flags.keepaliveTime,
+      keepaliveTimeoutMs: flags.keepaliveTimeout,
+      logger,
+    });
+    onShutdownSignals(async (signal) => {
+      logger.info('shutting down', { signal });
+      await server.stop();
+    });
+  });
+
+program
+  .command('issue-agent-cert')
+  .description('write ca.crt, tls.crt and tls.key for an agent, issued by the local CA in --cert-dir')
+  .requiredOption('--node-name <name>', 'the agent\'s node name (its agent ID; goes into a DNS SAN)')
+  .requiredOption('--out <dir>', 'directory to write the files to')
+  .option('--cert-dir <dir>', 'the server\'s certificate directory holding ca.crt and ca.key', DEFAULT_CERT_DIR)
+  .option('--node-ip <ip>', 'add the node IP as an IP SAN', parseIP)
+  .action(async (flags: { nodeName: string; out: string; certDir: string; nodeIp?: string }) => {
+    const files = await writeAgentCertificate({
+      certDir: flags.certDir,
+      nodeName: flags.nodeName,
+      outDir: flags.out,
+      nodeIPs: flags.nodeIp !== undefined ? [flags.nodeIp] : [],
+    });
+    process.stdout.write(`wrote ${files.caFile}, ${files.certFile}, ${files.keyFile}\n`);
+  });
+
+program.parseAsync().catch((err: unknown) => {
+  process.stderr.write(`yurt-tunnel-server: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,41 @@
+// Jittered exponential backoff: initial, ×factor per failure, capped, each
+// delay stretched by up to `jitter` of itself so that agents restarted together
+// do not redial together.
+
+export interface BackoffOptions {
+  initialMs: number;
+  factor: number;
+  /** 0.1 = up to +10 %. */
+  jitter: number;
+  capMs: number;
+  /** Random source in [0, 1); for tests. */
+  random?: () => number;
+}
+
+export class Backoff {
+  private current: number;
+  private readonly random: () => number;
+
+  constructor(private readonly opts: BackoffOptions) {
+    if (opts.initialMs <= 0 || opts.factor < 1 || opts.capMs < opts.initialMs || opts.jitter < 0) {
+      throw new TypeError(`invalid backoff ${JSON.stringify(opts)}`);
+    }
+    this.current = opts.initialMs;
+    this.random = opts.random ?? Math.random;
+  }
+
+  /** The delay to wait now; the next call returns a longer one, up to the cap. */
+  next(): number {
+    const delay = this.jittered(this.current);
+    this.current = Math.min(this.current * this.opts.factor, this.opts.capMs);
+    return delay;
+  }
+
+  reset(): void {
+    this.current = this.opts.initialMs;
+  }
+
+  jittered(ms: number): number {
+    return ms * (1 + this.opts.jitter * this.random());
+  }
+}

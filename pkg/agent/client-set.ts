@@ -1,0 +1,156 @@
+// The agent's set of server links, keyed by serverID. A sync loop keeps
+// dialling the server address until it holds links to `servercount` distinct
+// servers (behind a load balancer each dial may land on any replica), and
+// redials when a link drops, with jittered exponential backoff on failures.
+
+import type { Logger } from '../log/logger.js';
+import { silentLogger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
+import { Backoff } from './backoff.js';
+import { ServerConnection, type ServerConnectionOptions } from './server-connection.js';
+
+export interface ClientSetOptions {
+  connection: ServerConnectionOptions;
+  /** First retry delay and the pause between syncs. Default 1 s. */
+  syncIntervalMs?: number;
+  /** Longest retry delay. Default 10 s. */
+  syncIntervalCapMs?: number;
+  logger?: Logger;
+}
+
+export class ClientSet {
+  private readonly clients = new Map<string, ServerConnection>();
+  private readonly opts: ClientSetOptions;
+  private readonly log: Logger;
+  private readonly backoff: Backoff;
+  private readonly syncIntervalMs: number;
+  /** The server count announced by the newest distinct server. */
+  private serverCount = 1;
+  private dialing: ServerConnection | undefined;
+  private draining = false;
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  private sleepTimer: NodeJS.Timeout | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(opts: ClientSetOptions) {
+    this.opts = opts;
+    this.log = opts.logger ?? silentLogger();
+    this.syncIntervalMs = opts.syncIntervalMs ?? 1000;
+    this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, capMs: opts.syncIntervalCapMs ?? 10_000 });
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  /** Number of servers currently linked. */
+  get connectedServers(): number {
+    return this.clients.size;
+  }
+
+  get serverIDs(): string[] {
+    return [...this.clients.keys()];
+  }
+
+  /** Tunnelled connections open through every link. */
+  get connCount(): number {
+    let n = 0;
+    for (const c of this.clients.values()) n += c.connCount;
+    return n;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      let delay: number;
+      try {
+        await this.syncOnce();
+        this.backoff.reset();
+        delay = this.backoff.jittered(this.syncIntervalMs);
+      } catch (err: unknown) {
+        delay = this.backoff.next();
+        this.log.warn('could not connect to the tunnel server; will retry', {
+          server: this.opts.connection.address,
+          retryInMs: Math.round(delay),
+          error: errorMessage(err),
+        });
+      }
+      await this.sleep(delay);
+    }
+  }
+
+  /** One step: dial a new link if fewer than serverCount distinct servers are held. */
+  private async syncOnce(): Promise<void> {
+    if (this.draining || this.stopped || this.clients.size >= this.serverCount) return;
+    const conn = new ServerConnection(this.opts.connection);
+    this.dialing = conn;
+    let identity;
+    try {
+      identity = await conn.open();
+    } finally {
+      this.dialing = undefined;
+    }
+    if (this.stopped) {
+      conn.close('agent is stopping');
+      return;
+    }
+    if (this.clients.has(identity.serverID)) {
+      // A load balancer sent us to a server we already hold; try again later.
+      conn.close(`duplicate link to server ${identity.serverID}`);
+      this.log.verbose(2, 'already connected to this server; closing the duplicate link', { serverID: identity.serverID });
+      return;
+    }
+    this.clients.set(identity.serverID, conn);
+    this.serverCount = identity.serverCount;
+    this.log.info('connected to tunnel server', {
+      server: conn.address,
+      serverID: identity.serverID,
+      serverCount: identity.serverCount,
+      connectedServers: this.clients.size,
+    });
+    void conn.whenClosed().then((reason) => {
+      if (this.clients.get(identity.serverID) === conn) this.clients.delete(identity.serverID);
+      if (this.stopped) return;
+      this.log.warn('lost connection to tunnel server; reconnecting', {
+        serverID: identity.serverID,
+        reason,
+        connectedServers: this.clients.size,
+      });
+      this.wakeUp();
+    });
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (this.stopped) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      this.wake = resolve;
+      this.sleepTimer = setTimeout(resolve, ms);
+    }).then(() => {
+      clearTimeout(this.sleepTimer);
+      this.sleepTimer = undefined;
+      this.wake = undefined;
+    });
+  }
+
+  private wakeUp(): void {
+    this.wake?.();
+  }
+
+  /** Stops making links and sends DRAIN on every link (connections keep flowing). */
+  drain(): void {
+    if (this.draining) return;
+    this.draining = true;
+    for (const c of this.clients.values()) c.drain();
+    this.log.info('draining: told every server to send new connections elsewhere', { servers: this.clients.size });
+  }
+
+  /** Closes every link and stops the loop. Idempotent. */
+  async close(): Promise<void> {
+    this.stopped = true;
+    this.wakeUp();
+    this.dialing?.close('agent is stopping');
+    for (const c of this.clients.values()) c.close('agent is stopping');
+    this.clients.clear();
+    await this.loop;
+  }
+}

@@ -1,0 +1,95 @@
+// Dials what the server asks for: resolve, check the allow-list against the
+// resolved address (so a name cannot smuggle in a forbidden IP), connect with a
+// deadline. Failure messages use Go's wording, which servers classify.
+
+import { lookup } from 'node:dns/promises';
+import { connect, isIP, type Socket } from 'node:net';
+import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
+import { errorMessage } from '../protocol/errors.js';
+import type { AllowList } from './allow-list.js';
+
+export interface DialerOptions {
+  allowList: AllowList;
+  /** Default 5 s, as upstream agents. */
+  timeoutMs?: number;
+}
+
+/** Splits `host:port` / `[v6]:port`; returns undefined when it is neither. */
+export function splitHostPort(address: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
+  if (m === null) return undefined;
+  const port = Number(m[3]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: m[1] ?? m[2]!, port };
+}
+
+const ERRNO_TEXT: Record<string, string> = {
+  ECONNREFUSED: 'connect: connection refused',
+  ECONNRESET: 'connect: connection reset by peer',
+  EHOSTUNREACH: 'connect: no route to host',
+  ENETUNREACH: 'connect: network is unreachable',
+  EADDRNOTAVAIL: 'connect: cannot assign requested address',
+  EACCES: 'connect: permission denied',
+  EMFILE: 'socket: too many open files',
+  ENFILE: 'socket: too many open files in system',
+};
+
+export class Dialer {
+  private readonly allowList: AllowList;
+  readonly timeoutMs: number;
+
+  constructor(opts: DialerOptions) {
+    this.allowList = opts.allowList;
+    this.timeoutMs = opts.timeoutMs ?? 5000;
+  }
+
+  /** Connects to `address`; rejects with an Error whose message is fit for DIAL_RSP. */
+  async dial(address: string, signal?: AbortSignal): Promise<Socket> {
+    const deadline = Date.now() + this.timeoutMs;
+    const target = splitHostPort(address);
+    if (target === undefined) throw new Error(`dial tcp ${address}: address is not host:port`);
+    let ip = target.host;
+    if (isIP(ip) === 0) {
+      try {
+        ip = (await lookup(target.host)).address;
+      } catch (err: unknown) {
+        const code = (err as NodeJS.ErrnoException).code;
+        const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
+        throw new Error(`dial tcp: lookup ${target.host}: ${why}`);
+      }
+    }
+    if (!this.allowList.allows(ip, target.port)) {
+      throw new Error(deniedByPolicyMessage(address, this.allowList.description));
+    }
+    signal?.throwIfAborted();
+    return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), signal);
+  }
+
+  private connect(address: string, ip: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
+    return new Promise((resolve, reject) => {
+      const socket = connect({ host: ip, port, noDelay: true });
+      const done = (err?: Error): void => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        socket.off('connect', onConnect);
+        socket.off('error', onError);
+        if (err === undefined) {
+          resolve(socket);
+        } else {
+          socket.destroy();
+          reject(err);
+        }
+      };
+      const onConnect = (): void => done();
+      const onError = (err: NodeJS.ErrnoException): void => {
+        const text = (err.code !== undefined && ERRNO_TEXT[err.code]) || err.message;
+        done(new Error(`dial tcp ${address}: ${text}`));
+      };
+      const onAbort = (): void => done(new Error(`dial tcp ${address}: operation was canceled`));
+      const timer = setTimeout(() => done(new Error(timeoutMessage(address, this.timeoutMs))), timeoutMs);
+      socket.once('connect', onConnect);
+      socket.once('error', onError);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}

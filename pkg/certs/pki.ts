@@ -1,0 +1,152 @@
+// Certificate authority and certificate issuing with node-forge.
+//
+// Keys are RSA-2048 made by Node's native generator (forge's pure-JS one is
+// slow); forge builds and signs the X.509 structures.
+
+import { generateKeyPairSync, randomBytes, X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
+import forge from 'node-forge';
+
+export interface CertKeyPair {
+  /** PEM certificate (or chain). */
+  cert: string;
+  /** PEM private key (PKCS#1). */
+  key: string;
+}
+
+export type ExtendedKeyUsage = 'serverAuth' | 'clientAuth';
+
+export interface CertificateRequest {
+  commonName: string;
+  organizations?: readonly string[];
+  dnsNames?: readonly string[];
+  ips?: readonly string[];
+  usages: readonly ExtendedKeyUsage[];
+  /** Default 365. */
+  validityDays?: number;
+}
+
+const CLOCK_SKEW_MS = 5 * 60 * 1000;
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+function newKeyPair(): { privateKey: forge.pki.rsa.PrivateKey; publicKey: forge.pki.rsa.PublicKey; keyPem: string } {
+  const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const keyPem = privateKey.export({ type: 'pkcs1', format: 'pem' }).toString();
+  return {
+    privateKey: forge.pki.privateKeyFromPem(keyPem),
+    publicKey: forge.pki.publicKeyFromPem(publicKey.export({ type: 'spki', format: 'pem' }).toString()),
+    keyPem,
+  };
+}
+
+function serialNumber(): string {
+  const bytes = randomBytes(16);
+  bytes[0] = bytes[0]! & 0x7f; // positive
+  return bytes.toString('hex');
+}
+
+function subject(commonName: string, organizations: readonly string[] = []): forge.pki.CertificateField[] {
+  return [
+    ...organizations.map((o) => ({ name: 'organizationName', value: o })),
+    { name: 'commonName', value: commonName },
+  ];
+}
+
+function validity(cert: forge.pki.Certificate, days: number): void {
+  const now = Date.now();
+  cert.validity.notBefore = new Date(now - CLOCK_SKEW_MS);
+  cert.validity.notAfter = new Date(now + days * DAY_MS);
+}
+
+/** Creates a self-signed CA. */
+export function createCA(commonName: string, validityDays = 3650): CertKeyPair {
+  const { privateKey, publicKey, keyPem } = newKeyPair();
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = publicKey;
+  cert.serialNumber = serialNumber();
+  validity(cert, validityDays);
+  cert.setSubject(subject(commonName));
+  cert.setIssuer(subject(commonName));
+  cert.setExtensions([
+    { name: 'basicConstraints', cA: true, critical: true },
+    { name: 'keyUsage', keyCertSign: true, cRLSign: true, digitalSignature: true, critical: true },
+    { name: 'subjectKeyIdentifier' },
+  ]);
+  cert.sign(privateKey, forge.md.sha256.create());
+  return { cert: forge.pki.certificateToPem(cert), key: keyPem };
+}
+
+/** Issues a leaf certificate signed by `ca`. */
+export function issueCertificate(ca: CertKeyPair, req: CertificateRequest): CertKeyPair {
+  const caCert = forge.pki.certificateFromPem(ca.cert);
+  const caKey = forge.pki.privateKeyFromPem(ca.key);
+  const { publicKey, keyPem } = newKeyPair();
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = publicKey;
+  cert.serialNumber = serialNumber();
+  validity(cert, req.validityDays ?? 365);
+  cert.setSubject(subject(req.commonName, req.organizations));
+  cert.setIssuer(caCert.subject.attributes);
+  const altNames = [
+    ...(req.dnsNames ?? []).map((value) => ({ type: 2, value })),
+    ...(req.ips ?? []).map((ip) => {
+      if (isIP(ip) === 0) throw new TypeError(`not an IP address: ${JSON.stringify(ip)}`);
+      return { type: 7, ip };
+    }),
+  ];
+  const extensions: object[] = [
+    { name: 'basicConstraints', cA: false, critical: true },
+    {
+      name: 'keyUsage',
+      digitalSignature: true,
+      keyEncipherment: true,
+      critical: true,
+    },
+    {
+      name: 'extKeyUsage',
+      serverAuth: req.usages.includes('serverAuth'),
+      clientAuth: req.usages.includes('clientAuth'),
+    },
+    { name: 'subjectKeyIdentifier' },
+    { name: 'authorityKeyIdentifier', keyIdentifier: caCert.generateSubjectKeyIdentifier().getBytes() },
+  ];
+  if (altNames.length > 0) extensions.push({ name: 'subjectAltName', altNames });
+  cert.setExtensions(extensions);
+  cert.sign(caKey, forge.md.sha256.create());
+  return { cert: forge.pki.certificateToPem(cert), key: keyPem };
+}
+
+export interface CertificateSummary {
+  commonName: string;
+  organizations: string[];
+  dnsNames: string[];
+  ips: string[];
+  notAfter: Date;
+}
+
+/** Reads the names and expiry of a PEM certificate (the first in a chain). */
+export function describeCertificate(certPem: string): CertificateSummary {
+  const x = new X509Certificate(certPem);
+  const dnsNames: string[] = [];
+  const ips: string[] = [];
+  for (const part of (x.subjectAltName ?? '').split(', ')) {
+    if (part.startsWith('DNS:')) dnsNames.push(part.slice(4));
+    else if (part.startsWith('IP Address:')) ips.push(normalizeIP(part.slice(11)));
+  }
+  const commonName = /^CN=(.*)$/m.exec(x.subject)?.[1] ?? '';
+  const organizations = [...x.subject.matchAll(/^O=(.*)$/gm)].map((m) => m[1]!);
+  return { commonName, organizations, dnsNames, ips, notAfter: new Date(x.validTo) };
+}
+
+function normalizeIP(ip: string): string {
+  // Node prints IPv6 SANs fully expanded and upper-case; compare in one form.
+  if (isIP(ip) !== 6) return ip;
+  return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
+}
+
+/** Compares two address lists as sets, in one textual form. */
+export function sameAddressSet(a: readonly string[], b: readonly string[]): boolean {
+  const na = new Set(a.map(normalizeIP));
+  const nb = new Set(b.map(normalizeIP));
+  return na.size === nb.size && [...na].every((v) => nb.has(v));
+}

@@ -1,0 +1,146 @@
+// The HTTP CONNECT frontend ("proxier"): `CONNECT host:port HTTP/1.1`, with an
+// optional X-Tunnel-Proxy-Host naming the node. The answer is written only
+// once the agent has answered the dial: exactly `200 Connection Established`,
+// or a complete 502/503/504 response naming the host and the cause.
+
+import { createServer, type Server, type Socket } from 'node:net';
+import type { Logger } from '../log/logger.js';
+import { silentLogger } from '../log/logger.js';
+import { splice } from '../mux/splice.js';
+import { DialError, errorMessage } from '../protocol/errors.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
+import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
+import { listenUnix } from './unix-listener.js';
+
+export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
+
+export interface HttpConnectServerOptions {
+  /** Unix socket path. */
+  path: string;
+  /** File mode of the socket. Default 0o660. */
+  mode?: number;
+  /** Largest request head accepted. Default 64 KiB. */
+  maxHeadBytes?: number;
+  /** How long a client may take to send its request head. Default 60 s. */
+  headTimeoutMs?: number;
+  logger?: Logger;
+}
+
+export class HttpConnectServer {
+  private readonly server: Server;
+  private readonly sockets = new Set<Socket>();
+  private readonly log: Logger;
+  private readonly maxHeadBytes: number;
+  private readonly headTimeoutMs: number;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly tunnel: Tunnel,
+    private readonly opts: HttpConnectServerOptions,
+  ) {
+    this.log = (opts.logger ?? silentLogger()).child({ component: 'http-connect' });
+    this.maxHeadBytes = opts.maxHeadBytes ?? 64 * 1024;
+    this.headTimeoutMs = opts.headTimeoutMs ?? 60_000;
+    // Half-open: a client that finishes sending still gets the rest of the answer.
+    this.server = createServer({ allowHalfOpen: true }, (socket) => this.onConnection(socket));
+  }
+
+  async start(): Promise<void> {
+    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660);
+    this.server.on('error', (err) => this.log.error('proxier socket error', { error: errorMessage(err) }));
+    this.log.info('HTTP CONNECT proxier listening', { socket: this.opts.path });
+  }
+
+  /** Connections currently open (handshaking or tunnelled). */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
+  private onConnection(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', (err) => this.log.verbose(3, 'client socket error', { error: errorMessage(err) }));
+
+    let buffered: Buffer = Buffer.alloc(0);
+    const timer = setTimeout(() => {
+      this.log.warn('client sent no complete CONNECT request in time; closed', { timeoutMs: this.headTimeoutMs });
+      answerAndClose(socket, errorResponse(408, `no complete request head within ${this.headTimeoutMs} ms`));
+    }, this.headTimeoutMs);
+    timer.unref();
+    const stopReading = (): void => {
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('end', onEnd);
+      socket.pause();
+    };
+    const onEnd = (): void => {
+      stopReading();
+      socket.end();
+    };
+    const onData = (chunk: Buffer): void => {
+      buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
+      const result = parseRequestHead(buffered, this.maxHeadBytes);
+      if (result.kind === 'incomplete') return;
+      stopReading();
+      if (result.kind === 'error') {
+        this.log.warn('bad CONNECT request', { status: result.status, error: result.message });
+        answerAndClose(socket, errorResponse(result.status, result.message));
+        return;
+      }
+      // Bytes the client pipelined after the head belong to the tunnel.
+      void this.serve(socket, result.head, buffered.subarray(result.length));
+    };
+    socket.on('data', onData);
+    socket.on('end', onEnd);
+  }
+
+  private async serve(socket: Socket, head: RequestHead, early: Buffer): Promise<void> {
+    if (head.method !== 'CONNECT') {
+      this.log.warn('not a CONNECT request', { method: head.method });
+      answerAndClose(socket, errorResponse(405, `this proxy only supports CONNECT, not ${head.method}`, { Allow: 'CONNECT' }));
+      return;
+    }
+    const target = head.target;
+    const proxyHost = headerValue(head, PROXY_HOST_HEADER);
+    const abort = new AbortController();
+    const onClose = (): void => abort.abort();
+    socket.once('close', onClose);
+    let conn;
+    try {
+      conn = await this.tunnel.dial(target, { proxyHost, signal: abort.signal });
+    } catch (err: unknown) {
+      socket.off('close', onClose);
+      if (socket.destroyed) return;
+      const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
+      const reason = errorMessage(err);
+      this.log.warn('CONNECT failed', {
+        dialAddress: target,
+        proxyHost,
+        status,
+        reason: err instanceof DialError ? err.code : 'unknown',
+        error: reason,
+      });
+      answerAndClose(socket, errorResponse(status, reason));
+      return;
+    }
+    socket.off('close', onClose);
+    if (socket.destroyed) {
+      conn.destroy();
+      return;
+    }
+    socket.write(CONNECTION_ESTABLISHED);
+    if (early.length > 0) conn.write(early);
+    splice(socket, conn);
+    socket.resume();
+  }
+
+  /** Stops listening and closes every client connection. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      for (const s of this.sockets) s.destroy();
+    });
+    return this.closing;
+  }
+}

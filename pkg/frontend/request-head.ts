@@ -1,0 +1,68 @@
+// Parses an HTTP/1.x request head (request line + headers) from the first
+// bytes of a connection. Strict where ambiguity could hurt a proxy: no header
+// folding, token method and header names, HTTP/1.0 or 1.1 only.
+
+export interface RequestHead {
+  method: string;
+  target: string;
+  version: string;
+  /** Header names lower-cased; values trimmed; repeats kept in order. */
+  headers: Map<string, string[]>;
+}
+
+export type HeadParseResult =
+  | { kind: 'incomplete' }
+  | { kind: 'complete'; head: RequestHead; length: number }
+  | { kind: 'error'; status: 400; message: string };
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const VERSION = /^HTTP\/1\.[01]$/;
+
+/** Index just past the blank line that ends the head, or -1. */
+function headEnd(buf: Buffer, limit: number): number {
+  const crlf = buf.indexOf('\r\n\r\n');
+  if (crlf >= 0 && crlf + 4 <= limit) return crlf + 4;
+  // Bare-LF line endings, as lenient servers accept.
+  const lf = buf.indexOf('\n\n');
+  if (lf >= 0 && lf + 2 <= limit && (crlf < 0 || lf < crlf)) return lf + 2;
+  return -1;
+}
+
+export function parseRequestHead(buf: Buffer, maxHeadBytes: number): HeadParseResult {
+  const end = headEnd(buf, maxHeadBytes);
+  if (end < 0) {
+    if (buf.length >= maxHeadBytes) {
+      return { kind: 'error', status: 400, message: `request head is larger than ${maxHeadBytes} bytes` };
+    }
+    return { kind: 'incomplete' };
+  }
+  const text = buf.toString('latin1', 0, end);
+  const lines = text.split(/\r?\n/);
+  // The head ends with an empty line, which split() leaves as two empty strings.
+  lines.splice(-2);
+  const requestLine = lines.shift() ?? '';
+  const parts = requestLine.split(' ');
+  if (parts.length !== 3 || !TOKEN.test(parts[0]!) || parts[1] === '' || !VERSION.test(parts[2]!)) {
+    return { kind: 'error', status: 400, message: `malformed request line ${JSON.stringify(requestLine.slice(0, 200))}` };
+  }
+  const headers = new Map<string, string[]>();
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    const name = colon > 0 ? line.slice(0, colon) : '';
+    if (!TOKEN.test(name)) {
+      return { kind: 'error', status: 400, message: `malformed header line ${JSON.stringify(line.slice(0, 200))}` };
+    }
+    const value = line.slice(colon + 1).trim();
+    const key = name.toLowerCase();
+    const list = headers.get(key);
+    if (list === undefined) headers.set(key, [value]);
+    else list.push(value);
+  }
+  return { kind: 'complete', head: { method: parts[0]!, target: parts[1]!, version: parts[2]!, headers }, length: end };
+}
+
+/** The single value of a header, or undefined if absent or empty. */
+export function headerValue(head: RequestHead, name: string): string | undefined {
+  const v = head.headers.get(name)?.[0];
+  return v === undefined || v === '' ? undefined : v;
+}

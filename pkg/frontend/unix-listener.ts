@@ -1,0 +1,26 @@
+import { chmod, lstat, unlink } from 'node:fs/promises';
+import type { Server } from 'node:net';
+
+/**
+ * Listens on a Unix socket path, replacing a stale socket file left by an
+ * earlier run (but never another kind of file), and sets the file's mode.
+ */
+export async function listenUnix(server: Server, path: string, mode: number): Promise<void> {
+  try {
+    const st = await lstat(path);
+    if (!st.isSocket()) {
+      throw new Error(`${path} exists and is not a socket; refusing to replace it (remove it or choose another path)`);
+    }
+    await unlink(path);
+  } catch (err: unknown) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(path, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  await chmod(path, mode);
+}

@@ -1,0 +1,148 @@
+// Structured logging on winston with klog-style verbosity: `--v 2` shows
+// lifecycle events, `--v 5` every packet. Fields are one key per idea
+// (agentID, dialID, connectID, dialAddress); never payloads or keys.
+
+import { Writable } from 'node:stream';
+import winston from 'winston';
+
+export type LogFields = Record<string, unknown>;
+export type LogFormat = 'text' | 'json';
+
+export interface Logger {
+  error(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  /** Always shown (verbosity 0). */
+  info(message: string, fields?: LogFields): void;
+  /** Shown when the verbosity is at least `level`. */
+  verbose(level: number, message: string, fields?: LogFields): void;
+  /** Whether `verbose(level, ...)` would print: check it before building fields on hot paths. */
+  enabled(level: number): boolean;
+  /** A logger that adds `fields` to every line. */
+  child(fields: LogFields): Logger;
+}
+
+export interface LoggerOptions {
+  /** klog -v; default 0. */
+  verbosity?: number;
+  format?: LogFormat;
+  /** Where lines go; default stderr. */
+  stream?: NodeJS.WritableStream;
+  /** Added to every line, e.g. `{ component: 'server' }`. */
+  fields?: LogFields;
+}
+
+function renderValue(v: unknown): string {
+  if (typeof v === 'string') return /[\s"=]/.test(v) || v === '' ? JSON.stringify(v) : v;
+  if (typeof v === 'bigint') return v.toString();
+  if (v instanceof Error) return JSON.stringify(v.message);
+  return JSON.stringify(v) ?? String(v);
+}
+
+const LEVEL_LETTER: Record<string, string> = { error: 'E', warn: 'W', info: 'I' };
+
+function pad(n: number, w = 2): string {
+  return String(n).padStart(w, '0');
+}
+
+// klog-like: "I1122 19:24:00.123456 message key=value ..."
+const textFormat = winston.format.printf((info) => {
+  const d = new Date();
+  const stamp = `${pad(d.getMonth() + 1)}${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+  const { level, message, ...rest } = info;
+  const fields = Object.entries(rest)
+    .filter(([k]) => typeof k === 'string')
+    .map(([k, v]) => `${k}=${renderValue(v)}`)
+    .join(' ');
+  return `${LEVEL_LETTER[level] ?? 'I'}${stamp} ${String(message)}${fields ? ' ' + fields : ''}`;
+});
+
+const jsonFormat = winston.format.combine(
+  winston.format.timestamp(),
+  winston.format.printf((info) =>
+    JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v)),
+  ),
+);
+
+class WinstonLogger implements Logger {
+  constructor(
+    private readonly w: winston.Logger,
+    private readonly verbosity: number,
+    private readonly fields: LogFields,
+  ) {}
+
+  error(message: string, fields?: LogFields): void {
+    this.w.error(message, { ...this.fields, ...fields });
+  }
+  warn(message: string, fields?: LogFields): void {
+    this.w.warn(message, { ...this.fields, ...fields });
+  }
+  info(message: string, fields?: LogFields): void {
+    this.w.info(message, { ...this.fields, ...fields });
+  }
+  verbose(level: number, message: string, fields?: LogFields): void {
+    if (level <= this.verbosity) this.w.info(message, { ...this.fields, ...fields });
+  }
+  enabled(level: number): boolean {
+    return level <= this.verbosity;
+  }
+  child(fields: LogFields): Logger {
+    return new WinstonLogger(this.w, this.verbosity, { ...this.fields, ...fields });
+  }
+}
+
+export function createLogger(opts: LoggerOptions = {}): Logger {
+  const w = winston.createLogger({
+    level: 'info',
+    format: opts.format === 'json' ? jsonFormat : textFormat,
+    transports: [new winston.transports.Stream({ stream: opts.stream ?? process.stderr })],
+  });
+  return new WinstonLogger(w, opts.verbosity ?? 0, opts.fields ?? {});
+}
+
+export interface LogRecord {
+  level: 'error' | 'warn' | 'info';
+  message: string;
+  fields: LogFields;
+}
+
+/** A logger that keeps records in memory, for tests that check what was logged. */
+export class MemoryLogger implements Logger {
+  readonly records: LogRecord[];
+  constructor(
+    private readonly verbosity = 10,
+    private readonly fields: LogFields = {},
+    sink: LogRecord[] = [],
+  ) {
+    this.records = sink;
+  }
+  private add(level: LogRecord['level'], message: string, fields?: LogFields): void {
+    this.records.push({ level, message, fields: { ...this.fields, ...fields } });
+  }
+  error(message: string, fields?: LogFields): void {
+    this.add('error', message, fields);
+  }
+  warn(message: string, fields?: LogFields): void {
+    this.add('warn', message, fields);
+  }
+  info(message: string, fields?: LogFields): void {
+    this.add('info', message, fields);
+  }
+  verbose(level: number, message: string, fields?: LogFields): void {
+    if (level <= this.verbosity) this.add('info', message, fields);
+  }
+  enabled(level: number): boolean {
+    return level <= this.verbosity;
+  }
+  child(fields: LogFields): Logger {
+    return new MemoryLogger(this.verbosity, { ...this.fields, ...fields }, this.records);
+  }
+  /** Records whose message contains `text`. */
+  find(text: string): LogRecord[] {
+    return this.records.filter((r) => r.message.includes(text));
+  }
+}
+
+/** A logger that drops everything. */
+export function silentLogger(): Logger {
+  return createLogger({ stream: new Writable({ write: (_c, _e, cb) => cb() }), verbosity: -1 });
+}

@@ -1,0 +1,428 @@
+// Protobuf encoding of the Konnectivity Packet, written by hand.
+//
+// Why by hand: DATA is the hot path and is encoded as a small header followed
+// by the payload, so the payload is never copied; it is decoded to a
+// zero-copy subarray. The other packets are tiny and rare; encoding them the
+// same way keeps one codec. test/unit/codec.test.ts checks every packet type
+// against protobufjs reading proto/*.proto, which stay the source of truth.
+//
+// Decoding follows proto3 semantics: absent fields take their defaults,
+// unknown fields (and known fields with an unexpected wire type, as Go does)
+// are skipped, and the payload used is the one that matches `type`.
+
+import { ProtocolError } from './errors.js';
+import {
+  PACKET_TYPE_NUMBERS,
+  packetTypeName,
+  type DataPacket,
+  type KnownPacket,
+  type Packet,
+} from './packet.js';
+
+const WIRE_VARINT = 0;
+const WIRE_FIXED64 = 1;
+const WIRE_BYTES = 2;
+const WIRE_FIXED32 = 5;
+
+// Field numbers of Packet's oneof `payload`.
+const FIELD_DIAL_REQUEST = 2;
+const FIELD_DIAL_RESPONSE = 3;
+const FIELD_DATA = 4;
+const FIELD_CLOSE_REQUEST = 5;
+const FIELD_CLOSE_RESPONSE = 6;
+const FIELD_CLOSE_DIAL = 7;
+const FIELD_DRAIN = 8;
+
+const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
+  DIAL_REQ: FIELD_DIAL_REQUEST,
+  DIAL_RSP: FIELD_DIAL_RESPONSE,
+  DATA: FIELD_DATA,
+  CLOSE_REQ: FIELD_CLOSE_REQUEST,
+  CLOSE_RSP: FIELD_CLOSE_RESPONSE,
+  DIAL_CLS: FIELD_CLOSE_DIAL,
+  DRAIN: FIELD_DRAIN,
+};
+
+const INT64_MIN = -(1n << 63n);
+const INT64_MAX = (1n << 63n) - 1n;
+
+// ---------------------------------------------------------------- encoding
+
+/** A field to write: varint (int64/enum), string or bytes. Defaults are omitted, as proto3 does. */
+type Field =
+  | { no: number; kind: 'int64'; value: bigint }
+  | { no: number; kind: 'string'; value: string }
+  | { no: number; kind: 'bytes'; value: Buffer };
+
+function varintSize(v: bigint): number {
+  let u = BigInt.asUintN(64, v);
+  let n = 1;
+  while (u >= 0x80n) {
+    u >>= 7n;
+    n++;
+  }
+  return n;
+}
+
+function smallVarintSize(v: number): number {
+  let n = 1;
+  while (v >= 0x80) {
+    v = Math.floor(v / 128);
+    n++;
+  }
+  return n;
+}
+
+function writeSmallVarint(buf: Buffer, pos: number, v: number): number {
+  while (v >= 0x80) {
+    buf[pos++] = (v & 0x7f) | 0x80;
+    v = Math.floor(v / 128);
+  }
+  buf[pos++] = v;
+  return pos;
+}
+
+function writeVarint(buf: Buffer, pos: number, v: bigint): number {
+  if (v >= 0n && v <= BigInt(Number.MAX_SAFE_INTEGER)) return writeSmallVarint(buf, pos, Number(v));
+  let u = BigInt.asUintN(64, v);
+  while (u >= 0x80n) {
+    buf[pos++] = Number(u & 0x7fn) | 0x80;
+    u >>= 7n;
+  }
+  buf[pos++] = Number(u);
+  return pos;
+}
+
+function checkInt64(v: bigint, name: string): void {
+  if (v < INT64_MIN || v > INT64_MAX) {
+    throw new RangeError(`${name} ${v} does not fit in int64`);
+  }
+}
+
+function fieldSize(f: Field): number {
+  switch (f.kind) {
+    case 'int64':
+      return f.value === 0n ? 0 : 1 + varintSize(f.value);
+    case 'string': {
+      if (f.value.length === 0) return 0;
+      const len = Buffer.byteLength(f.value, 'utf8');
+      return 1 + smallVarintSize(len) + len;
+    }
+    case 'bytes':
+      return f.value.length === 0 ? 0 : 1 + smallVarintSize(f.value.length) + f.value.length;
+  }
+}
+
+function writeField(buf: Buffer, pos: number, f: Field): number {
+  switch (f.kind) {
+    case 'int64':
+      if (f.value === 0n) return pos;
+      buf[pos++] = (f.no << 3) | WIRE_VARINT;
+      return writeVarint(buf, pos, f.value);
+    case 'string': {
+      if (f.value.length === 0) return pos;
+      buf[pos++] = (f.no << 3) | WIRE_BYTES;
+      const len = Buffer.byteLength(f.value, 'utf8');
+      pos = writeSmallVarint(buf, pos, len);
+      return pos + buf.write(f.value, pos, 'utf8');
+    }
+    case 'bytes':
+      if (f.value.length === 0) return pos;
+      buf[pos++] = (f.no << 3) | WIRE_BYTES;
+      pos = writeSmallVarint(buf, pos, f.value.length);
+      f.value.copy(buf, pos);
+      return pos + f.value.length;
+  }
+}
+
+function payloadFields(p: KnownPacket): Field[] {
+  switch (p.type) {
+    case 'DIAL_REQ':
+      checkInt64(p.random, 'random');
+      return [
+        { no: 1, kind: 'string', value: p.protocol },
+        { no: 2, kind: 'string', value: p.address },
+        { no: 3, kind: 'int64', value: p.random },
+      ];
+    case 'DIAL_RSP':
+      checkInt64(p.random, 'random');
+      checkInt64(p.connectID, 'connectID');
+      return [
+        { no: 1, kind: 'string', value: p.error },
+        { no: 2, kind: 'int64', value: p.connectID },
+        { no: 3, kind: 'int64', value: p.random },
+      ];
+    case 'CLOSE_REQ':
+      checkInt64(p.connectID, 'connectID');
+      return [{ no: 1, kind: 'int64', value: p.connectID }];
+    case 'CLOSE_RSP':
+      checkInt64(p.connectID, 'connectID');
+      return [
+        { no: 1, kind: 'string', value: p.error },
+        { no: 2, kind: 'int64', value: p.connectID },
+      ];
+    case 'DATA':
+      checkInt64(p.connectID, 'connectID');
+      return [
+        { no: 1, kind: 'int64', value: p.connectID },
+        { no: 2, kind: 'string', value: p.error },
+        { no: 3, kind: 'bytes', value: p.data },
+      ];
+    case 'DIAL_CLS':
+      checkInt64(p.random, 'random');
+      return [{ no: 1, kind: 'int64', value: p.random }];
+    case 'DRAIN':
+      return [];
+  }
+}
+
+/** Encodes a packet to its protobuf bytes (without gRPC framing). */
+export function encodePacket(p: KnownPacket): Buffer {
+  if (p.type === 'DATA' && p.error === '') {
+    return Buffer.concat([encodeDataHeader(p.connectID, p.data.length), p.data]);
+  }
+  const typeNumber = PACKET_TYPE_NUMBERS[p.type];
+  const fields = payloadFields(p);
+  let payloadLen = 0;
+  for (const f of fields) payloadLen += fieldSize(f);
+  const typeLen = typeNumber === 0 ? 0 : 2;
+  const total = typeLen + 1 + smallVarintSize(payloadLen) + payloadLen;
+  const buf = Buffer.allocUnsafe(total);
+  let pos = 0;
+  if (typeNumber !== 0) {
+    buf[pos++] = (1 << 3) | WIRE_VARINT;
+    buf[pos++] = typeNumber;
+  }
+  // The oneof member is always written, even when empty (as Go does).
+  buf[pos++] = (PAYLOAD_FIELD_BY_TYPE[p.type] << 3) | WIRE_BYTES;
+  pos = writeSmallVarint(buf, pos, payloadLen);
+  for (const f of fields) pos = writeField(buf, pos, f);
+  if (pos !== total) throw new Error(`codec bug: wrote ${pos} of ${total} bytes`);
+  return buf;
+}
+
+/**
+ * The protobuf bytes of a DATA packet up to, not including, the payload.
+ * `Buffer.concat([encodeDataHeader(id, data.length), data])` is the whole packet;
+ * writing the two separately avoids copying the payload. `reserve` leaves
+ * that many bytes free at the start, for a framing prefix.
+ */
+export function encodeDataHeader(connectID: bigint, dataLength: number, reserve = 0): Buffer {
+  checkInt64(connectID, 'connectID');
+  const idLen = connectID === 0n ? 0 : 1 + varintSize(connectID);
+  const dataFieldLen = dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength) + dataLength;
+  const innerLen = idLen + dataFieldLen;
+  const headerLen = 2 + 1 + smallVarintSize(innerLen) + idLen + (dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength));
+  const buf = Buffer.allocUnsafe(reserve + headerLen);
+  let pos = reserve;
+  buf[pos++] = (1 << 3) | WIRE_VARINT;
+  buf[pos++] = PACKET_TYPE_NUMBERS.DATA;
+  buf[pos++] = (FIELD_DATA << 3) | WIRE_BYTES;
+  pos = writeSmallVarint(buf, pos, innerLen);
+  if (connectID !== 0n) {
+    buf[pos++] = (1 << 3) | WIRE_VARINT;
+    pos = writeVarint(buf, pos, connectID);
+  }
+  if (dataLength !== 0) {
+    buf[pos++] = (3 << 3) | WIRE_BYTES;
+    pos = writeSmallVarint(buf, pos, dataLength);
+  }
+  return buf;
+}
+
+// ---------------------------------------------------------------- decoding
+
+class Reader {
+  pos: number;
+  constructor(
+    readonly buf: Buffer,
+    start: number,
+    readonly end: number,
+  ) {
+    this.pos = start;
+  }
+
+  /** A varint as bigint (int64 semantics: values >= 2^63 wrap to negative). */
+  varint64(): bigint {
+    const { buf } = this;
+    // Fast path: up to 7 bytes (49 bits) fit a JS number exactly.
+    let lo = 0;
+    let mul = 1;
+    for (let i = 0; i < 7; i++) {
+      if (this.pos >= this.end) throw truncated();
+      const b = buf[this.pos++]!;
+      lo += (b & 0x7f) * mul;
+      if (b < 0x80) return BigInt(lo);
+      mul *= 128;
+    }
+    let v = BigInt(lo);
+    let shift = 49n;
+    for (let i = 7; i < 10; i++) {
+      if (this.pos >= this.end) throw truncated();
+      const b = buf[this.pos++]!;
+      v |= BigInt(b & 0x7f) << shift;
+      if (b < 0x80) return BigInt.asIntN(64, v);
+      shift += 7n;
+    }
+    throw new ProtocolError('YT_ERR_PROTOCOL_VARINT', 'malformed packet: varint longer than 10 bytes');
+  }
+
+  /** A varint used as a length or a tag: must fit a JS number. */
+  varint32(): number {
+    const v = this.varint64();
+    if (v < 0n || v > 0xffffffffn) {
+      throw new ProtocolError('YT_ERR_PROTOCOL_LENGTH', `malformed packet: length or tag ${v} out of range`);
+    }
+    return Number(v);
+  }
+
+  /** Returns [start, end) of a length-delimited field's bytes. */
+  lengthDelimited(): [number, number] {
+    const len = this.varint32();
+    const start = this.pos;
+    if (len > this.end - start) throw truncated();
+    this.pos = start + len;
+    return [start, this.pos];
+  }
+
+  skip(wireType: number): void {
+    switch (wireType) {
+      case WIRE_VARINT:
+        this.varint64();
+        return;
+      case WIRE_FIXED64:
+        this.advance(8);
+        return;
+      case WIRE_BYTES:
+        this.lengthDelimited();
+        return;
+      case WIRE_FIXED32:
+        this.advance(4);
+        return;
+      default:
+        throw new ProtocolError('YT_ERR_PROTOCOL_WIRE_TYPE', `malformed packet: unsupported wire type ${wireType}`);
+    }
+  }
+
+  private advance(n: number): void {
+    if (this.end - this.pos < n) throw truncated();
+    this.pos += n;
+  }
+}
+
+function truncated(): ProtocolError {
+  return new ProtocolError('YT_ERR_PROTOCOL_TRUNCATED', 'malformed packet: truncated field');
+}
+
+interface Fields {
+  s1: string; // error / protocol
+  s2: string; // address / Data.error
+  i1: bigint; // field 1 as int64
+  i2: bigint;
+  i3: bigint;
+  bytes3: Buffer | undefined;
+}
+
+/**
+ * Parses one submessage. All our submessages use fields 1..3 only, so one
+ * shape covers them: strings and int64s are read by the number and wire type
+ * they arrive with; the caller picks what its message defines.
+ */
+function readSubmessage(buf: Buffer, start: number, end: number, out: Fields, schema: SubSchema): void {
+  const r = new Reader(buf, start, end);
+  while (r.pos < end) {
+    const tag = r.varint32();
+    const no = tag >>> 3;
+    const wt = tag & 7;
+    const kind = schema[no];
+    if (kind === 'int64' && wt === WIRE_VARINT) {
+      const v = r.varint64();
+      if (no === 1) out.i1 = v;
+      else if (no === 2) out.i2 = v;
+      else out.i3 = v;
+    } else if (kind === 'string' && wt === WIRE_BYTES) {
+      const [s, e] = r.lengthDelimited();
+      const v = buf.toString('utf8', s, e);
+      if (no === 1) out.s1 = v;
+      else out.s2 = v;
+    } else if (kind === 'bytes' && wt === WIRE_BYTES) {
+      const [s, e] = r.lengthDelimited();
+      out.bytes3 = buf.subarray(s, e);
+    } else {
+      r.skip(wt);
+    }
+  }
+}
+
+type SubSchema = Readonly<Record<number, 'int64' | 'string' | 'bytes'>>;
+
+const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
+  DIAL_REQ: { 1: 'string', 2: 'string', 3: 'int64' },
+  DIAL_RSP: { 1: 'string', 2: 'int64', 3: 'int64' },
+  CLOSE_REQ: { 1: 'int64' },
+  CLOSE_RSP: { 1: 'string', 2: 'int64' },
+  DATA: { 1: 'int64', 2: 'string', 3: 'bytes' },
+  DIAL_CLS: { 1: 'int64' },
+  DRAIN: {},
+};
+
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Decodes a packet's protobuf bytes. `data` of a DATA packet is a subarray of
+ * `buf` (no copy): the caller must not reuse `buf`.
+ */
+export function decodePacket(buf: Buffer): Packet {
+  const r = new Reader(buf, 0, buf.length);
+  let typeNumber = 0;
+  // The last payload field seen, as proto3 oneof semantics require.
+  let payloadField = 0;
+  const payloads: Array<[number, number]> = [];
+  while (r.pos < buf.length) {
+    const tag = r.varint32();
+    const no = tag >>> 3;
+    const wt = tag & 7;
+    if (no === 0) {
+      throw new ProtocolError('YT_ERR_PROTOCOL_TAG', 'malformed packet: field number 0');
+    }
+    if (no === 1 && wt === WIRE_VARINT) {
+      // Enums are int32 on the wire; negative ones arrive sign-extended.
+      typeNumber = Number(BigInt.asIntN(32, r.varint64()));
+    } else if (no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN && wt === WIRE_BYTES) {
+      const [s, e] = r.lengthDelimited();
+      if (no !== payloadField) payloads.length = 0;
+      payloadField = no;
+      payloads.push([s, e]);
+    } else {
+      r.skip(wt);
+    }
+  }
+
+  const name = packetTypeName(typeNumber);
+  if (name === undefined) return { type: 'UNKNOWN', typeNumber };
+
+  const f: Fields = { s1: '', s2: '', i1: 0n, i2: 0n, i3: 0n, bytes3: undefined };
+  // A Go receiver reads the payload that matches the type; any other oneof member reads as empty.
+  const wanted = PAYLOAD_FIELD_BY_TYPE[name];
+  if (payloadField === wanted) {
+    for (const [s, e] of payloads) readSubmessage(buf, s, e, f, SCHEMAS[name]);
+  }
+  switch (name) {
+    case 'DIAL_REQ':
+      return { type: name, protocol: f.s1, address: f.s2, random: f.i3 };
+    case 'DIAL_RSP':
+      return { type: name, error: f.s1, connectID: f.i2, random: f.i3 };
+    case 'CLOSE_REQ':
+      return { type: name, connectID: f.i1 };
+    case 'CLOSE_RSP':
+      return { type: name, error: f.s1, connectID: f.i2 };
+    case 'DATA': {
+      const data: DataPacket = { type: name, connectID: f.i1, error: f.s2, data: f.bytes3 ?? EMPTY };
+      return data;
+    }
+    case 'DIAL_CLS':
+      return { type: name, random: f.i1 };
+    case 'DRAIN':
+      return { type: name };
+  }
+}

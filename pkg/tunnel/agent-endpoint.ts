@@ -1,0 +1,363 @@
+// The agent endpoint (`--tunnel-agent-connect-port`, 10262): gRPC's
+// `AgentService/Connect` over HTTP/2 + mutual TLS.
+//
+// We terminate HTTP/2 with node:http2 instead of @grpc/grpc-js's Server
+// because grpc-js cannot raise the server's receive window, and bulk data
+// (logs, metrics, copies) flows agent → server: a 64 KiB window halves the
+// tunnel's throughput (shared/spec/environment.md). On the wire this is plain
+// gRPC: Go and grpc-js agents see headers, length-prefixed messages, status
+// trailers, keepalive pings and GOAWAY as from any gRPC server.
+
+import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { errorMessage } from '../protocol/errors.js';
+import { parseAgentIdentifiers } from '../protocol/identifiers.js';
+import type { Logger } from '../log/logger.js';
+import { silentLogger } from '../log/logger.js';
+import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
+import type { Tunnel } from './tunnel.js';
+
+export const AGENT_CONNECT_PATH = '/AgentService/Connect';
+
+export interface AgentEndpointTLS {
+  cert: string;
+  key: string;
+  /** CA bundle that signs agent client certificates. */
+  ca: string;
+}
+
+export interface AgentEndpointOptions {
+  host?: string;
+  /** 0 picks a free port. Default 10262. */
+  port?: number;
+  tls: AgentEndpointTLS;
+  serverID: string;
+  /** Announced to agents in the `servercount` header. Default 1. */
+  serverCount?: number;
+  /** Interval of our keepalive pings. Default 10 s. */
+  keepaliveTimeMs?: number;
+  /** How long a ping may go unanswered before the connection is dropped. Default 20 s. */
+  keepaliveTimeoutMs?: number;
+  /** Pings more frequent than this are strikes (Go's EnforcementPolicy.MinTime). Default 30 s. */
+  minPingIntervalMs?: number;
+  /** HTTP/2 receive window per stream. Default 4 MiB. */
+  streamWindowSize?: number;
+  /** HTTP/2 receive window per connection. Default 16 MiB. */
+  connectionWindowSize?: number;
+  /** Largest gRPC message accepted from an agent. Default 4 MiB. */
+  maxMessageSize?: number;
+  logger?: Logger;
+}
+
+/** Go closes a connection after more than this many ping strikes. */
+const MAX_PING_STRIKES = 2;
+
+interface SessionState {
+  keepaliveTimer?: NodeJS.Timeout;
+  pingTimeout?: NodeJS.Timeout;
+  lastPingAt: number;
+  pingStrikes: number;
+  /** Set whenever we send on this connection; Go forgives pings that follow our own traffic. */
+  sentSinceLastPing: boolean;
+  remoteAddress: string;
+}
+
+function remoteOf(socket: Socket | TLSSocket | undefined): string {
+  if (socket === undefined) return 'unknown';
+  const { remoteAddress: a, remotePort: p } = socket;
+  if (a === undefined) return 'unknown';
+  return a.includes(':') ? `[${a}]:${p}` : `${a}:${p}`;
+}
+
+/** All values of a header in rawHeaders, whose names arrive lower-case over HTTP/2. */
+function headerValues(rawHeaders: string[], name: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) if (rawHeaders[i] === name) out.push(rawHeaders[i + 1]!);
+  return out;
+}
+
+export class AgentEndpoint {
+  private readonly opts: Required<Omit<AgentEndpointOptions, 'host' | 'logger'>> & { host: string };
+  private readonly log: Logger;
+  private readonly server: http2.Http2SecureServer;
+  private readonly sessions = new Map<Http2Session, SessionState>();
+  private readonly sockets = new Set<Socket>();
+  private readonly streams = new Set<AgentStream>();
+  private closing: Promise<void> | undefined;
+  private listening = false;
+
+  constructor(
+    private readonly tunnel: Tunnel,
+    opts: AgentEndpointOptions,
+  ) {
+    this.opts = {
+      host: opts.host ?? '0.0.0.0',
+      port: opts.port ?? 10262,
+      tls: opts.tls,
+      serverID: opts.serverID,
+      serverCount: opts.serverCount ?? 1,
+      keepaliveTimeMs: opts.keepaliveTimeMs ?? 10_000,
+      keepaliveTimeoutMs: opts.keepaliveTimeoutMs ?? 20_000,
+      minPingIntervalMs: opts.minPingIntervalMs ?? 30_000,
+      streamWindowSize: opts.streamWindowSize ?? 4 * 1024 * 1024,
+      connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
+      maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
+    };
+    if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
+      throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
+    }
+    this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
+    this.server = http2.createSecureServer({
+      cert: opts.tls.cert,
+      key: opts.tls.key,
+      ca: opts.tls.ca,
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: 'TLSv1.2',
+      ALPNProtocols: ['h2'],
+      allowHTTP1: false,
+      maxSessionMemory: 64,
+      settings: { initialWindowSize: this.opts.streamWindowSize, maxConcurrentStreams: 100 },
+    });
+    this.server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+    this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
+      this.log.warn('agent TLS handshake failed; connection refused', {
+        remoteAddress: remoteOf(socket),
+        error: errorMessage(err),
+      });
+    });
+    this.server.on('session', (session) => this.onSession(session));
+    this.server.on(
+      'stream',
+      (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
+        this.onStream(stream, headers, rawHeaders),
+    );
+    this.server.on('unknownProtocol', (socket: TLSSocket) => {
+      this.log.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
+      socket.destroy();
+    });
+  }
+
+  async start(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port, this.opts.host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    this.listening = true;
+    this.server.on('error', (err) => this.log.error('agent endpoint error', { error: errorMessage(err) }));
+    const a = this.address;
+    this.log.info('listening for agents', { address: `${a.address}:${a.port}`, serverID: this.opts.serverID });
+  }
+
+  get address(): AddressInfo {
+    return this.server.address() as AddressInfo;
+  }
+
+  /** Replaces the TLS certificate and CA without dropping connections. */
+  setTLS(tls: AgentEndpointTLS): void {
+    this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca });
+  }
+
+  private onSession(session: Http2Session): void {
+    const state: SessionState = {
+      lastPingAt: 0,
+      pingStrikes: 0,
+      sentSinceLastPing: false,
+      remoteAddress: remoteOf(session.socket as TLSSocket),
+    };
+    this.sessions.set(session, state);
+    try {
+      session.setLocalWindowSize(this.opts.connectionWindowSize);
+    } catch (err: unknown) {
+      this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+    }
+    session.on('ping', () => this.onPing(session, state));
+    session.on('error', (err) => {
+      this.log.verbose(2, 'agent connection error', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
+    });
+    session.once('close', () => {
+      clearInterval(state.keepaliveTimer);
+      clearTimeout(state.pingTimeout);
+      this.sessions.delete(session);
+    });
+    state.keepaliveTimer = setInterval(() => this.keepalive(session, state), this.opts.keepaliveTimeMs);
+    state.keepaliveTimer.unref();
+  }
+
+  private keepalive(session: Http2Session, state: SessionState): void {
+    if (session.destroyed || state.pingTimeout !== undefined) return;
+    state.pingTimeout = setTimeout(() => {
+      this.log.warn('agent connection did not answer a keepalive ping; closing it', {
+        remoteAddress: state.remoteAddress,
+        timeoutMs: this.opts.keepaliveTimeoutMs,
+      });
+      session.destroy();
+    }, this.opts.keepaliveTimeoutMs);
+    state.pingTimeout.unref();
+    const sent = session.ping((err) => {
+      clearTimeout(state.pingTimeout);
+      state.pingTimeout = undefined;
+      if (err && !session.destroyed) {
+        this.log.verbose(2, 'keepalive ping failed', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
+      }
+    });
+    if (!sent) {
+      clearTimeout(state.pingTimeout);
+      state.pingTimeout = undefined;
+    }
+  }
+
+  /** Go's ping policy: too-frequent pings without our traffic in between are strikes. */
+  private onPing(session: Http2Session, state: SessionState): void {
+    const now = Date.now();
+    const early = state.lastPingAt !== 0 && now - state.lastPingAt < this.opts.minPingIntervalMs;
+    const forgiven = state.sentSinceLastPing;
+    state.lastPingAt = now;
+    state.sentSinceLastPing = false;
+    if (forgiven) {
+      state.pingStrikes = 0;
+      return;
+    }
+    if (!early) return;
+    state.pingStrikes++;
+    if (state.pingStrikes > MAX_PING_STRIKES) {
+      this.log.warn('agent pings too often; sending GOAWAY too_many_pings', {
+        remoteAddress: state.remoteAddress,
+        minPingIntervalMs: this.opts.minPingIntervalMs,
+      });
+      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 0, Buffer.from('too_many_pings'));
+      const t = setTimeout(() => session.destroy(), 1000);
+      t.unref();
+      session.once('close', () => clearTimeout(t));
+    }
+  }
+
+  private reject(stream: ServerHttp2Stream, status: number, message: string, remoteAddress: string): void {
+    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: status, error: message });
+    if (stream.headersSent || stream.destroyed) return;
+    stream.respond(
+      {
+        ':status': 200,
+        'content-type': 'application/grpc',
+        'grpc-status': String(status),
+        'grpc-message': encodeGrpcMessage(message),
+      },
+      { endStream: true },
+    );
+  }
+
+  private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
+    const session = stream.session;
+    const state = session === undefined ? undefined : this.sessions.get(session);
+    const remoteAddress = state?.remoteAddress ?? 'unknown';
+    stream.on('error', (err) => {
+      this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
+    });
+    if (this.closing !== undefined) {
+      this.reject(stream, GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down', remoteAddress);
+      return;
+    }
+    const path = headers[':path'];
+    if (path !== AGENT_CONNECT_PATH) {
+      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}; this port serves ${AGENT_CONNECT_PATH}`, remoteAddress);
+      return;
+    }
+    const contentType = String(headers['content-type'] ?? '');
+    if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
+      this.reject(stream, GrpcStatus.INVALID_ARGUMENT, 'expected a gRPC call (POST, content-type application/grpc)', remoteAddress);
+      return;
+    }
+    if (headers['grpc-encoding'] !== undefined && headers['grpc-encoding'] !== 'identity') {
+      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(headers['grpc-encoding'])} is not supported`, remoteAddress);
+      return;
+    }
+    const ids = headerValues(rawHeaders, 'agentid');
+    if (ids.length !== 1 || ids[0] === '') {
+      this.reject(
+        stream,
+        GrpcStatus.INVALID_ARGUMENT,
+        `expected one agent ID in the "agentid" metadata, got ${ids.length === 1 ? 'an empty one' : ids.length}`,
+        remoteAddress,
+      );
+      return;
+    }
+    const agentID = ids[0]!;
+    const idValues = headerValues(rawHeaders, 'agentidentifiers');
+    if (idValues.length > 1) {
+      this.reject(
+        stream,
+        GrpcStatus.INVALID_ARGUMENT,
+        `expected at most one "agentidentifiers" metadata value, got ${idValues.length}`,
+        remoteAddress,
+      );
+      return;
+    }
+    const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
+      this.log.warn('ignoring unknown agent identifier key', { agentID, key });
+    });
+
+    // Headers go out at once, before any packet: agents block reading them.
+    stream.respond(
+      {
+        ':status': 200,
+        'content-type': 'application/grpc',
+        serverid: this.opts.serverID,
+        servercount: String(this.opts.serverCount),
+      },
+      { waitForTrailers: true },
+    );
+
+    const tlsSocket = session?.socket as TLSSocket | undefined;
+    const cert = tlsSocket?.getPeerCertificate();
+    const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
+    const link = new AgentStream(stream, {
+      maxMessageSize: this.opts.maxMessageSize,
+      onSend: state === undefined ? undefined : () => (state.sentSinceLastPing = true),
+    });
+    const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject }, link);
+    if (backend.closed) return;
+    this.streams.add(link);
+    link.start({
+      onPacket: (p) => this.tunnel.handlePacket(backend, p),
+      onClose: (reason) => {
+        this.streams.delete(link);
+        this.tunnel.detachAgent(backend, reason);
+      },
+    });
+  }
+
+  /**
+   * Stops accepting agents, ends every agent call with UNAVAILABLE and closes
+   * every connection (after `graceMs` for them to go by themselves). Idempotent.
+   */
+  close(graceMs = 1000): Promise<void> {
+    this.closing ??= this.doClose(graceMs);
+    return this.closing;
+  }
+
+  private async doClose(graceMs: number): Promise<void> {
+    const closed = this.listening
+      ? new Promise<void>((resolve) => this.server.close(() => resolve()))
+      : Promise.resolve();
+    for (const s of this.streams) s.end(GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down');
+    this.streams.clear();
+    for (const session of this.sessions.keys()) session.close();
+    if (this.sessions.size > 0) {
+      const allClosed = Promise.all([...this.sessions.keys()].map((s) => new Promise((r) => s.once('close', r))));
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([allClosed, new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
+      clearTimeout(timer);
+    }
+    for (const session of this.sessions.keys()) session.destroy();
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
+    this.log.verbose(2, 'agent endpoint closed');
+  }
+}

@@ -1,0 +1,59 @@
+// A backend is one agent stream: the agent's identity, its packet link, and
+// the connections established through it. connectIDs are chosen by the agent
+// per server connection, so they are only unique within one backend.
+
+import type { AgentIdentifiers } from '../protocol/identifiers.js';
+import type { KnownPacket } from '../protocol/packet.js';
+import { ConnTable } from '../mux/conn-table.js';
+import type { PacketLink } from '../mux/packet-link.js';
+import type { TunnelConn } from './tunnel-conn.js';
+
+export interface BackendLink extends PacketLink {
+  /** Ends the agent's call (with a gRPC status). */
+  end(code: number, message: string): void;
+}
+
+export interface BackendInfo {
+  agentID: string;
+  identifiers: AgentIdentifiers;
+  /** Where the agent connects from, for logs. */
+  remoteAddress: string;
+  /** Subject of the agent's client certificate, for logs. */
+  certSubject: string;
+}
+
+let nextBackendSerial = 1;
+
+export class Backend {
+  readonly agentID: string;
+  readonly identifiers: AgentIdentifiers;
+  readonly remoteAddress: string;
+  readonly certSubject: string;
+  readonly link: BackendLink;
+  readonly connectedAt = Date.now();
+  /** Distinguishes several streams of one agent in logs. */
+  readonly serial = nextBackendSerial++;
+  draining = false;
+  closed = false;
+
+  /** Connections established through this stream. */
+  readonly conns = new ConnTable<TunnelConn>();
+  /** Dial IDs pending on this backend. */
+  readonly pendingDials = new Set<bigint>();
+
+  constructor(info: BackendInfo, link: BackendLink) {
+    this.agentID = info.agentID;
+    this.identifiers = info.identifiers;
+    this.remoteAddress = info.remoteAddress;
+    this.certSubject = info.certSubject;
+    this.link = link;
+  }
+
+  send(packet: KnownPacket): boolean {
+    return this.link.sendControl(packet);
+  }
+
+  describe(): string {
+    return `${this.agentID}#${this.serial}`;
+  }
+}

@@ -1,0 +1,58 @@
+// Dials sent to an agent and not yet answered, keyed by dial ID (`random`).
+// Every entry has a deadline, and `take` is the only way out: it clears the
+// timer and the abort listener, so whoever takes an entry settles it, once.
+
+import type { Backend } from './backend.js';
+import type { TunnelConn } from './tunnel-conn.js';
+
+export interface PendingDial {
+  random: bigint;
+  backend: Backend;
+  address: string;
+  startedAt: number;
+  resolve(conn: TunnelConn): void;
+  reject(err: Error): void;
+  timer?: NodeJS.Timeout;
+  abortListener?: Disposable;
+}
+
+export class PendingDials {
+  private readonly dials = new Map<bigint, PendingDial>();
+
+  has(random: bigint): boolean {
+    return this.dials.has(random);
+  }
+
+  get(random: bigint): PendingDial | undefined {
+    return this.dials.get(random);
+  }
+
+  add(dial: PendingDial): void {
+    if (this.dials.has(dial.random)) throw new Error(`dial ID ${dial.random} is already pending`);
+    this.dials.set(dial.random, dial);
+    dial.backend.pendingDials.add(dial.random);
+  }
+
+  take(random: bigint): PendingDial | undefined {
+    const dial = this.dials.get(random);
+    if (dial === undefined) return undefined;
+    this.dials.delete(random);
+    dial.backend.pendingDials.delete(random);
+    if (dial.timer !== undefined) clearTimeout(dial.timer);
+    dial.abortListener?.[Symbol.dispose]();
+    return dial;
+  }
+
+  /** Takes every dial pending on `backend`. */
+  takeAllFor(backend: Backend): PendingDial[] {
+    return [...backend.pendingDials].map((r) => this.take(r)).filter((d): d is PendingDial => d !== undefined);
+  }
+
+  takeAll(): PendingDial[] {
+    return [...this.dials.keys()].map((r) => this.take(r)!);
+  }
+
+  get size(): number {
+    return this.dials.size;
+  }
+}

@@ -1,0 +1,342 @@
+// The tunnel server's core: the packet switch between callers of `dial()` and
+// agent streams. It knows nothing about HTTP, gRPC transport or Kubernetes.
+
+import { addAbortListener } from 'node:events';
+import type { Logger } from '../log/logger.js';
+import { silentLogger } from '../log/logger.js';
+import { classifyAgentDialError } from '../protocol/dial-errors.js';
+import { ConnectionClosedError, DialError, type DialFailureReason } from '../protocol/errors.js';
+import { removePortFromHost } from '../protocol/identifiers.js';
+import { newDialID } from '../protocol/ids.js';
+import { describePacket, type Packet } from '../protocol/packet.js';
+import { Backend, type BackendInfo, type BackendLink } from './backend.js';
+import { BackendRegistry, type ProxyStrategy } from './backend-registry.js';
+import { TunnelMetrics } from './metrics.js';
+import { PendingDials, type PendingDial } from './pending-dials.js';
+import { TunnelConn } from './tunnel-conn.js';
+import type { Registry } from 'prom-client';
+
+export interface TunnelOptions {
+  /** Tried in order; default `['destHost']`. */
+  strategies?: readonly ProxyStrategy[];
+  /** How long a dial may wait for the agent's DIAL_RSP. Default 10 s. */
+  dialTimeoutMs?: number;
+  /** Per-connection buffer each way before back-pressure. Default 256 KiB. */
+  connHighWaterMark?: number;
+  logger?: Logger;
+  /** Where metrics register; default a registry of the tunnel's own. */
+  metricsRegistry?: Registry;
+}
+
+export interface DialOptions {
+  /**
+   * Chooses the agent instead of the address's host: the value of
+   * X-Tunnel-Proxy-Host (a port, if any, is ignored).
+   */
+  proxyHost?: string;
+  signal?: AbortSignal;
+  /** Overrides the tunnel's dial timeout for this dial. */
+  timeoutMs?: number;
+}
+
+const TOMBSTONE_SWEEP_MS = 10_000;
+
+/** Checks `host:port` (IPv6 in brackets) and returns an error message, or undefined if usable. */
+export function checkDialAddress(address: string): string | undefined {
+  const m = /^(\[[0-9A-Fa-f:.%\w]+\]|[^\s:[\]/]+):(\d{1,5})$/.exec(address);
+  if (m === null) return `dial address ${JSON.stringify(address)} is not host:port`;
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) return `dial address ${JSON.stringify(address)} has port ${port} out of range 1-65535`;
+  return undefined;
+}
+
+export class Tunnel {
+  readonly registry = new BackendRegistry();
+  readonly metrics: TunnelMetrics;
+  private readonly pending = new PendingDials();
+  private readonly strategies: readonly ProxyStrategy[];
+  private readonly dialTimeoutMs: number;
+  private readonly connHighWaterMark: number | undefined;
+  private readonly log: Logger;
+  private readonly sweepTimer: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(opts: TunnelOptions = {}) {
+    this.strategies = opts.strategies ?? ['destHost'];
+    if (this.strategies.length === 0) throw new TypeError('at least one proxy strategy is required');
+    this.dialTimeoutMs = opts.dialTimeoutMs ?? 10_000;
+    this.connHighWaterMark = opts.connHighWaterMark;
+    this.log = opts.logger ?? silentLogger();
+    this.metrics = new TunnelMetrics(
+      {
+        backends: () => this.registry.all().length,
+        agents: () => this.registry.agentCount,
+        pendingDials: () => this.pending.size,
+        establishedConnections: () => this.establishedCount(),
+      },
+      opts.metricsRegistry,
+    );
+    this.sweepTimer = setInterval(() => {
+      for (const b of this.registry.all()) b.conns.sweep();
+    }, TOMBSTONE_SWEEP_MS);
+    this.sweepTimer.unref();
+  }
+
+  // ------------------------------------------------------------ dialing
+
+  /**
+   * Opens a TCP connection to `address` (host:port) through the agent that
+   * serves it. Resolves once the agent's DIAL_RSP says it is connected;
+   * rejects with a DialError whose `code` says why not.
+   */
+  dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
+    const fail = (code: DialFailureReason, message: string): Promise<never> => {
+      this.metrics.dialFailed(code);
+      this.log.verbose(2, 'dial failed', { dialAddress: address, reason: code, error: message });
+      return Promise.reject(new DialError(code, message));
+    };
+    if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
+    const bad = checkDialAddress(address);
+    if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
+    if (opts.signal?.aborted) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
+
+    const host = removePortFromHost(opts.proxyHost ?? address);
+    const backend = this.registry.pick(this.strategies, host);
+    if (backend === undefined) {
+      const via = opts.proxyHost !== undefined ? ` (X-Tunnel-Proxy-Host ${opts.proxyHost})` : '';
+      return fail(
+        'YT_ERR_NO_AGENT',
+        `no agent serves ${host}${via}: none of the ${this.registry.agentCount} connected agents matches it ` +
+          `(proxy strategy ${this.strategies.join(',')}); is the node's yurt-tunnel-agent running and connected?`,
+      );
+    }
+
+    let random = newDialID();
+    while (this.pending.has(random)) random = newDialID();
+    const timeoutMs = opts.timeoutMs ?? this.dialTimeoutMs;
+
+    return new Promise<TunnelConn>((resolve, reject) => {
+      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), resolve, reject };
+      dial.timer = setTimeout(() => {
+        this.failDial(
+          random,
+          'YT_ERR_DIAL_TIMEOUT',
+          `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`,
+          true,
+        );
+      }, timeoutMs);
+      dial.timer.unref();
+      if (opts.signal !== undefined) {
+        dial.abortListener = addAbortListener(opts.signal, () => {
+          this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
+        });
+      }
+      this.pending.add(dial);
+      if (this.log.enabled(3)) {
+        this.log.verbose(3, 'dialing', { agentID: backend.agentID, dialAddress: address, dialID: random.toString() });
+      }
+      const sent = backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address, random });
+      if (!sent) {
+        this.failDial(random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${address} could be sent`, false);
+      }
+    });
+  }
+
+  /** Fails a pending dial, if it is still pending; optionally tells the agent with DIAL_CLS. */
+  private failDial(random: bigint, code: DialFailureReason, message: string, tellAgent: boolean): void {
+    const dial = this.pending.take(random);
+    if (dial === undefined) return;
+    if (tellAgent && !dial.backend.closed) dial.backend.send({ type: 'DIAL_CLS', random });
+    this.metrics.dialFailed(code);
+    this.log.verbose(code === 'YT_ERR_DIAL_CANCELLED' ? 3 : 1, 'dial failed', {
+      agentID: dial.backend.agentID,
+      dialAddress: dial.address,
+      dialID: random.toString(),
+      reason: code,
+      error: message,
+    });
+    dial.reject(new DialError(code, message));
+  }
+
+  // ------------------------------------------------------------ agents
+
+  /**
+   * Registers an agent stream. The caller wires the link's packets to
+   * `handlePacket(backend, p)` and its end to `detachAgent(backend, reason)`.
+   */
+  attachAgent(info: BackendInfo, link: BackendLink): Backend {
+    const backend = new Backend(info, link);
+    if (this.closed) {
+      link.end(14, 'tunnel server is shutting down');
+      backend.closed = true;
+      return backend;
+    }
+    this.registry.add(backend);
+    this.log.info('agent connected', {
+      agentID: info.agentID,
+      stream: backend.serial,
+      remoteAddress: info.remoteAddress,
+      identity: info.certSubject,
+      agentStreams: this.registry.streamsOf(info.agentID).length,
+    });
+    return backend;
+  }
+
+  /** The agent's stream ended: fail its pending dials and close its connections at once. */
+  detachAgent(backend: Backend, reason: string): void {
+    if (backend.closed) return;
+    backend.closed = true;
+    this.registry.remove(backend);
+    const dials = this.pending.takeAllFor(backend);
+    for (const d of dials) {
+      this.metrics.dialFailed('YT_ERR_AGENT_GONE');
+      d.reject(new DialError('YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected while dialing ${d.address}: ${reason}`));
+    }
+    const conns = backend.conns.takeAll();
+    for (const c of conns) c.remoteClose(new ConnectionClosedError(`agent ${backend.agentID} disconnected: ${reason}`));
+    this.log.info('agent disconnected', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+      reason,
+      failedDials: dials.length,
+      closedConnections: conns.length,
+    });
+  }
+
+  handlePacket(backend: Backend, p: Packet): void {
+    if (backend.closed) return;
+    this.metrics.packetReceived(p.type);
+    switch (p.type) {
+      case 'DATA': {
+        const conn = backend.conns.get(p.connectID);
+        if (conn !== undefined) {
+          conn.deliver(p.data);
+        } else if (!backend.conns.isTombstoned(p.connectID)) {
+          // Upstream behaviour: tell the agent to close what nobody reads.
+          this.log.verbose(3, 'DATA for an unknown connection; closing it', {
+            agentID: backend.agentID,
+            connectID: p.connectID.toString(),
+          });
+          backend.send({ type: 'CLOSE_REQ', connectID: p.connectID });
+        }
+        return;
+      }
+      case 'DIAL_RSP':
+        this.onDialResponse(backend, p.random, p.connectID, p.error);
+        return;
+      case 'CLOSE_RSP': {
+        const conn = backend.conns.get(p.connectID);
+        if (conn !== undefined) {
+          conn.remoteClose(
+            p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} closed the connection: ${p.error}`),
+          );
+          backend.conns.remove(conn);
+        } else {
+          backend.conns.takeTombstone(p.connectID);
+        }
+        return;
+      }
+      case 'DIAL_CLS':
+        this.failDialFromAgent(backend, p.random);
+        return;
+      case 'DRAIN':
+        if (!backend.draining) {
+          backend.draining = true;
+          this.log.info('agent is draining; new dials go elsewhere when possible', {
+            agentID: backend.agentID,
+            stream: backend.serial,
+          });
+        }
+        return;
+      case 'DIAL_REQ':
+      case 'CLOSE_REQ':
+      case 'UNKNOWN':
+        this.log.warn('ignoring a packet agents do not send', { agentID: backend.agentID, ...describePacket(p) });
+        return;
+    }
+  }
+
+  private onDialResponse(backend: Backend, random: bigint, connectID: bigint, error: string): void {
+    const dial = this.pending.get(random);
+    if (dial === undefined || dial.backend !== backend) {
+      // Late (timed out, cancelled) or foreign: do not leave the agent holding a connection.
+      if (connectID !== 0n) backend.send({ type: 'CLOSE_REQ', connectID });
+      this.log.verbose(2, 'DIAL_RSP for a dial that is not pending here', {
+        agentID: backend.agentID,
+        dialID: random.toString(),
+        connectID: connectID.toString(),
+      });
+      return;
+    }
+    this.pending.take(random);
+    if (error !== '' || connectID === 0n) {
+      const reason = error === '' ? 'YT_ERR_DIAL_FAILED' : classifyAgentDialError(error);
+      const verb = reason === 'YT_ERR_DIAL_DENIED' ? 'refused to dial' : 'could not dial';
+      const message = `agent ${backend.agentID} ${verb} ${dial.address}: ${error === '' ? 'answered without a connection ID' : error}`;
+      this.metrics.dialFailed(reason);
+      this.log.verbose(1, 'dial failed', {
+        agentID: backend.agentID,
+        dialAddress: dial.address,
+        dialID: random.toString(),
+        reason,
+        error,
+      });
+      dial.reject(new DialError(reason, message));
+      return;
+    }
+    const conn = new TunnelConn(backend, connectID, dial.address, { highWaterMark: this.connHighWaterMark });
+    backend.conns.add(conn);
+    conn.once('close', () => backend.conns.remove(conn));
+    this.metrics.dialSucceeded((performance.now() - dial.startedAt) / 1000);
+    if (this.log.enabled(3)) {
+      this.log.verbose(3, 'connection established', {
+        agentID: backend.agentID,
+        dialAddress: dial.address,
+        dialID: random.toString(),
+        connectID: connectID.toString(),
+      });
+    }
+    dial.resolve(conn);
+  }
+
+  private failDialFromAgent(backend: Backend, random: bigint): void {
+    const dial = this.pending.get(random);
+    if (dial === undefined || dial.backend !== backend) return;
+    this.failDial(random, 'YT_ERR_DIAL_FAILED', `agent ${backend.agentID} cancelled the dial to ${dial.address}`, false);
+  }
+
+  // ------------------------------------------------------------ state
+
+  get pendingDialCount(): number {
+    return this.pending.size;
+  }
+
+  establishedCount(): number {
+    let n = 0;
+    for (const b of this.registry.all()) n += b.conns.size;
+    return n;
+  }
+
+  /** True when the first strategy can route somewhere (readiness, as upstream). */
+  get ready(): boolean {
+    return this.registry.readyFor(this.strategies[0]!);
+  }
+
+  /**
+   * Fails every pending dial, closes every connection and ends every agent
+   * stream. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweepTimer);
+    for (const d of this.pending.takeAll()) {
+      this.metrics.dialFailed('YT_ERR_TUNNEL_CLOSED');
+      d.reject(new DialError('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; the dial to ${d.address} was abandoned`));
+    }
+    for (const b of this.registry.all()) {
+      this.detachAgent(b, 'tunnel server is shutting down');
+      b.link.end(14, 'tunnel server is shutting down');
+    }
+  }
+}

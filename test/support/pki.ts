@@ -1,0 +1,72 @@
+// Certificates for tests: one CA per test process (made on first use), leaf
+// certificates issued from it, and a second CA whose certificates must be refused.
+
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createCA, issueCertificate, type CertKeyPair, type CertificateRequest } from '../../pkg/certs/pki.js';
+
+export interface TestPKI {
+  ca: CertKeyPair;
+  /** Serving certificate for 127.0.0.1, ::1 and localhost. */
+  server: CertKeyPair;
+  /** Client certificate of an agent (CN tunnel-agent-client, DNS SAN = node name). */
+  agent(nodeName: string): CertKeyPair;
+  /** Any certificate from this CA. */
+  issue(req: CertificateRequest): CertKeyPair;
+  /** A CA the tunnel does not trust, and a client certificate from it. */
+  foreign: { ca: CertKeyPair; client: CertKeyPair };
+}
+
+let cached: TestPKI | undefined;
+
+export function testPKI(): TestPKI {
+  if (cached !== undefined) return cached;
+  const ca = createCA('yurt-tunnel-test-ca');
+  const agents = new Map<string, CertKeyPair>();
+  const foreignCA = createCA('some-other-ca');
+  cached = {
+    ca,
+    server: issueCertificate(ca, {
+      commonName: 'system:node:tunnel-server',
+      organizations: ['system:nodes'],
+      ips: ['127.0.0.1', '::1'],
+      dnsNames: ['localhost'],
+      usages: ['serverAuth'],
+    }),
+    agent(nodeName) {
+      let pair = agents.get(nodeName);
+      if (pair === undefined) {
+        pair = issueCertificate(ca, {
+          commonName: 'tunnel-agent-client',
+          organizations: ['openyurt:yurttunnel'],
+          dnsNames: [nodeName],
+          usages: ['clientAuth'],
+        });
+        agents.set(nodeName, pair);
+      }
+      return pair;
+    },
+    issue: (req) => issueCertificate(ca, req),
+    foreign: {
+      ca: foreignCA,
+      client: issueCertificate(foreignCA, {
+        commonName: 'tunnel-agent-client',
+        organizations: ['openyurt:yurttunnel'],
+        dnsNames: ['intruder'],
+        usages: ['clientAuth'],
+      }),
+    },
+  };
+  return cached;
+}
+
+/** Writes a pair (and the CA) to files, for components that take paths. */
+export async function writePKIFiles(pair: CertKeyPair, ca: CertKeyPair): Promise<{ dir: string; certFile: string; keyFile: string; caFile: string }> {
+  const dir = await mkdtemp(join(tmpdir(), 'yt-pki-'));
+  const files = { dir, certFile: join(dir, 'tls.crt'), keyFile: join(dir, 'tls.key'), caFile: join(dir, 'ca.crt') };
+  await writeFile(files.certFile, pair.cert);
+  await writeFile(files.keyFile, pair.key, { mode: 0o600 });
+  await writeFile(files.caFile, ca.cert);
+  return files;
+}
