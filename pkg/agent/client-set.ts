@@ -53,6 +53,13 @@ export class ClientSet {
     return [...this.clients.keys()];
   }
 
+  /** Dials in progress on every link. */
+  get pendingDialCount(): number {
+    let n = 0;
+    for (const c of this.clients.values()) n += c.pendingDialCount;
+    return n;
+  }
+
   /** Tunnelled connections open through every link. */
   get connCount(): number {
     let n = 0;
@@ -87,6 +94,12 @@ export class ClientSet {
     let identity;
     try {
       identity = await conn.open();
+    } catch (err: unknown) {
+      // grpc-js hides why a connection failed; find out at the TLS level.
+      if (!this.stopped && /No connection established|Failed to connect/.test(errorMessage(err))) {
+        throw new Error(`${errorMessage(err)}; diagnosis: ${await conn.diagnose()}`);
+      }
+      throw err;
     } finally {
       this.dialing = undefined;
     }

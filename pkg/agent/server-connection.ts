@@ -15,6 +15,7 @@ import { describePacket, type DialRequestPacket, type KnownPacket, type Packet }
 import { splitHostPort, type Dialer } from './dialer.js';
 import { EndpointConn } from './endpoint-conn.js';
 import { ServerCall, type ConnectCall } from './server-call.js';
+import { probeTLS } from './tls-probe.js';
 
 export const AGENT_CONNECT_PATH = '/AgentService/Connect';
 
@@ -86,6 +87,7 @@ export class ServerConnection {
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
+  private readonly verifyName: string;
 
   constructor(opts: ServerConnectionOptions) {
     this.opts = opts;
@@ -93,6 +95,7 @@ export class ServerConnection {
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
     // The server certificate is checked against serverName, or the address's host (an IP SAN for an IP).
     const verifyName = opts.serverName ?? splitHostPort(opts.address)?.host ?? opts.address;
+    this.verifyName = verifyName;
     const creds = grpc.credentials.createSsl(Buffer.from(opts.tls.ca), Buffer.from(opts.tls.key), Buffer.from(opts.tls.cert), {
       checkServerIdentity: (_name, cert) => checkServerIdentity(verifyName, cert),
     });
@@ -109,8 +112,25 @@ export class ServerConnection {
       'grpc.max_reconnect_backoff_ms': 10_000,
     };
     // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-    channelOptions['grpc.ssl_target_name_override'] = isIP(verifyName) === 0 ? verifyName : IP_TARGET_SNI;
+    channelOptions['grpc.ssl_target_name_override'] = this.sni();
     this.client = new grpc.Client(opts.address, creds, channelOptions);
+  }
+
+  private sni(): string {
+    return isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI;
+  }
+
+  /** Explains a failed connection attempt at the TLS level (see tls-probe.ts). */
+  diagnose(): Promise<string> {
+    const target = splitHostPort(this.address);
+    if (target === undefined) return Promise.resolve(`${this.address} is not host:port`);
+    return probeTLS({
+      host: target.host,
+      port: target.port,
+      servername: this.sni(),
+      verifyName: this.verifyName,
+      ...this.opts.tls,
+    });
   }
 
   get closed(): boolean {

@@ -103,15 +103,39 @@ export class HttpConnectServer {
     }
     const target = head.target;
     const proxyHost = headerValue(head, PROXY_HOST_HEADER);
+
+    // While the dial is pending keep reading, so that a client that gives up
+    // (closes or half-closes) is noticed; what it sends meanwhile is kept for
+    // the tunnel, up to a bound, after which reading pauses.
     const abort = new AbortController();
-    const onClose = (): void => abort.abort();
-    socket.once('close', onClose);
+    const pendingChunks: Buffer[] = early.length > 0 ? [early] : [];
+    let pendingBytes = early.length;
+    const onData = (chunk: Buffer): void => {
+      pendingChunks.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= this.maxHeadBytes) socket.pause();
+    };
+    const onGone = (): void => abort.abort();
+    socket.on('data', onData);
+    socket.once('end', onGone);
+    socket.once('close', onGone);
+    socket.resume();
+    const stopWatching = (): void => {
+      socket.off('data', onData);
+      socket.off('end', onGone);
+      socket.off('close', onGone);
+      socket.pause();
+    };
+
     let conn;
     try {
       conn = await this.tunnel.dial(target, { proxyHost, signal: abort.signal });
     } catch (err: unknown) {
-      socket.off('close', onClose);
-      if (socket.destroyed) return;
+      stopWatching();
+      if (socket.destroyed || abort.signal.aborted) {
+        socket.destroy();
+        return;
+      }
       const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
       const reason = errorMessage(err);
       this.log.warn('CONNECT failed', {
@@ -124,15 +148,15 @@ export class HttpConnectServer {
       answerAndClose(socket, errorResponse(status, reason));
       return;
     }
-    socket.off('close', onClose);
-    if (socket.destroyed) {
+    stopWatching();
+    if (socket.destroyed || abort.signal.aborted) {
       conn.destroy();
+      socket.destroy();
       return;
     }
     socket.write(CONNECTION_ESTABLISHED);
-    if (early.length > 0) conn.write(early);
+    for (const chunk of pendingChunks) conn.write(chunk);
     splice(socket, conn);
-    socket.resume();
   }
 
   /** Stops listening and closes every client connection. Idempotent. */

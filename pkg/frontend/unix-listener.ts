@@ -17,7 +17,7 @@ export async function listenUnix(server: Server, path: string, mode: number): Pr
   }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(path, () => {
+    server.listen({ path, backlog: 1024 }, () => {
       server.off('error', reject);
       resolve();
     });

@@ -70,6 +70,11 @@ function remoteOf(socket: Socket | TLSSocket | undefined): string {
   return a.includes(':') ? `[${a}]:${p}` : `${a}:${p}`;
 }
 
+/** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
+function tlsParent(socket: TLSSocket): object {
+  return (socket as unknown as { _parent?: object })._parent ?? socket;
+}
+
 /** All values of a header in rawHeaders, whose names arrive lower-case over HTTP/2. */
 function headerValues(rawHeaders: string[], name: string): string[] {
   const out: string[] = [];
@@ -83,6 +88,8 @@ export class AgentEndpoint {
   private readonly server: http2.Http2SecureServer;
   private readonly sessions = new Map<Http2Session, SessionState>();
   private readonly sockets = new Set<Socket>();
+  /** Peer address of each raw connection, still known after its TLS socket is gone. */
+  private readonly remoteAddresses = new WeakMap<object, string>();
   private readonly streams = new Set<AgentStream>();
   private closing: Promise<void> | undefined;
   private listening = false;
@@ -121,13 +128,17 @@ export class AgentEndpoint {
       settings: { initialWindowSize: this.opts.streamWindowSize, maxConcurrentStreams: 100 },
     });
     this.server.on('connection', (socket: Socket) => {
+      this.remoteAddresses.set(socket, remoteOf(socket));
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
     });
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
+      // Node destroys a socket whose client certificate fails verification and
+      // reports only "socket hang up"; the verification result is kept here.
+      const why = socket.authorizationError;
       this.log.warn('agent TLS handshake failed; connection refused', {
-        remoteAddress: remoteOf(socket),
-        error: errorMessage(err),
+        remoteAddress: this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket),
+        error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
       });
     });
     this.server.on('session', (session) => this.onSession(session));

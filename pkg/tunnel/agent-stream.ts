@@ -36,9 +36,16 @@ export interface AgentStreamOptions {
   onSend?: () => void;
 }
 
-/** Percent-encodes a grpc-message value as the gRPC spec asks. */
+/**
+ * Percent-encodes a grpc-message value as the gRPC spec asks: UTF-8 bytes
+ * outside printable ASCII, and '%' itself, become %XX; the rest stays.
+ */
 export function encodeGrpcMessage(message: string): string {
-  return encodeURIComponent(message).replace(/%20/g, ' ');
+  let out = '';
+  for (const byte of Buffer.from(message, 'utf8')) {
+    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : '%' + byte.toString(16).toUpperCase().padStart(2, '0');
+  }
+  return out;
 }
 
 export class AgentStream implements PacketLink {

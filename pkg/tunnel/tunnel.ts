@@ -26,6 +26,8 @@ export interface TunnelOptions {
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;
+  /** Source of dial IDs; default random in [1, 2^63-1]. Tests use it to pin extreme values. */
+  newDialID?: () => bigint;
 }
 
 export interface DialOptions {
@@ -59,6 +61,7 @@ export class Tunnel {
   private readonly connHighWaterMark: number | undefined;
   private readonly log: Logger;
   private readonly sweepTimer: NodeJS.Timeout;
+  private readonly newDialID: () => bigint;
   private closed = false;
 
   constructor(opts: TunnelOptions = {}) {
@@ -67,6 +70,7 @@ export class Tunnel {
     this.dialTimeoutMs = opts.dialTimeoutMs ?? 10_000;
     this.connHighWaterMark = opts.connHighWaterMark;
     this.log = opts.logger ?? silentLogger();
+    this.newDialID = opts.newDialID ?? newDialID;
     this.metrics = new TunnelMetrics(
       {
         backends: () => this.registry.all().length,
@@ -111,8 +115,8 @@ export class Tunnel {
       );
     }
 
-    let random = newDialID();
-    while (this.pending.has(random)) random = newDialID();
+    let random = this.newDialID();
+    while (this.pending.has(random)) random = this.newDialID();
     const timeoutMs = opts.timeoutMs ?? this.dialTimeoutMs;
 
     return new Promise<TunnelConn>((resolve, reject) => {

@@ -1,0 +1,334 @@
+// The agent endpoint's wire behaviour, checked with peers built from the
+// .proto files by grpc-js/proto-loader (independent of our codec), and with
+// raw HTTP/2 for what no well-behaved peer would send.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import http2 from 'node:http2';
+import { connect as tlsConnect } from 'node:tls';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AllowList } from '../../pkg/agent/allow-list.js';
+import { harness, type Harness } from '../support/harness.js';
+import { testPKI } from '../support/pki.js';
+import {
+  connectVia,
+  readExactly,
+  startAgent,
+  startEchoServer,
+  startRelay,
+  startServer,
+  startTCPServer,
+  startTunnel,
+  waitFor,
+} from '../support/tunnel.js';
+import { scriptedAgent, scriptedServer, type ScriptedAgent } from '../support/upstream.js';
+
+const INT64_MAX = '9223372036854775807';
+
+function agentTLS(name = 'edge-1'): { ca: string; cert: string; key: string } {
+  const pki = testPKI();
+  return { ca: pki.ca.cert, ...pki.agent(name) };
+}
+
+function upstreamAgent(h: Harness, address: string, agentID = 'edge-1', identifiers = 'ipv4=127.0.0.1&host=edge-1'): ScriptedAgent {
+  return scriptedAgent(h, address, { metadata: [['agentid', agentID], ['agentidentifiers', identifiers]], tls: agentTLS(agentID) });
+}
+
+test('serverid and servercount headers arrive before any packet', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { serverCount: 3 }, serverID: 'server-a' });
+  const agent = upstreamAgent(h, server.agentAddress);
+  const md = await agent.headers;
+  assert.deepEqual(md.get('serverid'), ['server-a']);
+  assert.deepEqual(md.get('servercount'), ['3']);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+});
+
+test('a call without exactly one agentid fails with INVALID_ARGUMENT and a clear message', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const none = scriptedAgent(h, server.agentAddress, { metadata: [['agentidentifiers', 'host=x']], tls: agentTLS() });
+  const s1 = await none.status;
+  assert.equal(s1.code, 3);
+  assert.equal(s1.details, 'expected one agent ID in the "agentid" metadata, got 0');
+  const two = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'a'], ['agentid', 'b']], tls: agentTLS() });
+  const s2 = await two.status;
+  assert.equal(s2.code, 3);
+  assert.equal(s2.details, 'expected one agent ID in the "agentid" metadata, got 2');
+  assert.equal(server.tunnel.registry.agentCount, 0);
+  assert.equal(server.log.find('agent call rejected').length, 2);
+  // Still serving.
+  const ok = upstreamAgent(h, server.agentAddress);
+  await ok.headers;
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+});
+
+test('unknown identifier keys are ignored with a warning; known ones still route', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h);
+  startAgent(h, server.agentAddress, { nodeName: 'edge-1', identifiers: 'ipv4=127.0.0.1&zone=eu&host=edge-1' });
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.log.find('ignoring unknown agent identifier key')[0]?.fields.key, 'zone');
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  res.socket.destroy();
+});
+
+test('int64 random and connectID of 2^63-1 survive the server ↔ upstream agent round trip exactly', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { tunnel: { newDialID: () => BigInt(INT64_MAX) } });
+  const agent = upstreamAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const dialing = server.tunnel.dial('127.0.0.1:10250');
+  const req = await agent.next();
+  assert.equal(req.type, 'DIAL_REQ');
+  assert.deepEqual(req.dialRequest, { protocol: 'tcp', address: '127.0.0.1:10250', random: INT64_MAX });
+  agent.call.write({ type: 'DIAL_RSP', dialResponse: { error: '', connectID: INT64_MAX, random: INT64_MAX } });
+  const conn = await dialing;
+  assert.equal(conn.connectID, BigInt(INT64_MAX));
+  conn.write('ping');
+  const data = await agent.next();
+  assert.equal(data.type, 'DATA');
+  assert.equal(data.data?.connectID, INT64_MAX);
+  assert.equal(data.data?.data.toString(), 'ping');
+  agent.call.write({ type: 'DATA', data: { connectID: INT64_MAX, error: '', data: Buffer.from('pong') } });
+  const [got] = (await once(conn, 'data')) as [Buffer];
+  assert.equal(got.toString(), 'pong');
+  conn.end();
+  const close = await agent.next();
+  assert.deepEqual(close, { type: 'CLOSE_REQ', payload: 'closeRequest', closeRequest: { connectID: INT64_MAX } });
+  agent.call.write({ type: 'CLOSE_RSP', closeResponse: { error: '', connectID: INT64_MAX } });
+  await waitFor('the connection to close', () => conn.destroyed);
+});
+
+test('our agent echoes random 2^63-1 exactly to an upstream-style server and serves the connection', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const echo = await startEchoServer(h);
+  const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
+  const callSeen = new Promise<(typeof upstream.calls)[number]>((resolve) => upstream.onCall(resolve));
+  startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
+  const call = await callSeen;
+  assert.deepEqual(call.metadata.get('agentid'), ['edge-1']);
+  assert.deepEqual(call.metadata.get('agentidentifiers'), ['ipv4=127.0.0.1&host=edge-1']);
+  const packets: Array<Record<string, any>> = [];
+  call.on('data', (p: Record<string, any>) => packets.push(p));
+  call.write({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: INT64_MAX } });
+  await waitFor('DIAL_RSP', () => packets.length >= 1);
+  assert.equal(packets[0]!.type, 'DIAL_RSP');
+  assert.equal(packets[0]!.dialResponse.random, INT64_MAX);
+  assert.equal(packets[0]!.dialResponse.error, '');
+  const connectID = packets[0]!.dialResponse.connectID as string;
+  assert.equal(connectID, '1');
+  call.write({ type: 'DATA', data: { connectID, error: '', data: Buffer.from('hello') } });
+  await waitFor('echoed DATA', () => packets.length >= 2);
+  assert.equal(packets[1]!.type, 'DATA');
+  assert.equal(packets[1]!.data.data.toString(), 'hello');
+  call.write({ type: 'CLOSE_REQ', closeRequest: { connectID } });
+  await waitFor('CLOSE_RSP', () => packets.some((p) => p.type === 'CLOSE_RSP'));
+  assert.deepEqual(packets.find((p) => p.type === 'CLOSE_RSP')!.closeResponse, { error: '', connectID });
+  // Unknown and Go-ignored packets do not upset the agent.
+  call.write({ type: 'DIAL_CLS', closeDial: { random: '5' } });
+  call.write({ type: 'CLOSE_REQ', closeRequest: { connectID: '99' } });
+  await waitFor('CLOSE_RSP for the unknown ID', () => packets.some((p) => p.closeResponse?.connectID === '99'));
+  assert.equal(packets.find((p) => p.closeResponse?.connectID === '99')!.closeResponse.error, 'Unknown connectID');
+});
+
+test('two agents: destHost sends each host to its own agent', async (t) => {
+  const h = harness(t);
+  const targetA = await startTCPServer(h, (s) => s.end('served by A'));
+  const targetB = await startTCPServer(h, (s) => s.end('served by B'));
+  const server = await startServer(h);
+  const a = startAgent(h, server.agentAddress, { nodeName: 'edge-a', identifiers: 'ipv4=127.0.0.2&host=edge-a', allowList: AllowList.parse(`127.0.0.1:${targetA.port}`) });
+  const b = startAgent(h, server.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.3&host=edge-b', allowList: AllowList.parse(`127.0.0.1:${targetB.port}`) });
+  await waitFor('both agents', () => server.tunnel.registry.agentCount === 2);
+  for (const [host, port, want] of [
+    ['edge-a', targetA.port, 'served by A'],
+    ['edge-b', targetB.port, 'served by B'],
+  ] as const) {
+    for (let i = 0; i < 3; i++) {
+      const res = await connectVia(server.udsPath, `127.0.0.1:${port}`, { headers: { 'X-Tunnel-Proxy-Host': host } });
+      assert.equal(res.status, 200, `${host} via header`);
+      assert.equal((await readExactly(res.socket, want.length, res.rest)).toString(), want);
+      res.socket.destroy();
+    }
+  }
+  // By the advertised IP, the dial host picks the agent (the agent's allow-list shows which one dialled).
+  const viaIP = await connectVia(server.udsPath, `127.0.0.2:${targetA.port}`);
+  assert.equal(viaIP.status, 502, 'agent A was chosen and refused 127.0.0.2 (not in its allow-list)');
+  assert.match(viaIP.rest.toString(), /^agent edge-a refused to dial 127\.0\.0\.2:/);
+  assert.equal(a.log.find('dial failed').length, 1);
+  assert.equal(b.log.find('dial failed').length, 0);
+});
+
+test('an agent whose certificate comes from another CA, or that has none, is refused', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const server = await startServer(h);
+  const intruder = startAgent(h, server.agentAddress, {
+    nodeName: 'intruder',
+    tls: { ca: pki.ca.cert, ...pki.foreign.client },
+    connection: { serverName: 'localhost' },
+  });
+  await waitFor('the intruder to give up a first time', () => intruder.log.find('could not connect').length >= 1);
+  assert.equal(server.tunnel.registry.agentCount, 0);
+  await waitFor('the server to log the refused handshake', () => server.log.find('agent TLS handshake failed').length >= 1);
+  await intruder.stop();
+
+  // No client certificate at all: the handshake ends with TLS alert "certificate required".
+  const port = Number(server.agentAddress.split(':')[1]);
+  const socket = tlsConnect({ host: '127.0.0.1', port, servername: 'localhost', ca: pki.ca.cert, ALPNProtocols: ['h2'] });
+  socket.on('data', () => {});
+  const [err] = (await once(socket, 'error')) as [Error];
+  assert.match(err.message, /alert certificate required/);
+  socket.destroy();
+  await waitFor('the server to log it', () => server.log.find('agent TLS handshake failed').some((r) => /peer did not return a certificate/.test(String(r.fields.error))));
+  assert.equal(server.tunnel.registry.agentCount, 0);
+});
+
+test('a garbage message ends only that agent\'s call, with INTERNAL; others keep working', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const echo = await startEchoServer(h);
+  const { server } = await startTunnel(h);
+  const session = http2.connect(`https://${server.agentAddress}`, { ca: pki.ca.cert, ...pki.agent('bad'), servername: 'localhost' });
+  h.defer(() => session.destroy());
+  const stream = session.request({
+    ':method': 'POST',
+    ':path': '/AgentService/Connect',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    agentid: 'bad',
+    agentidentifiers: 'host=bad',
+  });
+  const [headers] = (await once(stream, 'response')) as [http2.IncomingHttpHeaders];
+  assert.equal(headers.serverid, 'test-server');
+  await waitFor('the bad agent to register', () => server.tunnel.registry.agentCount === 2);
+  // A gRPC message whose protobuf claims a 100-byte field but holds 2 bytes.
+  stream.write(Buffer.from([0, 0, 0, 0, 4, 0x22, 100, 0x08, 0x01]));
+  const [trailers] = (await once(stream, 'trailers')) as [http2.IncomingHttpHeaders];
+  assert.equal(trailers['grpc-status'], '13');
+  assert.match(decodeURIComponent(String(trailers['grpc-message'])), /malformed packet: truncated field/);
+  await waitFor('the bad agent to be dropped', () => server.tunnel.registry.agentCount === 1);
+  stream.destroy();
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200, 'the good agent still serves');
+  res.socket.destroy();
+});
+
+test('unknown packet types are logged and ignored; the stream keeps working', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const agent = upstreamAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  agent.call.write({ type: 9 as unknown as string });
+  await waitFor('the warning', () => server.log.find('ignoring a packet agents do not send').length === 1);
+  assert.equal(server.log.find('ignoring a packet agents do not send')[0]!.fields.typeNumber, 9);
+  const dialing = server.tunnel.dial('127.0.0.1:10250');
+  const req = await agent.next();
+  agent.call.write({
+    type: 'DIAL_RSP',
+    dialResponse: { error: 'dial tcp 127.0.0.1:10250: connect: connection refused', connectID: '0', random: req.dialRequest!.random },
+  });
+  await assert.rejects(dialing, { code: 'YT_ERR_DIAL_FAILED' });
+});
+
+test('when an agent\'s stream ends, its pending dials fail at once and its connections close', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const agent = upstreamAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const established = server.tunnel.dial('127.0.0.1:1001');
+  const r1 = await agent.next();
+  agent.call.write({ type: 'DIAL_RSP', dialResponse: { error: '', connectID: '7', random: r1.dialRequest!.random } });
+  const conn = await established;
+  const errors: Error[] = [];
+  conn.on('error', (err) => errors.push(err));
+  const pending = connectVia(server.udsPath, '127.0.0.1:1002');
+  await agent.next(); // the second DIAL_REQ, never answered
+  const started = performance.now();
+  agent.close();
+  const res = await pending;
+  assert.equal(res.status, 502);
+  assert.match(res.rest.toString(), /^agent edge-1 disconnected while dialing 127\.0\.0\.1:1002: /);
+  await waitFor('the established connection to close', () => conn.destroyed, 1000);
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0]!.name, 'ConnectionClosedError');
+  assert.match(errors[0]!.message, /^agent edge-1 disconnected: /);
+  assert.ok(performance.now() - started < 1000);
+  assert.equal(server.tunnel.pendingDialCount, 0);
+});
+
+test('of several streams from one agent the oldest serves; a draining agent is used only as a last resort', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const first = upstreamAgent(h, server.agentAddress);
+  await waitFor('first', () => server.tunnel.registry.all().length === 1);
+  const second = upstreamAgent(h, server.agentAddress);
+  await waitFor('second', () => server.tunnel.registry.all().length === 2);
+  void server.tunnel.dial('127.0.0.1:1', { timeoutMs: 5000 }).catch(() => {});
+  assert.equal((await first.next()).type, 'DIAL_REQ', 'the oldest stream got the dial');
+  first.call.write({ type: 'DRAIN', drain: {} });
+  await waitFor('draining', () => server.tunnel.registry.all().some((b) => b.draining));
+  void server.tunnel.dial('127.0.0.1:2', { timeoutMs: 5000 }).catch(() => {});
+  assert.equal((await second.next()).dialRequest?.address, '127.0.0.1:2', 'the non-draining stream got it');
+  second.close();
+  await waitFor('second gone', () => server.tunnel.registry.all().length === 1);
+  void server.tunnel.dial('127.0.0.1:3', { timeoutMs: 5000 }).catch(() => {});
+  assert.equal((await first.next()).dialRequest?.address, '127.0.0.1:3', 'draining, but the only one left');
+});
+
+test('pings more often than the policy allows get GOAWAY too_many_pings', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
+  const session = http2.connect(`https://${server.agentAddress}`, { ca: pki.ca.cert, ...pki.agent('pinger'), servername: 'localhost' });
+  h.defer(() => session.destroy());
+  await once(session, 'connect');
+  // Node reports a GOAWAY with an error code as a session error too.
+  session.on('error', () => {});
+  const goaway = new Promise<[number, Buffer]>((resolve) => session.once('goaway', (code: number, _last: number, data: Buffer) => resolve([code, data])));
+  for (let i = 0; i < 5 && !session.destroyed; i++) {
+    session.ping(() => {});
+    await sleep(20);
+  }
+  const [code, data] = await goaway;
+  assert.equal(code, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  assert.equal(data.toString(), 'too_many_pings');
+  assert.equal(server.log.find('agent pings too often').length, 1);
+});
+
+test('pings at the policy\'s pace are fine', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 100 } });
+  const session = http2.connect(`https://${server.agentAddress}`, { ca: pki.ca.cert, ...pki.agent('pinger'), servername: 'localhost' });
+  h.defer(() => session.destroy());
+  await once(session, 'connect');
+  let goaway = false;
+  session.on('goaway', () => (goaway = true));
+  for (let i = 0; i < 6; i++) {
+    await new Promise<void>((resolve, reject) => session.ping((err) => (err ? reject(err) : resolve())));
+    await sleep(120);
+  }
+  assert.equal(goaway, false);
+});
+
+test('a silent agent link is dropped by the server\'s keepalive; a silent server link by the agent\'s', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { keepaliveTimeMs: 200, keepaliveTimeoutMs: 300 } });
+  const relay = await startRelay(h, Number(server.agentAddress.split(':')[1]));
+  const agent = startAgent(h, `127.0.0.1:${relay.port}`, {
+    nodeName: 'edge-1',
+    connection: { serverName: 'localhost', keepaliveTimeMs: 300, keepaliveTimeoutMs: 300 },
+  });
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  relay.freeze();
+  const frozenAt = performance.now();
+  await waitFor('the server to drop the agent', () => server.tunnel.registry.agentCount === 0, 3000);
+  assert.ok(server.log.find('did not answer a keepalive ping').length >= 1);
+  await waitFor('the agent to notice', () => agent.log.find('lost connection to tunnel server').length >= 1, 3000);
+  assert.ok(performance.now() - frozenAt < 3000);
+});
