@@ -1,0 +1,114 @@
+// The real yurt-tunnel-server and yurt-tunnel-agent processes: certificates
+// from the server's local CA, an agent killed mid-stream, a server restart, a
+// drained agent.
+
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { harness, type Harness } from '../support/harness.js';
+import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+
+interface Setup {
+  dir: string;
+  udsPath: string;
+  port: number;
+  startServer(): Promise<Proc>;
+  startAgent(extra?: string[]): Promise<Proc>;
+}
+
+async function setup(h: Harness): Promise<Setup> {
+  const dir = await tempDir(h);
+  const udsPath = join(dir, 'proxier.sock');
+  const port = await closedPort();
+  const startServer = async (): Promise<Proc> => {
+    const p = startProcess(h, SERVER_BIN, [
+      '--cert-dir', join(dir, 'pki'),
+      '--bind-address', '127.0.0.1',
+      '--tunnel-agent-connect-port', String(port),
+      '--interceptor-proxier-uds', udsPath,
+      '--v', '2',
+    ]);
+    await p.waitForLine(/yurt-tunnel-server started/);
+    return p;
+  };
+  const startAgent = async (extra: string[] = []): Promise<Proc> => {
+    const p = startProcess(h, AGENT_BIN, [
+      '--node-name', 'edge-1',
+      '--node-ip', '127.0.0.1',
+      '--tunnelserver-addr', `127.0.0.1:${port}`,
+      '--ca-file', join(dir, 'agent', 'ca.crt'),
+      '--cert-file', join(dir, 'agent', 'tls.crt'),
+      '--key-file', join(dir, 'agent', 'tls.key'),
+      '--sync-interval', '200ms',
+      '--sync-interval-cap', '1s',
+      '--v', '2',
+      ...extra,
+    ]);
+    await p.waitForLine(/connected to tunnel server/);
+    return p;
+  };
+  return { dir, udsPath, port, startServer, startAgent };
+}
+
+async function issueAgentCert(h: Harness, s: Setup): Promise<void> {
+  const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', join(s.dir, 'pki'), '--node-name', 'edge-1', '--out', join(s.dir, 'agent')]);
+  assert.equal(r.code, 0, r.output);
+}
+
+test('an agent killed mid-stream closes the client within a second', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const s = await setup(h);
+  await s.startServer();
+  await issueAgentCert(h, s);
+  const agent = await s.startAgent();
+  const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  res.socket.write('still here?');
+  assert.equal((await readExactly(res.socket, 11, res.rest)).toString(), 'still here?');
+  const killedAt = performance.now();
+  agent.kill('SIGKILL');
+  res.socket.resume();
+  await waitFor('the client connection to close', () => res.socket.destroyed, 1000);
+  assert.ok(performance.now() - killedAt < 1000);
+});
+
+test('after a server restart the agent reconnects and traffic flows again', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const s = await setup(h);
+  const server1 = await s.startServer();
+  await issueAgentCert(h, s);
+  const agent = await s.startAgent();
+  server1.kill('SIGTERM');
+  assert.equal(await server1.exited, 0, 'the server exits cleanly on SIGTERM');
+  await agent.waitForLine(/lost connection to tunnel server/);
+  await s.startServer();
+  await waitFor('the agent to reconnect', () => agent.lines.filter((l) => /connected to tunnel server/.test(l)).length === 2, 10_000);
+  const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  res.socket.write('after restart');
+  assert.equal((await readExactly(res.socket, 13, res.rest)).toString(), 'after restart');
+  res.socket.destroy();
+});
+
+test('SIGTERM makes the agent send DRAIN and exit once its connections finish', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const s = await setup(h);
+  const server = await s.startServer();
+  await issueAgentCert(h, s);
+  const agent = await s.startAgent(['--drain-timeout', '20s']);
+  const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  agent.kill('SIGTERM');
+  await server.waitForLine(/agent is draining/);
+  // The open connection keeps working while draining.
+  res.socket.write('during drain');
+  assert.equal((await readExactly(res.socket, 12, res.rest)).toString(), 'during drain');
+  assert.equal(agent.child.exitCode, null, 'still running while a connection is open');
+  res.socket.destroy();
+  assert.equal(await agent.exited, 0);
+  await server.waitForLine(/agent disconnected/);
+});

@@ -1,0 +1,85 @@
+// The real CLIs as child processes, with their output captured line by line.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { join } from 'node:path';
+import type { Harness } from './harness.js';
+import { repoRoot } from './upstream.js';
+
+export const SERVER_BIN = join(repoRoot(), 'dist/cmd/yurt-tunnel-server/main.js');
+export const AGENT_BIN = join(repoRoot(), 'dist/cmd/yurt-tunnel-agent/main.js');
+
+export interface Proc {
+  child: ChildProcess;
+  lines: string[];
+  /** Resolves with the first line (seen so far or later) matching `re`. */
+  waitForLine(re: RegExp, timeoutMs?: number): Promise<string>;
+  /** Resolves with the exit code (or signal name) once the process has exited. */
+  exited: Promise<number | string>;
+  kill(signal?: NodeJS.Signals): void;
+}
+
+export function startProcess(h: Harness, bin: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
+  const child = spawn(process.execPath, [bin, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const watchers: Array<{ re: RegExp; resolve: (l: string) => void }> = [];
+  const onText = (buf: Buffer): void => {
+    for (const line of buf.toString().split('\n')) {
+      if (line === '') continue;
+      lines.push(line);
+      for (const w of watchers.filter((w) => w.re.test(line))) {
+        watchers.splice(watchers.indexOf(w), 1);
+        w.resolve(line);
+      }
+    }
+  };
+  child.stdout!.on('data', onText);
+  child.stderr!.on('data', onText);
+  const exited = once(child, 'exit').then(([code, signal]) => (code ?? signal) as number | string);
+  h.defer(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited;
+    }
+  });
+  return {
+    child,
+    lines,
+    exited,
+    kill: (signal = 'SIGTERM') => child.kill(signal),
+    waitForLine(re, timeoutMs = 10_000) {
+      const seen = lines.find((l) => re.test(l));
+      if (seen !== undefined) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const w = { re, resolve };
+        watchers.push(w);
+        const timer = setTimeout(() => {
+          watchers.splice(watchers.indexOf(w), 1);
+          reject(new Error(`no line matching ${re} within ${timeoutMs} ms; output:\n${lines.join('\n')}`));
+        }, timeoutMs);
+        const resolveOrig = w.resolve;
+        w.resolve = (l) => {
+          clearTimeout(timer);
+          resolveOrig(l);
+        };
+        void exited.then(() => {
+          if (watchers.includes(w)) {
+            clearTimeout(timer);
+            watchers.splice(watchers.indexOf(w), 1);
+            reject(new Error(`process exited before a line matching ${re}; output:\n${lines.join('\n')}`));
+          }
+        });
+      });
+    },
+  };
+}
+
+/** Runs a CLI to completion; returns its exit code and output. */
+export async function runProcess(h: Harness, bin: string, args: string[]): Promise<{ code: number | string; output: string }> {
+  const p = startProcess(h, bin, args);
+  const code = await p.exited;
+  return { code, output: p.lines.join('\n') };
+}
