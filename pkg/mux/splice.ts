@@ -23,7 +23,11 @@ export function splice(socket: Socket, conn: PacketConn, onClose?: (err: Error |
     socket.destroy();
   });
   socket.once('close', () => {
-    conn.destroy();
+    // After a clean end of input, pipe() has called conn.end(), which still has
+    // to flush what it buffered for a congested link: destroying it now would
+    // drop those bytes. Only a socket that closed without finishing its input
+    // (an error, a reset, a local destroy) takes the connection down with it.
+    if (!socket.readableEnded) conn.destroy();
   });
   conn.once('close', () => {
     if (socket.destroyed) return;

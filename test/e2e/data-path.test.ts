@@ -132,3 +132,18 @@ test('a reader that stops reading makes the sender wait; memory does not grow', 
   res.socket.destroy();
   void target;
 });
+
+test('a target that writes and closes at once loses nothing while the path is congested', async (t) => {
+  const h = harness(t);
+  const size = 8 * 1024 * 1024;
+  const payload = randomBytes(size);
+  const want = createHash('sha256').update(payload).digest('hex');
+  const target = await startTCPServer(h, (s) => s.end(payload));
+  const { server } = await startTunnel(h);
+  const flows = await Promise.all(Array.from({ length: 4 }, () => connectVia(server.udsPath, `127.0.0.1:${target.port}`)));
+  // Nobody reads for a while: every buffer on the path fills while the target has already closed.
+  await sleep(300);
+  const hashes = await Promise.all(flows.map((f) => hashOf(f.socket, size, f.rest)));
+  assert.deepEqual(hashes, flows.map(() => want));
+  for (const f of flows) f.socket.destroy();
+});
