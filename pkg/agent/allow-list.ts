@@ -9,7 +9,6 @@ interface Rule {
   list: BlockList;
   /** undefined = any port */
   port: number | undefined;
-  text: string;
 }
 
 export class AllowList {
@@ -68,7 +67,9 @@ function parseRule(entry: string): Rule {
     port = Number(p);
   }
   if (port !== undefined && (port < 1 || port > 65535)) throw bad('has a port out of range 1-65535');
-  const [ip, prefixText] = cidr.split('/') as [string, string | undefined];
+  const parts = cidr.split('/');
+  if (parts.length > 2) throw bad('has more than one prefix length');
+  const [ip, prefixText] = parts as [string, string | undefined];
   const family = isIP(ip);
   if (family === 0) throw bad('is not an IP address or CIDR');
   const max = family === 6 ? 128 : 32;
@@ -76,5 +77,5 @@ function parseRule(entry: string): Rule {
   if (!/^\d+$/.test(prefixText ?? String(max)) || prefix > max) throw bad(`has a prefix length outside 0-${max}`);
   const list = new BlockList();
   list.addSubnet(ip, prefix, family === 6 ? 'ipv6' : 'ipv4');
-  return { list, port, text: entry };
+  return { list, port };
 }

@@ -17,7 +17,8 @@ export class Backoff {
   private readonly random: () => number;
 
   constructor(private readonly opts: BackoffOptions) {
-    if (opts.initialMs <= 0 || opts.factor < 1 || opts.capMs < opts.initialMs || opts.jitter < 0) {
+    const finite = [opts.initialMs, opts.factor, opts.jitter, opts.capMs].every(Number.isFinite);
+    if (!finite || opts.initialMs <= 0 || opts.factor < 1 || opts.capMs < opts.initialMs || opts.jitter < 0) {
       throw new TypeError(`invalid backoff ${JSON.stringify(opts)}`);
     }
     this.current = opts.initialMs;

@@ -18,14 +18,17 @@ export type HeadParseResult =
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const VERSION = /^HTTP\/1\.[01]$/;
 
-/** Index just past the blank line that ends the head, or -1. */
+/** Index just past the first blank line (CRLF or bare LF endings) within `limit`, or -1. */
 function headEnd(buf: Buffer, limit: number): number {
-  const crlf = buf.indexOf('\r\n\r\n');
-  if (crlf >= 0 && crlf + 4 <= limit) return crlf + 4;
-  // Bare-LF line endings, as lenient servers accept.
-  const lf = buf.indexOf('\n\n');
-  if (lf >= 0 && lf + 2 <= limit && (crlf < 0 || lf < crlf)) return lf + 2;
-  return -1;
+  const ends = [
+    [buf.indexOf('\r\n\r\n'), 4],
+    [buf.indexOf('\n\n'), 2],
+    [buf.indexOf('\n\r\n'), 3],
+  ]
+    .filter(([at]) => at! >= 0)
+    .map(([at, len]) => at! + len!)
+    .filter((end) => end <= limit);
+  return ends.length === 0 ? -1 : Math.min(...ends);
 }
 
 export function parseRequestHead(buf: Buffer, maxHeadBytes: number): HeadParseResult {

@@ -20,8 +20,7 @@ export function timeoutMessage(address: string, ms: number): string {
 export function classifyAgentDialError(text: string): DialFailureReason {
   const t = text.toLowerCase();
   if (t.includes(DENIED_BY_POLICY)) return 'YT_ERR_DIAL_DENIED';
-  if (t.includes('i/o timeout') || t.includes('deadline exceeded') || t.includes('timed out') || t.includes('timeout')) {
-    return 'YT_ERR_DIAL_TIMEOUT';
-  }
+  // Phrases with spaces: a host name in the same text cannot contain them.
+  if (t.includes('i/o timeout') || t.includes('deadline exceeded') || t.includes('timed out')) return 'YT_ERR_DIAL_TIMEOUT';
   return 'YT_ERR_DIAL_FAILED';
 }

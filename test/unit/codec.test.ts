@@ -1,0 +1,195 @@
+// Our hand-written codec against protobufjs reading proto/*.proto, the
+// source of truth: same bytes out, same packets in.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import protobuf from 'protobufjs';
+import { decodePacket, encodeDataHeader, encodePacket } from '../../pkg/protocol/codec.js';
+import { ProtocolError } from '../../pkg/protocol/errors.js';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/protocol/grpc-frame.js';
+import type { KnownPacket } from '../../pkg/protocol/packet.js';
+import { PROTO_DIR } from '../support/upstream.js';
+
+const root = protobuf.loadSync(join(PROTO_DIR, 'client.proto'));
+const PacketType = root.lookupType('Packet');
+
+const MAX = (1n << 63n) - 1n;
+const MIN = -(1n << 63n);
+
+/** Our packet in protobufjs object form (int64 as decimal strings). */
+function toReference(p: KnownPacket): Record<string, unknown> {
+  switch (p.type) {
+    case 'DIAL_REQ':
+      return { type: 0, dialRequest: { protocol: p.protocol, address: p.address, random: p.random.toString() } };
+    case 'DIAL_RSP':
+      return { type: 1, dialResponse: { error: p.error, connectID: p.connectID.toString(), random: p.random.toString() } };
+    case 'CLOSE_REQ':
+      return { type: 2, closeRequest: { connectID: p.connectID.toString() } };
+    case 'CLOSE_RSP':
+      return { type: 3, closeResponse: { error: p.error, connectID: p.connectID.toString() } };
+    case 'DATA':
+      return { type: 4, data: { connectID: p.connectID.toString(), error: p.error, data: p.data } };
+    case 'DIAL_CLS':
+      return { type: 5, closeDial: { random: p.random.toString() } };
+    case 'DRAIN':
+      return { type: 6, drain: {} };
+  }
+}
+
+/** Drops proto3 default values: protobufjs writes fields that are set even when default, Go does not. */
+function withoutDefaults(o: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) {
+    if (v === '' || v === '0' || v === 0 || (Buffer.isBuffer(v) && v.length === 0)) continue;
+    out[k] = typeof v === 'object' && v !== null && !Buffer.isBuffer(v) ? withoutDefaults(v as Record<string, unknown>) : v;
+  }
+  return out;
+}
+
+function referenceEncode(p: KnownPacket): Buffer {
+  return Buffer.from(PacketType.encode(PacketType.fromObject(withoutDefaults(toReference(p)))).finish());
+}
+
+const SAMPLES: KnownPacket[] = [
+  { type: 'DIAL_REQ', protocol: 'tcp', address: '10.0.0.5:10250', random: MAX },
+  { type: 'DIAL_REQ', protocol: 'tcp', address: '[fd00::1]:10250', random: 1n },
+  { type: 'DIAL_REQ', protocol: '', address: '', random: 0n },
+  { type: 'DIAL_RSP', error: '', connectID: 1n, random: MAX },
+  { type: 'DIAL_RSP', error: 'dial tcp 10.0.0.5:10250: connect: connection refused', connectID: 0n, random: 12345n },
+  { type: 'DIAL_RSP', error: 'ünïcödé ✓', connectID: MAX, random: MIN },
+  { type: 'CLOSE_REQ', connectID: 42n },
+  { type: 'CLOSE_REQ', connectID: 0n },
+  { type: 'CLOSE_RSP', error: '', connectID: MAX },
+  { type: 'CLOSE_RSP', error: 'Unknown connectID', connectID: 7n },
+  { type: 'DATA', connectID: 1n, error: '', data: Buffer.from('hello') },
+  { type: 'DATA', connectID: MAX, error: '', data: randomBytes(70_000) },
+  { type: 'DATA', connectID: 3n, error: '', data: Buffer.alloc(0) },
+  { type: 'DATA', connectID: -1n, error: 'never set in practice', data: Buffer.from([0, 1, 2]) },
+  { type: 'DIAL_CLS', random: MAX },
+  { type: 'DRAIN' },
+];
+
+test('every packet type encodes to the same bytes protobufjs makes from proto/client.proto', () => {
+  for (const p of SAMPLES) {
+    assert.deepEqual(encodePacket(p), referenceEncode(p), `${p.type} ${JSON.stringify(toReference(p), (_k, v) => (Buffer.isBuffer(v) ? `<${v.length} bytes>` : v))}`);
+  }
+});
+
+test('every packet type decodes from protobufjs bytes to what was encoded, int64 exact', () => {
+  for (const p of SAMPLES) {
+    assert.deepEqual(decodePacket(referenceEncode(p)), p);
+  }
+});
+
+test('random = 2^63-1 survives encode and decode bit-exact', () => {
+  const p: KnownPacket = { type: 'DIAL_REQ', protocol: 'tcp', address: 'a:1', random: 9223372036854775807n };
+  const back = decodePacket(encodePacket(p));
+  assert.equal(back.type, 'DIAL_REQ');
+  assert.equal((back as { random: bigint }).random, 9223372036854775807n);
+  const ref = PacketType.toObject(PacketType.decode(encodePacket(p)), { longs: String }) as { dialRequest: { random: string } };
+  assert.equal(ref.dialRequest.random, '9223372036854775807');
+});
+
+test('a DIAL_REQ has no type field on the wire (proto3 omits the zero enum)', () => {
+  const bytes = encodePacket({ type: 'DIAL_REQ', protocol: 'tcp', address: 'h:1', random: 5n });
+  assert.equal(bytes[0], (2 << 3) | 2, 'starts with the dialRequest field');
+});
+
+test('out-of-range int64 values are refused when encoding', () => {
+  assert.throws(() => encodePacket({ type: 'CLOSE_REQ', connectID: MAX + 1n }), {
+    name: 'RangeError',
+    message: 'connectID 9223372036854775808 does not fit in int64',
+  });
+});
+
+test('DATA decodes to a view of the message buffer, without copying', () => {
+  const payload = Buffer.from('zero copy');
+  const bytes = encodePacket({ type: 'DATA', connectID: 9n, error: '', data: payload });
+  const p = decodePacket(bytes);
+  assert.equal(p.type, 'DATA');
+  const data = (p as { data: Buffer }).data;
+  assert.equal(data.buffer, bytes.buffer);
+  assert.equal(data.toString(), 'zero copy');
+});
+
+test('encodeDataHeader + payload is the whole DATA packet, with room reserved in front', () => {
+  const payload = randomBytes(300);
+  const header = encodeDataHeader(77n, payload.length, 5);
+  assert.deepEqual(Buffer.concat([header.subarray(5), payload]), referenceEncode({ type: 'DATA', connectID: 77n, error: '', data: payload }));
+});
+
+test('unknown fields are skipped; unknown types decode as UNKNOWN with their number', () => {
+  const withExtra = Buffer.concat([
+    encodePacket({ type: 'CLOSE_REQ', connectID: 5n }),
+    Buffer.from([(9 << 3) | 0, 1]), // varint field 9
+    Buffer.from([(10 << 3) | 2, 2, 0xaa, 0xbb]), // bytes field 10
+    Buffer.from([(11 << 3) | 5, 1, 2, 3, 4]), // fixed32 field 11
+    Buffer.from([(12 << 3) | 1, 1, 2, 3, 4, 5, 6, 7, 8]), // fixed64 field 12
+    Buffer.from([0x80, 0x01, 7]), // varint field 16, a two-byte tag
+  ]);
+  assert.deepEqual(decodePacket(withExtra), { type: 'CLOSE_REQ', connectID: 5n });
+  assert.deepEqual(decodePacket(Buffer.from([0x08, 9])), { type: 'UNKNOWN', typeNumber: 9 });
+  // A negative enum arrives sign-extended to 10 bytes.
+  assert.deepEqual(decodePacket(Buffer.from([0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])), {
+    type: 'UNKNOWN',
+    typeNumber: -1,
+  });
+});
+
+test('a payload that does not match the type reads as empty, as Go receivers see it', () => {
+  const mismatched = Buffer.from(PacketType.encode(PacketType.fromObject({ type: 4, closeRequest: { connectID: '3' } })).finish());
+  assert.deepEqual(decodePacket(mismatched), { type: 'DATA', connectID: 0n, error: '', data: Buffer.alloc(0) });
+});
+
+test('malformed bytes raise a ProtocolError with a code', () => {
+  const cases: Array<[number[], string, string]> = [
+    [[0x22, 10, 0x08], 'YT_ERR_PROTOCOL_TRUNCATED', 'malformed packet: truncated field'],
+    [[0x08, 0x80, 0x80], 'YT_ERR_PROTOCOL_TRUNCATED', 'malformed packet: truncated field'],
+    [[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01], 'YT_ERR_PROTOCOL_VARINT', 'malformed packet: varint longer than 10 bytes'],
+    [[0x0b], 'YT_ERR_PROTOCOL_WIRE_TYPE', 'malformed packet: unsupported wire type 3'],
+    [[0x00, 0x01], 'YT_ERR_PROTOCOL_TAG', 'malformed packet: field number 0'],
+  ];
+  for (const [bytes, code, message] of cases) {
+    assert.throws(() => decodePacket(Buffer.from(bytes)), (err: unknown) => {
+      assert.ok(err instanceof ProtocolError);
+      assert.equal(err.code, code);
+      assert.equal(err.message, message);
+      return true;
+    });
+  }
+});
+
+test('random garbage never throws anything but ProtocolError', () => {
+  for (let i = 0; i < 5000; i++) {
+    const bytes = randomBytes(1 + (i % 64));
+    try {
+      decodePacket(bytes);
+    } catch (err: unknown) {
+      assert.ok(err instanceof ProtocolError, `input ${bytes.toString('hex')} threw ${String(err)}`);
+    }
+  }
+});
+
+test('the gRPC deframer finds every message however the stream is cut', () => {
+  const messages = SAMPLES.map(encodePacket);
+  const stream = Buffer.concat(messages.flatMap((m) => [grpcFrameHeader(m.length), m]));
+  for (const cut of [1, 2, 3, 5, 7, 64, 1000, 65_536]) {
+    const d = new GrpcDeframer();
+    const got: Buffer[] = [];
+    for (let off = 0; off < stream.length; off += cut) got.push(...d.push(stream.subarray(off, off + cut)));
+    assert.equal(got.length, messages.length, `cut ${cut}`);
+    got.forEach((m, i) => assert.ok(m.equals(messages[i]!), `cut ${cut} message ${i}`));
+    assert.equal(d.bufferedLength, 0);
+  }
+});
+
+test('the gRPC deframer refuses compressed and oversized messages', () => {
+  assert.throws(() => new GrpcDeframer().push(Buffer.from([1, 0, 0, 0, 1, 0])), { code: 'YT_ERR_PROTOCOL_COMPRESSED' });
+  assert.throws(() => new GrpcDeframer(1024).push(Buffer.from([0, 0, 0, 4, 1])), {
+    code: 'YT_ERR_PROTOCOL_TOO_LARGE',
+    message: 'gRPC message of 1025 bytes exceeds the limit of 1024 bytes',
+  });
+  assert.throws(() => new GrpcDeframer().push(Buffer.from([7, 0, 0, 0, 0])), { code: 'YT_ERR_PROTOCOL_FRAME' });
+});

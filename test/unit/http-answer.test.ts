@@ -1,0 +1,88 @@
+// What the CONNECT frontend answers: the status chosen from a dial failure's
+// typed reason (never from its text), and complete error responses whose bytes
+// a client can parse (right Content-Length, a one-line body).
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from '../../pkg/frontend/http-answer.js';
+import type { DialFailureReason } from '../../pkg/protocol/errors.js';
+
+const LIMIT = { timeout: 10_000 };
+
+// A Record over the union: adding a reason to errors.ts without a status here fails to compile.
+const EXPECTED_STATUS: Record<DialFailureReason, number> = {
+  YT_ERR_NO_AGENT: 503,
+  YT_ERR_TUNNEL_CLOSED: 503,
+  YT_ERR_DIAL_FAILED: 502,
+  YT_ERR_DIAL_DENIED: 502,
+  YT_ERR_AGENT_GONE: 502,
+  YT_ERR_DIAL_CANCELLED: 502,
+  YT_ERR_DIAL_TIMEOUT: 504,
+  YT_ERR_BAD_ADDRESS: 400,
+};
+
+for (const [reason, status] of Object.entries(EXPECTED_STATUS) as Array<[DialFailureReason, number]>) {
+  test(`a dial failing with ${reason} is answered ${status}`, LIMIT, () => {
+    assert.equal(statusForDialFailure(reason), status);
+  });
+}
+
+test('the success answer is the exact 200 line and a blank line, nothing else', LIMIT, () => {
+  assert.equal(CONNECTION_ESTABLISHED, 'HTTP/1.1 200 Connection Established\r\n\r\n');
+});
+
+test('errorResponse: status line, headers, blank line and a one-line body, byte for byte', LIMIT, () => {
+  const reason = 'dial tcp 10.0.0.5:10250: connect: connection refused';
+  assert.equal(
+    errorResponse(502, reason),
+    'HTTP/1.1 502 Bad Gateway\r\n' +
+      'Content-Type: text/plain; charset=utf-8\r\n' +
+      `Content-Length: ${reason.length + 1}\r\n` +
+      'Connection: close\r\n' +
+      '\r\n' +
+      reason +
+      '\n',
+  );
+});
+
+test('errorResponse uses the standard reason phrase of each status', LIMIT, () => {
+  const firstLine = (status: number): string => errorResponse(status, 'x').split('\r\n')[0]!;
+  assert.equal(firstLine(400), 'HTTP/1.1 400 Bad Request');
+  assert.equal(firstLine(502), 'HTTP/1.1 502 Bad Gateway');
+  assert.equal(firstLine(503), 'HTTP/1.1 503 Service Unavailable');
+  assert.equal(firstLine(504), 'HTTP/1.1 504 Gateway Timeout');
+});
+
+test('Content-Length counts the UTF-8 bytes of the body, not its characters', LIMIT, () => {
+  const reason = 'kein Agent für „edge-Knoten-ü“ 🙂';
+  const response = errorResponse(503, reason);
+  const [head, body] = response.split('\r\n\r\n') as [string, string];
+  assert.equal(body, reason + '\n');
+  const bodyBytes = Buffer.byteLength(body, 'utf8');
+  assert.notEqual(bodyBytes, body.length);
+  assert.match(head, new RegExp(`\r\nContent-Length: ${bodyBytes}(\r\n|$)`));
+  // On the wire: the declared length is exactly what follows the blank line.
+  const wire = Buffer.from(response, 'utf8');
+  const bodyStart = wire.indexOf('\r\n\r\n') + 4;
+  assert.equal(wire.length - bodyStart, bodyBytes);
+});
+
+test('a reason with line breaks becomes a one-line body', LIMIT, () => {
+  const response = errorResponse(502, 'dial failed:\r\nconnection refused\nretry\r\rlater');
+  const body = response.slice(response.indexOf('\r\n\r\n') + 4);
+  assert.equal(body, 'dial failed: connection refused retry later\n');
+  assert.match(response, new RegExp(`\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`));
+});
+
+test('extra headers come after the standard ones, before the blank line', LIMIT, () => {
+  assert.equal(
+    errorResponse(503, 'no agent', { 'Retry-After': '1' }),
+    'HTTP/1.1 503 Service Unavailable\r\n' +
+      'Content-Type: text/plain; charset=utf-8\r\n' +
+      'Content-Length: 9\r\n' +
+      'Connection: close\r\n' +
+      'Retry-After: 1\r\n' +
+      '\r\n' +
+      'no agent\n',
+  );
+});

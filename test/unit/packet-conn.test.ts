@@ -1,0 +1,584 @@
+// One multiplexed connection over a packet link, on both sides: the server's
+// TunnelConn (ends with CLOSE_REQ, waits for CLOSE_RSP) and the agent's
+// EndpointConn (owes exactly one CLOSE_RSP). The link is a recording fake, so
+// every packet and every pause/resume of the shared stream is counted.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
+import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
+import { ConnTable, TOMBSTONE_MS } from '../../pkg/mux/conn-table.js';
+import { MAX_DATA_PAYLOAD, type PacketConn } from '../../pkg/mux/packet-conn.js';
+import { PauseGate } from '../../pkg/mux/pause-gate.js';
+import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
+import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
+import type { KnownPacket } from '../../pkg/protocol/packet.js';
+import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
+import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
+import { harness, type Harness } from '../support/harness.js';
+
+const LIMIT = { timeout: 10_000 };
+
+/** Records what a connection asks of its link; can hold back sendData's callback. */
+class RecordingLink implements BackendLink {
+  readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
+  readonly control: KnownPacket[] = [];
+  pauses = 0;
+  resumes = 0;
+  /** While true, sendData callbacks wait in `pending` until release(). */
+  holdCallbacks = false;
+  private readonly pending: Array<(err?: Error | null) => void> = [];
+
+  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
+    this.data.push({ connectID, data: Buffer.from(data) });
+    if (this.holdCallbacks) this.pending.push(cb);
+    else cb();
+  }
+
+  sendControl(packet: KnownPacket): boolean {
+    this.control.push(packet);
+    return true;
+  }
+
+  pauseReceive(_holder: object): void {
+    this.pauses++;
+  }
+
+  resumeReceive(_holder: object): void {
+    this.resumes++;
+  }
+
+  end(): void {
+    assert.fail('a connection ended the whole agent call');
+  }
+
+  get pendingCallbacks(): number {
+    return this.pending.length;
+  }
+
+  /** Calls the oldest held callback. */
+  releaseOne(): void {
+    const cb = this.pending.shift();
+    assert.ok(cb !== undefined, 'no sendData callback is waiting');
+    cb();
+  }
+}
+
+function tunnelConn(h: Harness, link: RecordingLink, connectID = 9n, opts: { highWaterMark?: number; closeTimeoutMs?: number } = {}): TunnelConn {
+  const backend = new Backend({ agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client' }, link);
+  const conn = new TunnelConn(backend, connectID, '10.0.0.5:10250', opts);
+  h.defer(() => conn.destroy());
+  return conn;
+}
+
+function endpointConn(h: Harness, link: RecordingLink, connectID = 7n, opts: { highWaterMark?: number; closeTimeoutMs?: number } = {}): EndpointConn {
+  const conn = new EndpointConn(link, connectID, '10.0.0.5:10250', opts);
+  h.defer(() => conn.destroy());
+  return conn;
+}
+
+/** Resolves on 'close', whether or not an 'error' came first (events.once would reject). */
+function closed(conn: PacketConn): Promise<void> {
+  return new Promise((resolve) => conn.once('close', () => resolve()));
+}
+
+/**
+ * The close timer is unref'd, so a test waiting only for it would let the
+ * event loop run dry; this ref'd timer keeps it alive until the test ends.
+ */
+function keepAlive(h: Harness): void {
+  const timer = setTimeout(() => {}, LIMIT.timeout);
+  h.defer(() => clearTimeout(timer));
+}
+
+/** Writes and waits for the write callback. */
+function writeAndWait(conn: PacketConn, chunk: Buffer | string): Promise<void> {
+  return new Promise((resolve, reject) => conn.write(chunk, (err) => (err ? reject(err) : resolve())));
+}
+
+// --- writes ---------------------------------------------------------------
+
+test('a write becomes one DATA send carrying the connectID, on both sides', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const server = tunnelConn(h, link, 41n);
+  const agent = endpointConn(h, link, 42n);
+  await writeAndWait(server, 'to the agent');
+  await writeAndWait(agent, Buffer.from([0, 1, 2, 255]));
+  assert.deepEqual(link.data, [
+    { connectID: 41n, data: Buffer.from('to the agent') },
+    { connectID: 42n, data: Buffer.from([0, 1, 2, 255]) },
+  ]);
+  assert.equal(server.bytesSent, 12);
+  assert.equal(agent.bytesSent, 4);
+  assert.deepEqual(link.control, []);
+});
+
+test('a write larger than MAX_DATA_PAYLOAD is split into DATA packets no larger than it, in order', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link);
+  const big = Buffer.alloc(2 * MAX_DATA_PAYLOAD + 10);
+  for (let i = 0; i < big.length; i += 4096) big[i] = (i / 4096) % 251;
+  await writeAndWait(conn, big);
+  assert.deepEqual(
+    link.data.map((d) => [d.connectID, d.data.length]),
+    [
+      [7n, MAX_DATA_PAYLOAD],
+      [7n, MAX_DATA_PAYLOAD],
+      [7n, 10],
+    ],
+  );
+  assert.ok(Buffer.concat(link.data.map((d) => d.data)).equals(big));
+  assert.equal(conn.bytesSent, big.length);
+});
+
+test('a split write sends its next piece only after the link took the previous one', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  link.holdCallbacks = true;
+  const conn = endpointConn(h, link);
+  let done = false;
+  conn.write(Buffer.alloc(MAX_DATA_PAYLOAD + 1), () => (done = true));
+  assert.equal(link.data.length, 1);
+  await tick();
+  assert.equal(link.data.length, 1, 'second piece sent before the first was taken');
+  link.releaseOne();
+  assert.equal(link.data.length, 2);
+  assert.equal(link.data[1]!.data.length, 1);
+  assert.equal(done, false);
+  link.releaseOne();
+  await tick();
+  assert.equal(done, true);
+});
+
+test('back-pressure: while the link holds its callback, write() returns false, and drain follows once it is taken', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  link.holdCallbacks = true;
+  const conn = tunnelConn(h, link, 9n, { highWaterMark: 64 });
+  let drains = 0;
+  conn.on('drain', () => drains++);
+  assert.equal(conn.write(Buffer.alloc(32)), true);
+  assert.equal(conn.write(Buffer.alloc(32)), false);
+  // The second chunk waits for the first one's callback.
+  assert.equal(link.data.length, 1);
+  link.releaseOne();
+  assert.equal(link.data.length, 2);
+  await tick();
+  assert.equal(drains, 0, 'drain before the link took the last chunk');
+  const drained = once(conn, 'drain');
+  link.releaseOne();
+  await drained;
+  assert.equal(drains, 1);
+  assert.equal(link.pendingCallbacks, 0);
+});
+
+// --- reads and the shared link's pause ------------------------------------
+
+test('deliver() beyond the highWaterMark pauses the link exactly once; reading resumes it exactly once', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n, { highWaterMark: 16 });
+  conn.deliver(Buffer.alloc(10, 'a'));
+  assert.equal(link.pauses, 0);
+  conn.deliver(Buffer.alloc(10, 'b'));
+  assert.equal(link.pauses, 1);
+  conn.deliver(Buffer.alloc(10, 'c'));
+  conn.deliver(Buffer.alloc(10, 'd'));
+  await tick();
+  assert.equal(link.pauses, 1);
+  assert.equal(link.resumes, 0);
+  assert.equal(conn.bytesReceived, 40);
+
+  const read = conn.read() as Buffer;
+  assert.equal(read.toString(), 'a'.repeat(10) + 'b'.repeat(10) + 'c'.repeat(10) + 'd'.repeat(10));
+  assert.equal(link.resumes, 1);
+  // More traffic below the mark and more reads change nothing.
+  conn.deliver(Buffer.from('e'));
+  assert.equal((conn.read() as Buffer).toString(), 'e');
+  assert.equal(conn.read(), null);
+  await tick();
+  assert.equal(link.pauses, 1);
+  assert.equal(link.resumes, 1);
+});
+
+test('a flowing reader takes delivered data without ever pausing the link', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n, { highWaterMark: 16 });
+  const got: Buffer[] = [];
+  conn.on('data', (c: Buffer) => got.push(c));
+  await tick(); // now flowing
+  for (let i = 0; i < 10; i++) conn.deliver(Buffer.alloc(8, i));
+  await tick();
+  assert.equal(Buffer.concat(got).length, 80);
+  assert.equal(link.pauses, 0);
+  assert.equal(link.resumes, 0);
+});
+
+test('destroy while paused releases the pause, once', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n, { highWaterMark: 4 });
+  conn.deliver(Buffer.alloc(8));
+  assert.equal(link.pauses, 1);
+  conn.destroy();
+  await closed(conn);
+  assert.equal(link.resumes, 1);
+  conn.deliver(Buffer.alloc(8));
+  assert.equal(link.pauses, 1);
+  assert.equal(link.resumes, 1);
+});
+
+test('destroy after reading resumed the link does not resume it again', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n, { highWaterMark: 4 });
+  conn.deliver(Buffer.alloc(8));
+  conn.read();
+  assert.equal(link.resumes, 1);
+  conn.destroy();
+  await closed(conn);
+  assert.equal(link.pauses, 1);
+  assert.equal(link.resumes, 1);
+});
+
+// --- TunnelConn: the server side ------------------------------------------
+
+test('TunnelConn end() sends exactly one CLOSE_REQ and ends only after remoteClose()', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  const got: Buffer[] = [];
+  conn.on('data', (c: Buffer) => got.push(c));
+  let ended = false;
+  conn.on('end', () => (ended = true));
+  conn.end();
+  await once(conn, 'finish');
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+  await sleep(20);
+  assert.equal(ended, false, "'end' before the agent's CLOSE_RSP");
+  assert.equal(conn.destroyed, false);
+  // Data the agent sent before its CLOSE_RSP still arrives, then the end.
+  conn.deliver(Buffer.from('last words'));
+  conn.remoteClose();
+  await closed(conn);
+  assert.equal(ended, true);
+  assert.equal(Buffer.concat(got).toString(), 'last words');
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+  assert.equal(conn.remoteClosed, true);
+});
+
+test('TunnelConn end() twice, then destroy(), still sends one CLOSE_REQ', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  conn.resume();
+  conn.end();
+  conn.end();
+  await once(conn, 'finish');
+  conn.destroy();
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+});
+
+test('TunnelConn destroy() without end() sends one CLOSE_REQ', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  conn.on('error', () => {});
+  conn.destroy(new Error('client went away'));
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+});
+
+test('TunnelConn remoteClose() (the agent closed first) ends the connection and sends nothing', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  conn.resume();
+  conn.remoteClose();
+  await closed(conn);
+  assert.equal(conn.writableFinished, true);
+  assert.deepEqual(link.control, []);
+  assert.deepEqual(link.data, []);
+});
+
+test('TunnelConn remoteClose(err) destroys with that error and sends nothing', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  const err = new ConnectionClosedError('agent node-a closed connection 9: connection reset by peer');
+  conn.remoteClose(err);
+  const [emitted] = (await once(conn, 'error')) as [unknown];
+  assert.equal(emitted, err);
+  assert.deepEqual(link.control, []);
+});
+
+test('writes after the peer closed are dropped, not sent', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n);
+  conn.remoteClose();
+  // The write side is still open until 'end' is consumed; nothing may reach the link.
+  await writeAndWait(conn, 'too late').catch(() => {});
+  assert.deepEqual(link.data, []);
+  conn.destroy();
+});
+
+test('the close timer destroys a TunnelConn whose agent never answers CLOSE_REQ', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = tunnelConn(h, link, 9n, { closeTimeoutMs: 30 });
+  keepAlive(h);
+  conn.resume();
+  const started = Date.now();
+  conn.end();
+  const [err] = (await once(conn, 'error')) as [unknown];
+  assert.ok(Date.now() - started >= 25, `destroyed after ${Date.now() - started} ms`);
+  assert.ok(err instanceof ConnectionClosedError);
+  assert.equal(err.code, 'YT_ERR_CONNECTION_CLOSED');
+  assert.equal(err.message, 'connection 9 did not finish closing within 30 ms; dropped');
+  assert.equal(conn.destroyed, true);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+});
+
+test('the close timer destroys a connection whose local reader never takes the end', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n, { closeTimeoutMs: 30 });
+  keepAlive(h);
+  conn.deliver(Buffer.from('unread'));
+  conn.remoteClose();
+  const [err] = (await once(conn, 'error')) as [unknown];
+  assert.ok(err instanceof ConnectionClosedError);
+  assert.equal(err.message, 'connection 7 did not finish closing within 30 ms; dropped');
+  // The CLOSE_RSP answers the server's CLOSE_REQ: no error text, since the peer asked.
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+});
+
+// --- EndpointConn: the agent side -----------------------------------------
+
+test('EndpointConn sends one CLOSE_RSP when its target ends (local end)', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n);
+  conn.resume();
+  conn.end('bye');
+  await closed(conn);
+  assert.deepEqual(link.data, [{ connectID: 7n, data: Buffer.from('bye') }]);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+});
+
+test('EndpointConn sends one CLOSE_RSP when the server sent CLOSE_REQ (remoteClose)', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n);
+  conn.resume();
+  conn.remoteClose();
+  conn.remoteClose();
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+});
+
+test('EndpointConn destroyed with an error sends one CLOSE_RSP carrying the error text', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n);
+  const errors: unknown[] = [];
+  conn.on('error', (e) => errors.push(e));
+  conn.destroy(new Error('read tcp 10.0.0.5:10250: connection reset by peer'));
+  conn.destroy(new Error('second'));
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: 'read tcp 10.0.0.5:10250: connection reset by peer' }]);
+  assert.equal(errors.length, 1);
+});
+
+test('EndpointConn destroyed without an error sends one CLOSE_RSP with no error text', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n);
+  conn.destroy();
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+});
+
+test('EndpointConn: end, then remoteClose, then destroy(err) still make one CLOSE_RSP', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = endpointConn(h, link, 7n);
+  conn.on('error', () => {});
+  conn.resume();
+  conn.end();
+  conn.remoteClose();
+  conn.destroy(new Error('late'));
+  await closed(conn);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+});
+
+// --- ConnTable ------------------------------------------------------------
+
+test('ConnTable: remove before the peer closed leaves a tombstone; after, none', LIMIT, (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const table = new ConnTable<EndpointConn>();
+  const open = endpointConn(h, link, 1n);
+  const peerClosed = endpointConn(h, link, 2n);
+  table.add(open);
+  table.add(peerClosed);
+  assert.equal(table.size, 2);
+  assert.equal(table.get(1n), open);
+
+  assert.equal(table.remove(open), true);
+  assert.equal(table.get(1n), undefined);
+  assert.equal(table.tombstoneCount, 1);
+  assert.equal(table.isTombstoned(1n), true);
+
+  peerClosed.remoteClose();
+  assert.equal(table.remove(peerClosed), true);
+  assert.equal(table.isTombstoned(2n), false);
+  assert.equal(table.tombstoneCount, 1);
+  assert.equal(table.size, 0);
+
+  assert.equal(table.remove(open), false, 'second remove');
+  assert.equal(table.tombstoneCount, 1);
+});
+
+test('ConnTable: remove() of a connection that is no longer the entry for its ID does nothing', LIMIT, (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const table = new ConnTable<EndpointConn>();
+  const old = endpointConn(h, link, 5n);
+  const current = endpointConn(h, link, 5n);
+  table.add(old);
+  table.add(current);
+  assert.equal(table.remove(old), false);
+  assert.equal(table.get(5n), current);
+  assert.equal(table.tombstoneCount, 0);
+});
+
+test('ConnTable: takeTombstone() consumes the tombstone once', LIMIT, (t) => {
+  const h = harness(t);
+  const table = new ConnTable<EndpointConn>();
+  table.add(endpointConn(h, new RecordingLink(), 3n));
+  table.remove(table.get(3n)!);
+  assert.equal(table.takeTombstone(3n), true);
+  assert.equal(table.takeTombstone(3n), false);
+  assert.equal(table.isTombstoned(3n), false);
+  assert.equal(table.takeTombstone(99n), false);
+});
+
+test('ConnTable: tombstones expire TOMBSTONE_MS after removal, by sweep() or on lookup', LIMIT, (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const table = new ConnTable<EndpointConn>();
+  const a = endpointConn(h, link, 1n);
+  const b = endpointConn(h, link, 2n);
+  table.add(a);
+  table.add(b);
+  table.remove(a, 1000);
+  table.remove(b, 2000);
+  assert.equal(table.tombstoneCount, 2);
+
+  table.sweep(1000 + TOMBSTONE_MS);
+  assert.equal(table.tombstoneCount, 2, 'expired at the exact deadline');
+  table.sweep(1000 + TOMBSTONE_MS + 1);
+  assert.equal(table.tombstoneCount, 1);
+  assert.equal(table.isTombstoned(1n, 1000 + TOMBSTONE_MS + 1), false);
+
+  assert.equal(table.isTombstoned(2n, 2000 + TOMBSTONE_MS), true);
+  assert.equal(table.isTombstoned(2n, 2000 + TOMBSTONE_MS + 1), false);
+  assert.equal(table.tombstoneCount, 0, 'an expired tombstone found on lookup is forgotten');
+});
+
+test('ConnTable: add() over a tombstone clears it; takeAll() empties everything', LIMIT, (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const table = new ConnTable<EndpointConn>();
+  const a = endpointConn(h, link, 1n);
+  table.add(a);
+  table.remove(a);
+  const again = endpointConn(h, link, 1n);
+  table.add(again);
+  assert.equal(table.isTombstoned(1n), false);
+  const b = endpointConn(h, link, 2n);
+  table.add(b);
+  table.remove(b);
+  assert.deepEqual(table.takeAll(), [again]);
+  assert.equal(table.size, 0);
+  assert.equal(table.tombstoneCount, 0);
+});
+
+// --- PauseGate ------------------------------------------------------------
+
+test('PauseGate pauses on the first holder, resumes after the last, counting each holder once', LIMIT, () => {
+  let pauses = 0;
+  let resumes = 0;
+  const gate = new PauseGate(
+    () => pauses++,
+    () => resumes++,
+  );
+  const a = {};
+  const b = {};
+  gate.hold(a);
+  gate.hold(a);
+  gate.hold(b);
+  assert.equal(pauses, 1);
+  assert.equal(gate.paused, true);
+  gate.release(a);
+  gate.release(a);
+  assert.equal(resumes, 0, 'resumed while b still holds');
+  assert.equal(gate.paused, true);
+  gate.release(b);
+  assert.equal(resumes, 1);
+  assert.equal(gate.paused, false);
+  gate.release(b);
+  gate.release({});
+  assert.equal(resumes, 1);
+  gate.hold(b);
+  assert.equal(pauses, 2);
+});
+
+test('PauseGate clear() forgets the holders without resuming', LIMIT, () => {
+  let pauses = 0;
+  let resumes = 0;
+  const gate = new PauseGate(
+    () => pauses++,
+    () => resumes++,
+  );
+  const a = {};
+  gate.hold(a);
+  gate.clear();
+  assert.equal(gate.paused, false);
+  gate.release(a);
+  assert.equal(resumes, 0);
+  gate.hold(a);
+  assert.equal(pauses, 2);
+});
+
+test('connections sharing a link through a PauseGate pause it once and resume it when the last reader catches up', LIMIT, async (t) => {
+  const h = harness(t);
+  let pauses = 0;
+  let resumes = 0;
+  const gate = new PauseGate(
+    () => pauses++,
+    () => resumes++,
+  );
+  const link = new RecordingLink();
+  link.pauseReceive = (holder: object) => gate.hold(holder);
+  link.resumeReceive = (holder: object) => gate.release(holder);
+  const a = endpointConn(h, link, 1n, { highWaterMark: 4 });
+  const b = endpointConn(h, link, 2n, { highWaterMark: 4 });
+  a.deliver(Buffer.alloc(8));
+  a.deliver(Buffer.alloc(8));
+  b.deliver(Buffer.alloc(8));
+  assert.equal(pauses, 1);
+  a.read();
+  assert.equal(resumes, 0);
+  b.read();
+  assert.equal(resumes, 1);
+  await tick();
+  assert.equal(pauses, 1);
+});
