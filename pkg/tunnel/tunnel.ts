@@ -290,7 +290,19 @@ export class Tunnel {
     }
     const conn = new TunnelConn(backend, connectID, dial.address, { highWaterMark: this.connHighWaterMark });
     backend.conns.add(conn);
-    conn.once('close', () => backend.conns.remove(conn));
+    conn.once('close', () => {
+      backend.conns.remove(conn);
+      if (this.log.enabled(3)) {
+        this.log.verbose(3, 'connection closed', {
+          agentID: backend.agentID,
+          dialAddress: dial.address,
+          connectID: connectID.toString(),
+          bytesFromAgent: conn.bytesReceived,
+          bytesToAgent: conn.bytesSent,
+          ...(conn.errored ? { error: conn.errored.message } : {}),
+        });
+      }
+    });
     this.metrics.dialSucceeded((performance.now() - dial.startedAt) / 1000);
     if (this.log.enabled(3)) {
       this.log.verbose(3, 'connection established', {

@@ -1,0 +1,234 @@
+// npm run bench: the tunnel against a direct loopback connection, in one run.
+//
+// Roles run in separate processes, as in production: yurt-tunnel-server and
+// yurt-tunnel-agent (the real CLIs), a target (bench/target.ts), and this
+// process as the client for both paths, so each ratio compares like with like.
+//
+//   direct:  client ──TCP──► target
+//   tunnel:  client ──CONNECT over UDS──► server ──gRPC/mTLS──► agent ──TCP──► target
+//
+// Absolute numbers depend on the machine; the ratios are what to compare.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
+const PARALLEL_BYTES = 64 * 1024 * 1024;
+const RTT_ROUNDS = 3000;
+const CONN_ROUNDS = 300;
+const RUNS = 3;
+
+const children: ChildProcess[] = [];
+const VERBOSE = process.env.BENCH_VERBOSE === '1';
+process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
+
+function start(bin: string, args: string[], ready: RegExp): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
+  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const onText = (b: Buffer): void => {
+      out += b.toString();
+      const m = ready.exec(out);
+      if (m) resolve({ child, match: m });
+    };
+    child.stdout!.on('data', onText);
+    child.stderr!.on('data', onText);
+    if (VERBOSE) child.stderr!.on('data', (b: Buffer) => process.stderr.write(`[${bin.split('/').at(-2)}] ${b.toString()}`));
+    child.once('exit', (code) => reject(new Error(`${bin} exited with ${code}:\n${out}`)));
+  });
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const port = (s.address() as AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+type Dial = () => Promise<Socket>;
+
+function readExactly(socket: Socket, n: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let have = 0;
+    const onData = (c: Buffer): void => {
+      have += c.length;
+      if (have >= n) {
+        socket.off('data', onData);
+        socket.off('close', onClose);
+        resolve();
+      }
+    };
+    const onClose = (): void => reject(new Error(`${socket.remoteAddress === undefined ? "tunnel" : "direct"}: closed after ${have} of ${n} bytes`));
+    socket.on('data', onData);
+    socket.once('close', onClose);
+    socket.resume();
+  });
+}
+
+/** Seconds to receive `bytes` from the target. */
+async function bulkOnce(dial: Dial, bytes: number): Promise<number> {
+  const socket = await dial();
+  const head = Buffer.alloc(9);
+  head.write('B');
+  head.writeBigUInt64BE(BigInt(bytes), 1);
+  const started = performance.now();
+  socket.write(head);
+  await readExactly(socket, bytes);
+  const seconds = (performance.now() - started) / 1000;
+  socket.destroy();
+  return seconds;
+}
+
+async function rtt(dial: Dial, rounds: number): Promise<number[]> {
+  const socket = await dial();
+  socket.setNoDelay(true);
+  socket.write('P');
+  const one = Buffer.from([1]);
+  const samples: number[] = [];
+  for (let i = 0; i < rounds + 200; i++) {
+    const t0 = performance.now();
+    const got = once(socket, 'data');
+    socket.write(one);
+    await got;
+    if (i >= 200) samples.push((performance.now() - t0) * 1000);
+  }
+  socket.destroy();
+  return samples;
+}
+
+/** Milliseconds per new connection: open, one byte there and back, close. */
+async function newConnections(dial: Dial, rounds: number): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const t0 = performance.now();
+    const socket = await dial();
+    const got = once(socket, 'data');
+    socket.write('P!');
+    socket.resume();
+    await got;
+    samples.push(performance.now() - t0);
+    socket.destroy();
+  }
+  return samples;
+}
+
+async function parallel(dial: Dial, flows: number, bytes: number): Promise<{ total: number; perFlow: number[] }> {
+  const started = performance.now();
+  const perFlow = await Promise.all(Array.from({ length: flows }, () => bulkOnce(dial, bytes)));
+  const total = (flows * bytes) / ((performance.now() - started) / 1000);
+  return { total, perFlow: perFlow.map((s) => bytes / s) };
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+const MiB = 1024 * 1024;
+const rows: Array<[string, string, string, string]> = [];
+function row(metric: string, direct: number, tunnel: number, unit: string, digits = 1, higherIsBetter = true): void {
+  const ratio = higherIsBetter ? tunnel / direct : direct / tunnel;
+  rows.push([metric, `${direct.toFixed(digits)} ${unit}`, `${tunnel.toFixed(digits)} ${unit}`, `${(ratio * 100).toFixed(1)} %`]);
+}
+
+function printTable(): void {
+  const header: [string, string, string, string] = ['metric', 'direct', 'tunnel', 'tunnel / direct'];
+  const all = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
+  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+  console.log('\n' + line(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const r of rows) console.log(line(r));
+  console.log('\n(ratios: throughput tunnel/direct; latency direct/tunnel, so 100 % = as fast as direct)');
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-bench-'));
+  const uds = join(dir, 'proxier.sock');
+  const agentPort = await freePort();
+  try {
+    const target = await start(join(root, 'dist/bench/target.js'), [], /^(\d+)\n/);
+    const targetPort = Number(target.match[1]);
+    const serverBin = join(root, 'dist/cmd/yurt-tunnel-server/main.js');
+    await start(
+      serverBin,
+      ['--cert-dir', join(dir, 'pki'), '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort), '--interceptor-proxier-uds', uds, '--v', VERBOSE ? '3' : '0'],
+      /yurt-tunnel-server started/,
+    );
+    const issued = spawn(process.execPath, [serverBin, 'issue-agent-cert', '--cert-dir', join(dir, 'pki'), '--node-name', 'bench', '--out', join(dir, 'agent')]);
+    await once(issued, 'exit');
+    await start(
+      join(root, 'dist/cmd/yurt-tunnel-agent/main.js'),
+      [
+        '--node-name', 'bench', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+        '--ca-file', join(dir, 'agent/ca.crt'), '--cert-file', join(dir, 'agent/tls.crt'), '--key-file', join(dir, 'agent/tls.key'),
+        '--v', VERBOSE ? '5' : '0',
+      ],
+      /connected to tunnel server/,
+    );
+
+    const address = `127.0.0.1:${targetPort}`;
+    const direct: Dial = async () => {
+      const s = connect({ port: targetPort, host: '127.0.0.1', noDelay: true });
+      await once(s, 'connect');
+      return s;
+    };
+    const tunnel: Dial = () => dialThroughProxier({ udsPath: uds, address });
+
+    console.log(`bulk ${BULK_BYTES / MiB} MiB target→client, median of ${RUNS} ...`);
+    const bulkDirect: number[] = [];
+    const bulkTunnel: number[] = [];
+    for (let i = 0; i < RUNS; i++) {
+      bulkDirect.push(BULK_BYTES / (await bulkOnce(direct, BULK_BYTES)) / MiB);
+      bulkTunnel.push(BULK_BYTES / (await bulkOnce(tunnel, BULK_BYTES)) / MiB);
+    }
+    row('bulk throughput', median(bulkDirect), median(bulkTunnel), 'MiB/s');
+
+    console.log(`round trip of 1 byte, ${RTT_ROUNDS} rounds ...`);
+    const rd = (await rtt(direct, RTT_ROUNDS)).sort((a, b) => a - b);
+    const rt = (await rtt(tunnel, RTT_ROUNDS)).sort((a, b) => a - b);
+    row('RTT p50', percentile(rd, 50), percentile(rt, 50), 'µs', 0, false);
+    row('RTT p99', percentile(rd, 99), percentile(rt, 99), 'µs', 0, false);
+
+    console.log(`new connections, ${CONN_ROUNDS} one after another ...`);
+    const cd = (await newConnections(direct, CONN_ROUNDS)).sort((a, b) => a - b);
+    const ct = (await newConnections(tunnel, CONN_ROUNDS)).sort((a, b) => a - b);
+    row('new connection p50', percentile(cd, 50), percentile(ct, 50), 'ms', 3, false);
+    row('new connection p99', percentile(cd, 99), percentile(ct, 99), 'ms', 3, false);
+    const rate = (s: number[]): number => 1000 / (s.reduce((a, b) => a + b, 0) / s.length);
+    row('new connections per second', rate(cd), rate(ct), '/s', 0);
+
+    console.log(`4 parallel flows of ${PARALLEL_BYTES / MiB} MiB ...`);
+    const pd = await parallel(direct, 4, PARALLEL_BYTES);
+    const pt = await parallel(tunnel, 4, PARALLEL_BYTES);
+    row('4 flows, together', pd.total / MiB, pt.total / MiB, 'MiB/s');
+    const fairness = (r: { perFlow: number[] }): number => (Math.min(...r.perFlow) / Math.max(...r.perFlow)) * 100;
+    rows.push(['4 flows, slowest/fastest', `${fairness(pd).toFixed(0)} %`, `${fairness(pt).toFixed(0)} %`, '']);
+    row('4 flows vs 1 flow (tunnel)', median(bulkTunnel), pt.total / MiB, 'MiB/s');
+
+    printTable();
+  } finally {
+    for (const c of children.reverse()) {
+      c.kill('SIGTERM');
+      if (c.exitCode === null) await once(c, 'exit');
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+  process.exit(1);
+});

@@ -1,0 +1,49 @@
+// The benchmark's target, in a process of its own. The first byte a client
+// sends picks the mode:
+//   'B' + 8-byte big-endian n: send n bytes, then close   (bulk)
+//   'P': echo everything                                  (ping-pong)
+
+import { createServer, type AddressInfo, type Socket } from 'node:net';
+
+const CHUNK = Buffer.alloc(64 * 1024, 0x5a);
+
+function bulk(socket: Socket, n: number): void {
+  let left = n;
+  const pump = (): void => {
+    while (left > 0) {
+      const piece = left >= CHUNK.length ? CHUNK : CHUNK.subarray(0, left);
+      left -= piece.length;
+      if (!socket.write(piece)) {
+        socket.once('drain', pump);
+        return;
+      }
+    }
+    socket.end();
+  };
+  pump();
+}
+
+const server = createServer({ noDelay: true }, (socket) => {
+  socket.on('error', () => {});
+  let head = Buffer.alloc(0);
+  const onData = (chunk: Buffer): void => {
+    head = Buffer.concat([head, chunk]);
+    const mode = String.fromCharCode(head[0]!);
+    if (mode === 'P') {
+      socket.off('data', onData);
+      if (head.length > 1) socket.write(head.subarray(1));
+      socket.pipe(socket);
+    } else if (mode === 'B' && head.length >= 9) {
+      socket.off('data', onData);
+      bulk(socket, Number(head.readBigUInt64BE(1)));
+      socket.resume();
+    } else if (mode !== 'B') {
+      socket.destroy();
+    }
+  };
+  socket.on('data', onData);
+});
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`${(server.address() as AddressInfo).port}\n`);
+});
+process.on('SIGTERM', () => process.exit(0));
