@@ -23,11 +23,13 @@ export function splice(socket: Socket, conn: PacketConn, onClose?: (err: Error |
     socket.destroy();
   });
   socket.once('close', () => {
-    // After a clean end of input, pipe() has called conn.end(), which still has
-    // to flush what it buffered for a congested link: destroying it now would
-    // drop those bytes. Only a socket that closed without finishing its input
-    // (an error, a reset, a local destroy) takes the connection down with it.
-    if (!socket.readableEnded) conn.destroy();
+    // After a clean end of input, pipe() has called conn.end(), which may still
+    // be flushing what it buffered for a congested link: destroying it now
+    // would drop those bytes, so it goes once that is done. (Nothing reads its
+    // other side any more.) A socket that closed without finishing its input
+    // (an error, a reset, a local destroy) takes the connection down at once.
+    if (!socket.readableEnded || conn.writableFinished) conn.destroy();
+    else conn.once('finish', () => conn.destroy());
   });
   conn.once('close', () => {
     if (socket.destroyed) return;
