@@ -119,6 +119,7 @@ export class ClientSet {
       server: conn.address,
       serverID: identity.serverID,
       serverCount: identity.serverCount,
+      flowControl: identity.flow !== undefined,
       connectedServers: this.clients.size,
     });
     void conn.whenClosed().then((reason) => {

@@ -11,6 +11,7 @@ import { ConnTable } from '../mux/conn-table.js';
 import { splice } from '../mux/splice.js';
 import { decodePacket, encodePacket } from '../protocol/codec.js';
 import { errorMessage } from '../protocol/errors.js';
+import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
 import { EndpointConn } from './endpoint-conn.js';
@@ -47,6 +48,11 @@ export interface ServerConnectionOptions {
   handshakeTimeoutMs?: number;
   /** HTTP/2 receive window. Default 4 MiB. */
   receiveWindow?: number;
+  /**
+   * Receive window per connection announced to the server for yurt-tunnel
+   * flow control; 0 does not announce it (upstream behaviour). Default 512 KiB.
+   */
+  connWindow?: number;
   connHighWaterMark?: number;
   logger?: Logger;
 }
@@ -55,6 +61,8 @@ export interface ServerConnectionOptions {
 export interface ServerIdentity {
   serverID: string;
   serverCount: number;
+  /** Per-connection flow control, when the server agreed to it. */
+  flow: FlowWindows | undefined;
 }
 
 export class ServerConnectionError extends Error {
@@ -150,6 +158,8 @@ export class ServerConnection {
     const md = new grpc.Metadata();
     md.set('agentid', this.opts.agentID);
     if (this.opts.identifiers !== '') md.set('agentidentifiers', this.opts.identifiers);
+    const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
+    if (connWindow > 0) md.set(CONN_WINDOW_HEADER, String(connWindow));
     const call = this.client.makeBidiStreamRequest<KnownPacket, Packet>(
       AGENT_CONNECT_PATH,
       encodePacket,
@@ -201,8 +211,10 @@ export class ServerConnection {
           );
           return;
         }
+        const serverWindow = connWindow > 0 ? parseConnWindow(md.get(CONN_WINDOW_HEADER).map(String)) : undefined;
+        const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
         // Upstream: a count of 0 means "unknown", treated as 1.
-        this.identity = { serverID, serverCount: serverCount === 0 ? 1 : serverCount };
+        this.identity = { serverID, serverCount: serverCount === 0 ? 1 : serverCount, flow };
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
         this.sweepTimer.unref();
         settle(undefined, this.identity);
@@ -257,6 +269,10 @@ export class ServerConnection {
         }
         return;
       }
+      case 'WINDOW_UPDATE':
+        if (this.identity?.flow !== undefined) this.conns.get(p.connectID)?.grantCredit(Number(p.bytes));
+        else this.log.warn('ignoring WINDOW_UPDATE: flow control was not negotiated', describePacket(p));
+        return;
       case 'DIAL_RSP':
       case 'CLOSE_RSP':
       case 'DRAIN':
@@ -290,7 +306,10 @@ export class ServerConnection {
           return;
         }
         const connectID = this.nextConnectID++;
-        const conn = new EndpointConn(this.link, connectID, address, { highWaterMark: this.opts.connHighWaterMark });
+        const conn = new EndpointConn(this.link, connectID, address, {
+          highWaterMark: this.opts.connHighWaterMark,
+          flow: this.identity?.flow,
+        });
         this.conns.add(conn);
         conn.once('close', () => this.conns.remove(conn));
         // DIAL_RSP goes out before any DATA of this connection.

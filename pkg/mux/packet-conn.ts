@@ -1,7 +1,14 @@
 // One tunnelled TCP connection as a Duplex, multiplexed with others over a
 // PacketLink by its connectID. Writes become DATA packets and wait for the
-// link's back-pressure; received DATA is pushed, and when the reader falls
-// behind the shared link is paused rather than buffering without bound.
+// link's back-pressure; received DATA is pushed.
+//
+// Two ways to keep a slow reader from growing memory:
+// - with flow control (both ends are yurt-tunnel, proto/yurttunnel_ext.proto):
+//   each side sends at most the peer's window and grants more with
+//   WINDOW_UPDATE as its reader consumes; the shared link never pauses, so one
+//   slow reader cannot stall the other connections;
+// - without it (upstream peers): the shared link is paused while this
+//   connection's buffer is full, as Konnectivity does.
 //
 // The protocol has no half-close: when either side finishes, the whole
 // connection ends. Subclasses say which packet announces that (the server
@@ -9,6 +16,7 @@
 
 import { Duplex } from 'node:stream';
 import { ConnectionClosedError } from '../protocol/errors.js';
+import type { FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 
@@ -16,10 +24,12 @@ import type { PacketLink } from './packet-link.js';
 export const MAX_DATA_PAYLOAD = 1024 * 1024;
 
 export interface PacketConnOptions {
-  /** Bytes buffered each way before back-pressure applies. Default 256 KiB. */
+  /** Bytes buffered each way before back-pressure applies (no flow control). Default 256 KiB. */
   highWaterMark?: number;
   /** How long to wait for the peer to finish closing before giving up. Default 10 s. */
   closeTimeoutMs?: number;
+  /** Per-connection flow control, when the link negotiated it. */
+  flow?: FlowWindows;
 }
 
 export abstract class PacketConn extends Duplex {
@@ -36,12 +46,25 @@ export abstract class PacketConn extends Duplex {
   private closeTimer: NodeJS.Timeout | undefined;
   private readonly closeTimeoutMs: number;
 
+  private readonly flow: FlowWindows | undefined;
+  /** Bytes we may still send before the peer grants more. */
+  private sendCredit: number;
+  /** A write waiting for credit. */
+  private waitingForCredit: (() => void) | undefined;
+  /** Received bytes the reader has consumed and we have granted back. */
+  private granted = 0;
+
   constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
-    const hwm = opts.highWaterMark ?? 256 * 1024;
-    super({ allowHalfOpen: false, readableHighWaterMark: hwm, writableHighWaterMark: hwm });
+    const flow = opts.flow;
+    // With flow control the peer never sends past our window; reading stays
+    // below it so that consumption is noticed (in _read) before the window closes.
+    const readHwm = flow !== undefined ? Math.max(1, Math.floor(flow.receiveWindow / 2)) : (opts.highWaterMark ?? 256 * 1024);
+    super({ allowHalfOpen: false, readableHighWaterMark: readHwm, writableHighWaterMark: opts.highWaterMark ?? 256 * 1024 });
     this.link = link;
     this.connectID = connectID;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
+    this.flow = flow;
+    this.sendCredit = flow?.sendWindow ?? Infinity;
   }
 
   /**
@@ -62,9 +85,24 @@ export abstract class PacketConn extends Duplex {
   deliver(data: Buffer): void {
     if (this.remoteEnded || this.destroyed || this.readableEnded) return;
     this.bytesReceived += data.length;
-    if (!this.push(data) && !this.holdingLink) {
+    const belowMark = this.push(data);
+    // With flow control the buffer is bounded by our window; pausing the link
+    // is only the fallback for a peer that ignores it (or has none).
+    const full = this.flow === undefined ? !belowMark : this.readableLength > this.flow.receiveWindow;
+    if (full && !this.holdingLink) {
       this.holdingLink = true;
       this.link.pauseReceive(this);
+    }
+  }
+
+  /** Called by the owner on WINDOW_UPDATE: the peer allows `bytes` more. */
+  grantCredit(bytes: number): void {
+    if (this.flow === undefined || !(bytes > 0)) return;
+    this.sendCredit += bytes;
+    const resume = this.waitingForCredit;
+    if (resume !== undefined) {
+      this.waitingForCredit = undefined;
+      resume();
     }
   }
 
@@ -90,18 +128,28 @@ export abstract class PacketConn extends Duplex {
       return;
     }
     this.bytesSent += chunk.length;
-    if (chunk.length <= MAX_DATA_PAYLOAD) {
-      this.link.sendData(this.connectID, chunk, cb);
-      return;
-    }
-    this.writeInPieces(chunk, 0, cb);
+    this.sendFrom(chunk, 0, cb);
   }
 
-  private writeInPieces(chunk: Buffer, offset: number, cb: (err?: Error | null) => void): void {
-    const end = Math.min(offset + MAX_DATA_PAYLOAD, chunk.length);
-    this.link.sendData(this.connectID, chunk.subarray(offset, end), (err) => {
-      if (err || end === chunk.length) cb(err);
-      else this.writeInPieces(chunk, end, cb);
+  /** Sends `chunk` from `offset` in pieces no larger than MAX_DATA_PAYLOAD or the credit left. */
+  private sendFrom(chunk: Buffer, offset: number, cb: (err?: Error | null) => void): void {
+    if (offset === chunk.length) {
+      cb();
+      return;
+    }
+    if (this.destroyed || this.finalSent) {
+      cb();
+      return;
+    }
+    if (this.sendCredit <= 0) {
+      this.waitingForCredit = () => this.sendFrom(chunk, offset, cb);
+      return;
+    }
+    const n = Math.min(chunk.length - offset, MAX_DATA_PAYLOAD, this.sendCredit);
+    this.sendCredit -= n;
+    this.link.sendData(this.connectID, offset === 0 && n === chunk.length ? chunk : chunk.subarray(offset, offset + n), (err) => {
+      if (err) cb(err);
+      else this.sendFrom(chunk, offset + n, cb);
     });
   }
 
@@ -123,10 +171,19 @@ export abstract class PacketConn extends Duplex {
       this.holdingLink = false;
       this.link.resumeReceive(this);
     }
+    if (this.flow !== undefined && !this.remoteEnded) {
+      // Grant back what the reader has consumed, in batches of a quarter window.
+      const consumed = this.bytesReceived - this.readableLength - this.granted;
+      if (consumed >= this.flow.receiveWindow / 4) {
+        this.granted += consumed;
+        this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed) });
+      }
+    }
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
     this.sendFinal(err);
+    this.waitingForCredit = undefined;
     if (this.closeTimer !== undefined) {
       clearTimeout(this.closeTimer);
       this.closeTimer = undefined;

@@ -32,6 +32,8 @@ const FIELD_CLOSE_REQUEST = 5;
 const FIELD_CLOSE_RESPONSE = 6;
 const FIELD_CLOSE_DIAL = 7;
 const FIELD_DRAIN = 8;
+/** yurt-tunnel extension: WindowUpdate (proto/yurttunnel_ext.proto). */
+const FIELD_WINDOW_UPDATE = 100;
 
 const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
   DIAL_REQ: FIELD_DIAL_REQUEST,
@@ -41,6 +43,7 @@ const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
   CLOSE_RSP: FIELD_CLOSE_RESPONSE,
   DIAL_CLS: FIELD_CLOSE_DIAL,
   DRAIN: FIELD_DRAIN,
+  WINDOW_UPDATE: FIELD_WINDOW_UPDATE,
 };
 
 const INT64_MIN = -(1n << 63n);
@@ -173,6 +176,13 @@ function payloadFields(p: KnownPacket): Field[] {
       return [{ no: 1, kind: 'int64', value: p.random }];
     case 'DRAIN':
       return [];
+    case 'WINDOW_UPDATE':
+      checkInt64(p.connectID, 'connectID');
+      checkInt64(p.bytes, 'bytes');
+      return [
+        { no: 1, kind: 'int64', value: p.connectID },
+        { no: 2, kind: 'int64', value: p.bytes },
+      ];
   }
 }
 
@@ -185,16 +195,17 @@ export function encodePacket(p: KnownPacket): Buffer {
   const fields = payloadFields(p);
   let payloadLen = 0;
   for (const f of fields) payloadLen += fieldSize(f);
-  const typeLen = typeNumber === 0 ? 0 : 2;
-  const total = typeLen + 1 + smallVarintSize(payloadLen) + payloadLen;
+  const typeLen = typeNumber === 0 ? 0 : 1 + smallVarintSize(typeNumber);
+  const payloadTag = (PAYLOAD_FIELD_BY_TYPE[p.type] << 3) | WIRE_BYTES;
+  const total = typeLen + smallVarintSize(payloadTag) + smallVarintSize(payloadLen) + payloadLen;
   const buf = Buffer.allocUnsafe(total);
   let pos = 0;
   if (typeNumber !== 0) {
     buf[pos++] = (1 << 3) | WIRE_VARINT;
-    buf[pos++] = typeNumber;
+    pos = writeSmallVarint(buf, pos, typeNumber);
   }
   // The oneof member is always written, even when empty (as Go does).
-  buf[pos++] = (PAYLOAD_FIELD_BY_TYPE[p.type] << 3) | WIRE_BYTES;
+  pos = writeSmallVarint(buf, pos, payloadTag);
   pos = writeSmallVarint(buf, pos, payloadLen);
   for (const f of fields) pos = writeField(buf, pos, f);
   if (pos !== total) throw new Error(`codec bug: wrote ${pos} of ${total} bytes`);
@@ -364,6 +375,7 @@ const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
   DATA: { 1: 'int64', 2: 'string', 3: 'bytes' },
   DIAL_CLS: { 1: 'int64' },
   DRAIN: {},
+  WINDOW_UPDATE: { 1: 'int64', 2: 'int64' },
 };
 
 const EMPTY = Buffer.alloc(0);
@@ -388,7 +400,7 @@ export function decodePacket(buf: Buffer): Packet {
     if (no === 1 && wt === WIRE_VARINT) {
       // Enums are int32 on the wire; negative ones arrive sign-extended.
       typeNumber = Number(BigInt.asIntN(32, r.varint64()));
-    } else if (no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN && wt === WIRE_BYTES) {
+    } else if (((no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN) || no === FIELD_WINDOW_UPDATE) && wt === WIRE_BYTES) {
       const [s, e] = r.lengthDelimited();
       if (no !== payloadField) payloads.length = 0;
       payloadField = no;
@@ -424,5 +436,7 @@ export function decodePacket(buf: Buffer): Packet {
       return { type: name, random: f.i1 };
     case 'DRAIN':
       return { type: name };
+    case 'WINDOW_UPDATE':
+      return { type: name, connectID: f.i1, bytes: f.i2 };
   }
 }

@@ -12,6 +12,8 @@ export const PACKET_TYPE_NUMBERS = {
   DATA: 4,
   DIAL_CLS: 5,
   DRAIN: 6,
+  /** yurt-tunnel extension (proto/yurttunnel_ext.proto), only after both ends announced it. */
+  WINDOW_UPDATE: 100,
 } as const;
 
 export type PacketTypeName = keyof typeof PACKET_TYPE_NUMBERS;
@@ -57,6 +59,13 @@ export interface DrainPacket {
   type: 'DRAIN';
 }
 
+/** Grants the peer `bytes` more DATA on a connection (yurt-tunnel flow control). */
+export interface WindowUpdatePacket {
+  type: 'WINDOW_UPDATE';
+  connectID: bigint;
+  bytes: bigint;
+}
+
 /** A packet whose type number this implementation does not know. */
 export interface UnknownPacket {
   type: 'UNKNOWN';
@@ -70,7 +79,8 @@ export type KnownPacket =
   | CloseResponsePacket
   | DataPacket
   | CloseDialPacket
-  | DrainPacket;
+  | DrainPacket
+  | WindowUpdatePacket;
 
 export type Packet = KnownPacket | UnknownPacket;
 
@@ -99,6 +109,8 @@ export function describePacket(p: Packet): Record<string, string | number> {
       return { type: p.type, dialID: p.random.toString() };
     case 'DRAIN':
       return { type: p.type };
+    case 'WINDOW_UPDATE':
+      return { type: p.type, connectID: p.connectID.toString(), bytes: p.bytes.toString() };
     case 'UNKNOWN':
       return { type: p.type, typeNumber: p.typeNumber };
   }

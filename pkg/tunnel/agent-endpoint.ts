@@ -12,6 +12,7 @@ import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { errorMessage } from '../protocol/errors.js';
+import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../protocol/flow-control.js';
 import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
@@ -47,6 +48,12 @@ export interface AgentEndpointOptions {
   connectionWindowSize?: number;
   /** Largest gRPC message accepted from an agent. Default 4 MiB. */
   maxMessageSize?: number;
+  /**
+   * Receive window per connection offered to agents that announce flow
+   * control (proto/yurttunnel_ext.proto); 0 turns the extension off.
+   * Default 512 KiB.
+   */
+  connWindow?: number;
   logger?: Logger;
 }
 
@@ -110,6 +117,7 @@ export class AgentEndpoint {
       streamWindowSize: opts.streamWindowSize ?? 4 * 1024 * 1024,
       connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
       maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
+      connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
     };
     if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
@@ -314,16 +322,22 @@ export class AgentEndpoint {
       this.log.warn('ignoring unknown agent identifier key', { agentID, key });
     });
 
+    // Flow control only when the agent announced its window and we offer one.
+    const agentWindow = parseConnWindow(headerValues(rawHeaders, CONN_WINDOW_HEADER));
+    const flow =
+      agentWindow !== undefined && this.opts.connWindow > 0
+        ? { sendWindow: agentWindow, receiveWindow: this.opts.connWindow }
+        : undefined;
+
     // Headers go out at once, before any packet: agents block reading them.
-    stream.respond(
-      {
-        ':status': 200,
-        'content-type': 'application/grpc',
-        serverid: this.opts.serverID,
-        servercount: String(this.opts.serverCount),
-      },
-      { waitForTrailers: true },
-    );
+    const responseHeaders: http2.OutgoingHttpHeaders = {
+      ':status': 200,
+      'content-type': 'application/grpc',
+      serverid: this.opts.serverID,
+      servercount: String(this.opts.serverCount),
+    };
+    if (flow !== undefined) responseHeaders[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
+    stream.respond(responseHeaders, { waitForTrailers: true });
 
     const tlsSocket = session?.socket as TLSSocket | undefined;
     const cert = tlsSocket?.getPeerCertificate();
@@ -332,7 +346,7 @@ export class AgentEndpoint {
       maxMessageSize: this.opts.maxMessageSize,
       onSend: state === undefined ? undefined : () => (state.sentSinceLastPing = true),
     });
-    const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject }, link);
+    const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
     if (backend.closed) return;
     this.streams.add(link);
     link.start({

@@ -2,6 +2,7 @@
 // the connections established through it. connectIDs are chosen by the agent
 // per server connection, so they are only unique within one backend.
 
+import type { FlowWindows } from '../protocol/flow-control.js';
 import type { AgentIdentifiers } from '../protocol/identifiers.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { ConnTable } from '../mux/conn-table.js';
@@ -20,6 +21,8 @@ export interface BackendInfo {
   remoteAddress: string;
   /** Subject of the agent's client certificate, for logs. */
   certSubject: string;
+  /** Per-connection flow control, when the agent announced it. */
+  flow?: FlowWindows;
 }
 
 let nextBackendSerial = 1;
@@ -29,6 +32,7 @@ export class Backend {
   readonly identifiers: AgentIdentifiers;
   readonly remoteAddress: string;
   readonly certSubject: string;
+  readonly flow: FlowWindows | undefined;
   readonly link: BackendLink;
   readonly connectedAt = Date.now();
   /** Distinguishes several streams of one agent in logs. */
@@ -46,6 +50,7 @@ export class Backend {
     this.identifiers = info.identifiers;
     this.remoteAddress = info.remoteAddress;
     this.certSubject = info.certSubject;
+    this.flow = info.flow;
     this.link = link;
   }
 

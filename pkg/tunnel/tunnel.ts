@@ -181,6 +181,7 @@ export class Tunnel {
       stream: backend.serial,
       remoteAddress: info.remoteAddress,
       identity: info.certSubject,
+      flowControl: info.flow !== undefined,
       agentStreams: this.registry.streamsOf(info.agentID).length,
     });
     return backend;
@@ -252,6 +253,13 @@ export class Tunnel {
           });
         }
         return;
+      case 'WINDOW_UPDATE':
+        if (backend.flow !== undefined) {
+          backend.conns.get(p.connectID)?.grantCredit(Number(p.bytes));
+          return;
+        }
+        this.log.warn('ignoring WINDOW_UPDATE from an agent that did not negotiate flow control', { agentID: backend.agentID });
+        return;
       case 'DIAL_REQ':
       case 'CLOSE_REQ':
       case 'UNKNOWN':
@@ -288,7 +296,7 @@ export class Tunnel {
       dial.reject(new DialError(reason, message));
       return;
     }
-    const conn = new TunnelConn(backend, connectID, dial.address, { highWaterMark: this.connHighWaterMark });
+    const conn = new TunnelConn(backend, connectID, dial.address, { highWaterMark: this.connHighWaterMark, flow: backend.flow });
     backend.conns.add(conn);
     conn.once('close', () => {
       backend.conns.remove(conn);

@@ -14,6 +14,7 @@ import { PROTO_DIR } from '../support/upstream.js';
 
 const root = protobuf.loadSync(join(PROTO_DIR, 'client.proto'));
 const PacketType = root.lookupType('Packet');
+const ExtPacketType = protobuf.loadSync(join(PROTO_DIR, 'yurttunnel_ext.proto')).lookupType('ExtPacket');
 
 const MAX = (1n << 63n) - 1n;
 const MIN = -(1n << 63n);
@@ -35,6 +36,8 @@ function toReference(p: KnownPacket): Record<string, unknown> {
       return { type: 5, closeDial: { random: p.random.toString() } };
     case 'DRAIN':
       return { type: 6, drain: {} };
+    case 'WINDOW_UPDATE':
+      return { type: 100, windowUpdate: { connectID: p.connectID.toString(), bytes: p.bytes.toString() } };
   }
 }
 
@@ -49,7 +52,8 @@ function withoutDefaults(o: Record<string, unknown>): Record<string, unknown> {
 }
 
 function referenceEncode(p: KnownPacket): Buffer {
-  return Buffer.from(PacketType.encode(PacketType.fromObject(withoutDefaults(toReference(p)))).finish());
+  const T = p.type === 'WINDOW_UPDATE' ? ExtPacketType : PacketType;
+  return Buffer.from(T.encode(T.fromObject(withoutDefaults(toReference(p)))).finish());
 }
 
 const SAMPLES: KnownPacket[] = [
@@ -69,6 +73,8 @@ const SAMPLES: KnownPacket[] = [
   { type: 'DATA', connectID: -1n, error: 'never set in practice', data: Buffer.from([0, 1, 2]) },
   { type: 'DIAL_CLS', random: MAX },
   { type: 'DRAIN' },
+  { type: 'WINDOW_UPDATE', connectID: 3n, bytes: 524_288n },
+  { type: 'WINDOW_UPDATE', connectID: MAX, bytes: 1n },
 ];
 
 test('every packet type encodes to the same bytes protobufjs makes from proto/client.proto', () => {

@@ -13,7 +13,7 @@ import { MAX_DATA_PAYLOAD, type PacketConn } from '../../pkg/mux/packet-conn.js'
 import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
-import type { KnownPacket } from '../../pkg/protocol/packet.js';
+import type { KnownPacket, WindowUpdatePacket } from '../../pkg/protocol/packet.js';
 import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
 import { harness, type Harness } from '../support/harness.js';
@@ -581,4 +581,80 @@ test('connections sharing a link through a PauseGate pause it once and resume it
   assert.equal(resumes, 1);
   await tick();
   assert.equal(pauses, 1);
+});
+
+// --- flow control (proto/yurttunnel_ext.proto) ----------------------------
+
+const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
+
+test('with flow control a connection sends no more than the peer\'s window until credit comes', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = new EndpointConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
+  h.defer(() => conn.destroy());
+  let done = false;
+  conn.write(Buffer.alloc(100 * 1024, 1), () => (done = true));
+  await tick();
+  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 64 * 1024, 'exactly one window went out');
+  assert.equal(done, false, 'the write waits for credit');
+  conn.grantCredit(16 * 1024);
+  await tick();
+  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 80 * 1024);
+  conn.grantCredit(64 * 1024);
+  await tick();
+  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 100 * 1024);
+  assert.equal(done, true);
+  assert.deepEqual(Buffer.concat(link.data.map((d) => d.data)), Buffer.alloc(100 * 1024, 1));
+});
+
+test('with flow control a full buffer does not pause the shared link; consumption grants credit back', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = new EndpointConn(link, 6n, '10.0.0.5:10250', { flow: FLOW });
+  h.defer(() => conn.destroy());
+  for (let i = 0; i < 8; i++) conn.deliver(Buffer.alloc(8 * 1024, i)); // a whole window, unread
+  assert.equal(link.pauses, 0, 'the link keeps flowing for the other connections');
+  assert.deepEqual(link.control, [], 'nothing consumed, nothing granted');
+  let read = 0;
+  conn.on('data', (c: Buffer) => (read += c.length));
+  await tick();
+  await tick();
+  assert.equal(read, 64 * 1024);
+  // A sender that used its whole window is never left stuck: once the reader
+  // has caught up, at least half a window has been granted back.
+  const control: KnownPacket[] = link.control;
+  const updates = control.filter((p): p is WindowUpdatePacket => p.type === 'WINDOW_UPDATE');
+  assert.equal(updates.length, control.length, 'only WINDOW_UPDATEs were sent');
+  const granted = updates.reduce((n, p) => n + Number(p.bytes), 0);
+  assert.ok(granted >= 32 * 1024 && granted <= 64 * 1024, `granted ${granted}`);
+  assert.ok(updates.every((p) => p.connectID === 6n));
+});
+
+test('with flow control a peer that ignores the window makes the link pause, as without it', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = new EndpointConn(link, 7n, '10.0.0.5:10250', { flow: FLOW });
+  h.defer(() => conn.destroy());
+  for (let i = 0; i < 9; i++) conn.deliver(Buffer.alloc(8 * 1024, i)); // one chunk past the window
+  assert.equal(link.pauses, 1);
+  conn.resume();
+  await tick();
+  assert.equal(link.resumes, 1);
+});
+
+test('credit is ignored without flow control, and a zero or negative grant changes nothing', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const plain = endpointConn(h, link, 8n);
+  plain.grantCredit(1024);
+  await writeAndWait(plain, Buffer.alloc(300 * 1024));
+  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 300 * 1024, 'no window applies');
+  const flowing = new EndpointConn(link, 9n, '10.0.0.5:10250', { flow: { sendWindow: 16 * 1024, receiveWindow: 16 * 1024 } });
+  h.defer(() => flowing.destroy());
+  flowing.grantCredit(0);
+  flowing.grantCredit(-5);
+  let done = false;
+  flowing.write(Buffer.alloc(20 * 1024), () => (done = true));
+  await tick();
+  assert.equal(done, false);
 });

@@ -1,0 +1,98 @@
+// Per-connection flow control (proto/yurttunnel_ext.proto) between our server
+// and agent, and its absence towards upstream-style peers.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CONN_WINDOW_HEADER } from '../../pkg/protocol/flow-control.js';
+import { harness } from '../support/harness.js';
+import { testPKI } from '../support/pki.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+import { scriptedAgent, scriptedServer } from '../support/upstream.js';
+
+test('a reader that stops does not stall the other connections of its agent', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  let streamed = 0;
+  const chunk = Buffer.alloc(64 * 1024, 3);
+  const firehose = await startTCPServer(h, (s) => {
+    const pump = (): void => {
+      while (s.writable && s.write(chunk)) streamed += chunk.length;
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  const { server } = await startTunnel(h);
+  assert.equal(server.log.find('agent connected')[0]!.fields.flowControl, true);
+
+  // A connection whose client never reads.
+  const stalled = await connectVia(server.udsPath, `127.0.0.1:${firehose.port}`);
+  assert.equal(stalled.status, 200);
+  await sleep(300);
+  const stalledAt = streamed;
+
+  // Meanwhile new connections open and answer at once, many times over.
+  const started = performance.now();
+  for (let i = 0; i < 20; i++) {
+    const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(res.status, 200);
+    const msg = Buffer.from(`round ${i}`);
+    res.socket.write(msg);
+    assert.deepEqual(await readExactly(res.socket, msg.length, res.rest), msg);
+    res.socket.destroy();
+  }
+  assert.ok(performance.now() - started < 5000, 'the other connections were not held up');
+  // The stalled one stays bounded: its window and socket buffers, nothing more.
+  await sleep(200);
+  assert.ok(streamed - stalledAt < 4 * 1024 * 1024, `the firehose kept going: ${streamed - stalledAt} more bytes`);
+  // And it resumes when read.
+  await readExactly(stalled.socket, streamed + 1024 * 1024, stalled.rest);
+  stalled.socket.destroy();
+});
+
+test('an upstream-style agent that does not announce a window gets no flow control', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const pki = testPKI();
+  const agent = scriptedAgent(h, server.agentAddress, {
+    metadata: [['agentid', 'go-agent'], ['agentidentifiers', 'host=go-agent']],
+    tls: { ca: pki.ca.cert, ...pki.agent('go-agent') },
+  });
+  const md = await agent.headers;
+  assert.deepEqual(md.get(CONN_WINDOW_HEADER), []);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.tunnel.registry.all()[0]!.flow, undefined);
+  // A connection through it: the server sends DATA, never WINDOW_UPDATE.
+  const dialing = server.tunnel.dial('127.0.0.1:9', { proxyHost: 'go-agent' });
+  const req = await agent.next();
+  agent.call.write({ type: 'DIAL_RSP', dialResponse: { error: '', connectID: '1', random: req.dialRequest!.random } });
+  const conn = await dialing;
+  conn.resume();
+  for (let i = 0; i < 40; i++) {
+    agent.call.write({ type: 'DATA', data: { connectID: '1', error: '', data: Buffer.alloc(32 * 1024, i) } });
+  }
+  conn.write('hello');
+  const next = await agent.next();
+  assert.equal(next.type, 'DATA', 'no WINDOW_UPDATE precedes the DATA');
+  conn.destroy();
+});
+
+test('the agent announces its window and uses none when the server does not answer with one', async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const echo = await startEchoServer(h);
+  const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
+  const callSeen = new Promise<(typeof upstream.calls)[number]>((resolve) => upstream.onCall(resolve));
+  startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
+  const call = await callSeen;
+  assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['524288']);
+  const types: string[] = [];
+  call.on('data', (p: { type: string }) => types.push(p.type));
+  call.write({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: '1' } });
+  await waitFor('DIAL_RSP', () => types.includes('DIAL_RSP'));
+  for (let i = 0; i < 64; i++) call.write({ type: 'DATA', data: { connectID: '1', error: '', data: Buffer.alloc(16 * 1024, i) } });
+  await waitFor('the echoes', () => types.filter((x) => x === 'DATA').length >= 8, 5000);
+  await sleep(100);
+  assert.equal(types.includes('WINDOW_UPDATE'), false);
+  assert.equal(types.includes('UNKNOWN'), false);
+});
