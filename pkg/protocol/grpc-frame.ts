@@ -20,14 +20,18 @@ export function writeGrpcFrameHeader(buf: Buffer, messageLength: number): Buffer
 }
 
 /**
- * Splits a byte stream into gRPC messages. Chunks may be cut anywhere.
- * Messages that lie inside one chunk are returned as subarrays of it (no
- * copy); the caller must not reuse chunks it has pushed.
+ * Splits a byte stream into gRPC messages. Chunks may be cut anywhere (HTTP/2
+ * delivers 16 KiB frames). A message inside one chunk is returned as a
+ * subarray of it; one that spans chunks is copied once, when complete. The
+ * caller must not reuse chunks it has pushed.
  */
 export class GrpcDeframer {
   private readonly maxMessageSize: number;
+  /** Bytes of an incomplete header or message, in arrival order. */
   private pending: Buffer[] = [];
   private pendingLength = 0;
+  /** Length of the message being collected, once its header is known; -1 before. */
+  private wanted = -1;
 
   constructor(maxMessageSize = DEFAULT_MAX_MESSAGE_SIZE) {
     this.maxMessageSize = maxMessageSize;
@@ -39,42 +43,75 @@ export class GrpcDeframer {
   }
 
   push(chunk: Buffer): Buffer[] {
-    let buf: Buffer;
-    if (this.pendingLength === 0) {
-      buf = chunk;
-    } else {
-      this.pending.push(chunk);
-      buf = Buffer.concat(this.pending, this.pendingLength + chunk.length);
-      this.pending = [];
-      this.pendingLength = 0;
-    }
     const out: Buffer[] = [];
     let pos = 0;
-    while (buf.length - pos >= GRPC_FRAME_HEADER_SIZE) {
-      const flag = buf[pos]!;
-      const len = buf.readUInt32BE(pos + 1);
-      if (flag === 1) {
-        throw new ProtocolError('YT_ERR_PROTOCOL_COMPRESSED', 'received a compressed gRPC message, but no compression was negotiated');
+    while (pos < chunk.length) {
+      if (this.pendingLength === 0 && this.wanted < 0) {
+        // Fast path: parse straight out of the chunk.
+        if (chunk.length - pos < GRPC_FRAME_HEADER_SIZE) {
+          this.keep(chunk.subarray(pos));
+          break;
+        }
+        const len = this.readHeader(chunk, pos);
+        const start = pos + GRPC_FRAME_HEADER_SIZE;
+        if (chunk.length - start >= len) {
+          out.push(chunk.subarray(start, start + len));
+          pos = start + len;
+          continue;
+        }
+        this.wanted = len;
+        this.keep(chunk.subarray(start));
+        break;
       }
-      if (flag !== 0) {
-        throw new ProtocolError('YT_ERR_PROTOCOL_FRAME', `malformed gRPC frame: flag byte ${flag}`);
+      // Continuing a header or a message that began in an earlier chunk.
+      if (this.wanted < 0) {
+        const need = GRPC_FRAME_HEADER_SIZE - this.pendingLength;
+        const take = Math.min(need, chunk.length - pos);
+        this.keep(chunk.subarray(pos, pos + take));
+        pos += take;
+        if (this.pendingLength < GRPC_FRAME_HEADER_SIZE) break;
+        const header = Buffer.concat(this.pending, GRPC_FRAME_HEADER_SIZE);
+        this.pending = [];
+        this.pendingLength = 0;
+        this.wanted = this.readHeader(header, 0);
+        if (this.wanted === 0) {
+          out.push(Buffer.alloc(0));
+          this.wanted = -1;
+        }
+        continue;
       }
-      if (len > this.maxMessageSize) {
-        throw new ProtocolError(
-          'YT_ERR_PROTOCOL_TOO_LARGE',
-          `gRPC message of ${len} bytes exceeds the limit of ${this.maxMessageSize} bytes`,
-        );
+      const take = Math.min(this.wanted - this.pendingLength, chunk.length - pos);
+      this.keep(chunk.subarray(pos, pos + take));
+      pos += take;
+      if (this.pendingLength === this.wanted) {
+        out.push(this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.wanted));
+        this.pending = [];
+        this.pendingLength = 0;
+        this.wanted = -1;
       }
-      if (buf.length - pos - GRPC_FRAME_HEADER_SIZE < len) break;
-      const start = pos + GRPC_FRAME_HEADER_SIZE;
-      out.push(buf.subarray(start, start + len));
-      pos = start + len;
-    }
-    if (pos < buf.length) {
-      const rest = buf.subarray(pos);
-      this.pending.push(rest);
-      this.pendingLength = rest.length;
     }
     return out;
+  }
+
+  private keep(part: Buffer): void {
+    if (part.length === 0) return;
+    this.pending.push(part);
+    this.pendingLength += part.length;
+  }
+
+  private readHeader(buf: Buffer, at: number): number {
+    const flag = buf[at]!;
+    const len = buf.readUInt32BE(at + 1);
+    if (flag === 1) {
+      throw new ProtocolError('YT_ERR_PROTOCOL_COMPRESSED', 'received a compressed gRPC message, but no compression was negotiated');
+    }
+    if (flag !== 0) throw new ProtocolError('YT_ERR_PROTOCOL_FRAME', `malformed gRPC frame: flag byte ${flag}`);
+    if (len > this.maxMessageSize) {
+      throw new ProtocolError(
+        'YT_ERR_PROTOCOL_TOO_LARGE',
+        `gRPC message of ${len} bytes exceeds the limit of ${this.maxMessageSize} bytes`,
+      );
+    }
+    return len;
   }
 }

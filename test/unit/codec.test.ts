@@ -191,6 +191,16 @@ test('the gRPC deframer finds every message however the stream is cut', () => {
   }
 });
 
+test('the gRPC deframer handles empty messages and headers split across chunks', () => {
+  const stream = Buffer.concat([grpcFrameHeader(0), grpcFrameHeader(3), Buffer.from('abc'), grpcFrameHeader(0)]);
+  for (let cut = 1; cut <= stream.length; cut++) {
+    const d = new GrpcDeframer();
+    const got: string[] = [];
+    for (let off = 0; off < stream.length; off += cut) got.push(...d.push(stream.subarray(off, off + cut)).map((m) => m.toString()));
+    assert.deepEqual(got, ['', 'abc', ''], `cut ${cut}`);
+  }
+});
+
 test('the gRPC deframer refuses compressed and oversized messages', () => {
   assert.throws(() => new GrpcDeframer().push(Buffer.from([1, 0, 0, 0, 1, 0])), { code: 'YT_ERR_PROTOCOL_COMPRESSED' });
   assert.throws(() => new GrpcDeframer(1024).push(Buffer.from([0, 0, 0, 4, 1])), {
