@@ -7,7 +7,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { Backoff } from './backoff.js';
-import { ServerConnection, type ServerConnectionOptions } from './server-connection.js';
+import { ServerConnection, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
 
 export interface ClientSetOptions {
   connection: ServerConnectionOptions;
@@ -24,6 +24,8 @@ export class ClientSet {
   private readonly log: Logger;
   private readonly backoff: Backoff;
   private readonly syncIntervalMs: number;
+  /** One keepalive interval for every link, so a server's too_many_pings slows them all. */
+  private readonly keepalive: KeepalivePolicy;
   /** The server count announced by the newest distinct server. */
   private serverCount = 1;
   private dialing: ServerConnection | undefined;
@@ -37,6 +39,7 @@ export class ClientSet {
     this.opts = opts;
     this.log = opts.logger ?? silentLogger();
     this.syncIntervalMs = opts.syncIntervalMs ?? 1000;
+    this.keepalive = opts.connection.keepalive ?? { timeMs: opts.connection.keepaliveTimeMs ?? 35_000 };
     this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, capMs: opts.syncIntervalCapMs ?? 10_000 });
   }
 
@@ -89,17 +92,11 @@ export class ClientSet {
   /** One step: dial a new link if fewer than serverCount distinct servers are held. */
   private async syncOnce(): Promise<void> {
     if (this.draining || this.stopped || this.clients.size >= this.serverCount) return;
-    const conn = new ServerConnection(this.opts.connection);
+    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive });
     this.dialing = conn;
     let identity;
     try {
       identity = await conn.open();
-    } catch (err: unknown) {
-      // grpc-js hides why a connection failed; find out at the TLS level.
-      if (!this.stopped && /No connection established|Failed to connect/.test(errorMessage(err))) {
-        throw new Error(`${errorMessage(err)}; diagnosis: ${await conn.diagnose()}`);
-      }
-      throw err;
     } finally {
       this.dialing = undefined;
     }

@@ -1,22 +1,25 @@
-// One agent ↔ server link: its own gRPC channel (own TCP/TLS connection) and
-// one `AgentService/Connect` call. It answers the server's dials and carries
-// the connections made through it.
+// One agent ↔ server link: its own HTTP/2 connection over mutual TLS and one
+// `AgentService/Connect` call. It answers the server's dials and carries the
+// connections made through it.
+//
+// The call is plain gRPC on the wire; we speak it with node:http2 and the
+// shared framing (pkg/mux/grpc-packet-stream.ts) rather than grpc-js, which
+// copies every message twice on its way out and hides TLS errors behind
+// "Failed to connect".
 
-import * as grpc from '@grpc/grpc-js';
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import { isIP } from 'node:net';
-import { checkServerIdentity } from 'node:tls';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
 import { splice } from '../mux/splice.js';
-import { decodePacket, encodePacket } from '../protocol/codec.js';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
 import { EndpointConn } from './endpoint-conn.js';
-import { ServerCall, type ConnectCall } from './server-call.js';
-import { probeTLS } from './tls-probe.js';
+import { describeGrpcStatus, ServerStream } from './server-stream.js';
 
 export const AGENT_CONNECT_PATH = '/AgentService/Connect';
 
@@ -28,6 +31,11 @@ export interface AgentTLS {
   ca: string;
   cert: string;
   key: string;
+}
+
+/** Keepalive interval shared by a client set's links, so a server's complaint slows them all. */
+export interface KeepalivePolicy {
+  timeMs: number;
 }
 
 export interface ServerConnectionOptions {
@@ -42,11 +50,13 @@ export interface ServerConnectionOptions {
   dialer: Dialer;
   /** Keepalive ping interval. Default 35 s: Go servers forbid pings more often than every 30 s. */
   keepaliveTimeMs?: number;
+  /** Shared, adjustable keepalive (overrides keepaliveTimeMs). */
+  keepalive?: KeepalivePolicy;
   /** How long a ping may go unanswered. Default 20 s. */
   keepaliveTimeoutMs?: number;
   /** How long to wait for the server's response headers. Default 30 s. */
   handshakeTimeoutMs?: number;
-  /** HTTP/2 receive window. Default 4 MiB. */
+  /** HTTP/2 receive window per stream (connection: 4×). Default 4 MiB. */
   receiveWindow?: number;
   /**
    * Receive window per connection announced to the server for yurt-tunnel
@@ -75,10 +85,10 @@ export class ServerConnectionError extends Error {
   }
 }
 
-function singleHeader(md: grpc.Metadata, name: string): string | undefined {
-  const values = md.get(name);
-  if (values.length !== 1) return undefined;
-  return String(values[0]);
+function rawValues(raw: string[], name: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i] === name) out.push(raw[i + 1]!);
+  return out;
 }
 
 export class ServerConnection {
@@ -86,59 +96,26 @@ export class ServerConnection {
   identity: ServerIdentity | undefined;
   private readonly opts: ServerConnectionOptions;
   private readonly log: Logger;
-  private readonly client: grpc.Client;
-  private call: ConnectCall | undefined;
-  private link: ServerCall | undefined;
+  private readonly verifyName: string;
+  private readonly keepalive: KeepalivePolicy;
+  private session: ClientHttp2Session | undefined;
+  private link: ServerStream | undefined;
   private readonly conns = new ConnTable<EndpointConn>();
   private readonly dials = new Map<bigint, AbortController>();
   private nextConnectID = 1n;
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
-  private readonly verifyName: string;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private pingTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: ServerConnectionOptions) {
     this.opts = opts;
     this.address = opts.address;
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
     // The server certificate is checked against serverName, or the address's host (an IP SAN for an IP).
-    const verifyName = opts.serverName ?? splitHostPort(opts.address)?.host ?? opts.address;
-    this.verifyName = verifyName;
-    const creds = grpc.credentials.createSsl(Buffer.from(opts.tls.ca), Buffer.from(opts.tls.key), Buffer.from(opts.tls.cert), {
-      checkServerIdentity: (_name, cert) => checkServerIdentity(verifyName, cert),
-    });
-    const channelOptions: grpc.ChannelOptions = {
-      'grpc.keepalive_time_ms': opts.keepaliveTimeMs ?? 35_000,
-      'grpc.keepalive_timeout_ms': opts.keepaliveTimeoutMs ?? 20_000,
-      'grpc.keepalive_permit_without_calls': 1,
-      // Each server connection is its own TCP connection, even to the same address.
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc-node.flow_control_window': opts.receiveWindow ?? 4 * 1024 * 1024,
-      'grpc.enable_retries': 0,
-      // We reconnect ourselves (client set); a dead channel is discarded.
-      'grpc.initial_reconnect_backoff_ms': 1000,
-      'grpc.max_reconnect_backoff_ms': 10_000,
-    };
-    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-    channelOptions['grpc.ssl_target_name_override'] = this.sni();
-    this.client = new grpc.Client(opts.address, creds, channelOptions);
-  }
-
-  private sni(): string {
-    return isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI;
-  }
-
-  /** Explains a failed connection attempt at the TLS level (see tls-probe.ts). */
-  diagnose(): Promise<string> {
-    const target = splitHostPort(this.address);
-    if (target === undefined) return Promise.resolve(`${this.address} is not host:port`);
-    return probeTLS({
-      host: target.host,
-      port: target.port,
-      servername: this.sni(),
-      verifyName: this.verifyName,
-      ...this.opts.tls,
-    });
+    this.verifyName = opts.serverName ?? splitHostPort(opts.address)?.host ?? opts.address;
+    this.keepalive = opts.keepalive ?? { timeMs: opts.keepaliveTimeMs ?? 35_000 };
   }
 
   get closed(): boolean {
@@ -153,26 +130,31 @@ export class ServerConnection {
     return this.dials.size;
   }
 
-  /** Opens the call; resolves with the server's identity once its headers arrive. */
+  /** Connects and opens the call; resolves with the server's identity once its headers arrive. */
   open(): Promise<ServerIdentity> {
-    const md = new grpc.Metadata();
-    md.set('agentid', this.opts.agentID);
-    if (this.opts.identifiers !== '') md.set('agentidentifiers', this.opts.identifiers);
+    const target = splitHostPort(this.address);
+    if (target === undefined) {
+      return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${this.address} is not host:port`));
+    }
+    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
+    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+    const session = http2.connect(`https://${authority}`, {
+      ca: this.opts.tls.ca,
+      cert: this.opts.tls.cert,
+      key: this.opts.tls.key,
+      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
+      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
+      ALPNProtocols: ['h2'],
+      maxSessionMemory: 64,
+      settings: { initialWindowSize: receiveWindow, enablePush: false },
+    });
+    this.session = session;
     const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
-    if (connWindow > 0) md.set(CONN_WINDOW_HEADER, String(connWindow));
-    const call = this.client.makeBidiStreamRequest<KnownPacket, Packet>(
-      AGENT_CONNECT_PATH,
-      encodePacket,
-      decodePacket,
-      md,
-      {},
-    );
-    this.call = call;
-    const link = new ServerCall(call);
-    this.link = link;
 
     return new Promise<ServerIdentity>((resolve, reject) => {
       let settled = false;
+      let secured = false;
       const settle = (err: Error | undefined, id?: ServerIdentity): void => {
         if (settled) return;
         settled = true;
@@ -184,54 +166,126 @@ export class ServerConnection {
           resolve(id!);
         }
       };
+      const fail = (text: string): void => settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${this.address}: ${text}`));
       const timeoutMs = this.opts.handshakeTimeoutMs ?? 30_000;
       const timer = setTimeout(
-        () =>
-          settle(
-            new ServerConnectionError(
-              'YT_ERR_HANDSHAKE_TIMEOUT',
-              `no response from tunnel server ${this.address} within ${timeoutMs} ms`,
-            ),
-          ),
+        () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${this.address} within ${timeoutMs} ms`)),
         timeoutMs,
       );
       timer.unref();
 
-      call.on('metadata', (md: grpc.Metadata) => {
-        const serverID = singleHeader(md, 'serverid');
-        const countText = singleHeader(md, 'servercount');
-        const serverCount = countText === undefined ? NaN : Number(countText);
-        if (serverID === undefined || serverID === '' || !Number.isInteger(serverCount) || serverCount < 0) {
+      session.on('error', (err) => {
+        if (!settled) fail(errorMessage(err));
+        else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
+      });
+      session.once('connect', () => {
+        secured = true;
+        try {
+          session.setLocalWindowSize(receiveWindow * 4);
+        } catch (err: unknown) {
+          this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+        }
+        this.startKeepalive(session);
+      });
+      session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
+      session.once('close', () => {
+        if (!settled) {
+          fail(
+            secured
+              ? "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's client certificate (issued by a CA other than the one the server was given)"
+              : 'the connection closed during the TLS handshake',
+          );
+        }
+        this.close('connection closed');
+      });
+
+      const headers: http2.OutgoingHttpHeaders = {
+        ':method': 'POST',
+        ':path': AGENT_CONNECT_PATH,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+        'user-agent': 'yurt-tunnel-agent',
+        agentid: this.opts.agentID,
+      };
+      if (this.opts.identifiers !== '') headers.agentidentifiers = this.opts.identifiers;
+      if (connWindow > 0) headers[CONN_WINDOW_HEADER] = String(connWindow);
+      let stream: ClientHttp2Stream;
+      try {
+        stream = session.request(headers);
+      } catch (err: unknown) {
+        fail(errorMessage(err));
+        return;
+      }
+      stream.on('error', (err) => {
+        if (!settled) fail(errorMessage(err));
+      });
+      stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
+        const status = h['grpc-status'] as string | undefined;
+        if (Number(h[':status']) !== 200 || status !== undefined) {
+          // A trailers-only answer: the server refused the call.
+          fail(`refused the call (HTTP ${String(h[':status'])}, ${describeGrpcStatus(status, h['grpc-message'] as string | undefined)})`);
+          return;
+        }
+        const ids = rawValues(raw, 'serverid');
+        const counts = rawValues(raw, 'servercount');
+        const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
+        if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
           settle(
             new ServerConnectionError(
               'YT_ERR_BAD_HEADERS',
               `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
-                `(serverid=${JSON.stringify(md.get('serverid'))}, servercount=${JSON.stringify(md.get('servercount'))})`,
+                `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
             ),
           );
           return;
         }
-        const serverWindow = connWindow > 0 ? parseConnWindow(md.get(CONN_WINDOW_HEADER).map(String)) : undefined;
+        const serverWindow = connWindow > 0 ? parseConnWindow(rawValues(raw, CONN_WINDOW_HEADER)) : undefined;
         const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
         // Upstream: a count of 0 means "unknown", treated as 1.
-        this.identity = { serverID, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+        this.identity = { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+        const link = new ServerStream(stream);
+        this.link = link;
+        link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
         this.sweepTimer.unref();
         settle(undefined, this.identity);
       });
-      call.on('data', (p: Packet) => this.onPacket(p));
-      call.on('status', (status: grpc.StatusObject) => {
-        const reason =
-          status.code === grpc.status.OK
-            ? 'server ended the stream'
-            : `${grpc.status[status.code] ?? status.code}: ${status.details}`;
-        settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${this.address}: ${reason}`));
-        this.close(reason);
-      });
-      call.on('error', () => {
-        // Reported through 'status'.
-      });
     });
+  }
+
+  private startKeepalive(session: ClientHttp2Session): void {
+    const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
+    const schedule = (): void => {
+      this.keepaliveTimer = setTimeout(() => {
+        if (session.destroyed) return;
+        this.pingTimer = setTimeout(() => {
+          this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
+          this.close(`no answer to a keepalive ping within ${timeoutMs} ms`);
+        }, timeoutMs);
+        this.pingTimer.unref();
+        const sent = session.ping((err) => {
+          clearTimeout(this.pingTimer);
+          if (!err) schedule();
+        });
+        if (!sent) {
+          clearTimeout(this.pingTimer);
+          schedule();
+        }
+      }, this.keepalive.timeMs);
+      this.keepaliveTimer.unref();
+    };
+    schedule();
+  }
+
+  private onGoaway(code: number, data: Buffer | undefined): void {
+    const text = data?.toString() ?? '';
+    if (code === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM && text === 'too_many_pings') {
+      // As gRPC clients do: the server's policy is stricter than our interval, so double it.
+      this.keepalive.timeMs *= 2;
+      this.log.warn('tunnel server says we ping too often; doubling the keepalive interval', { keepaliveTimeMs: this.keepalive.timeMs });
+    } else {
+      this.log.verbose(2, 'tunnel server sent GOAWAY', { code, debug: text });
+    }
   }
 
   private send(p: KnownPacket): void {
@@ -353,17 +407,18 @@ export class ServerConnection {
     return new Promise((resolve) => this.closeWaiters.push(resolve));
   }
 
-  /** Closes the call and every connection made through it. Idempotent. */
+  /** Closes the call, the HTTP/2 connection and every connection made through it. Idempotent. */
   close(reason: string): void {
     if (this.closedReason !== undefined) return;
     this.closedReason = reason;
     clearInterval(this.sweepTimer);
-    this.link?.markEnded(reason);
+    clearTimeout(this.keepaliveTimer);
+    clearTimeout(this.pingTimer);
+    this.link?.cancel(reason);
     for (const d of this.dials.values()) d.abort();
     this.dials.clear();
     for (const c of this.conns.takeAll()) c.destroy(new Error(`connection to tunnel server ${this.address} closed: ${reason}`));
-    this.call?.cancel();
-    this.client.close();
+    this.session?.destroy();
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }
 }

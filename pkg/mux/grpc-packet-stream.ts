@@ -1,0 +1,136 @@
+// One `AgentService/Connect` call seen as a stream of packets, over a raw
+// node:http2 stream: gRPC's 5-byte message framing, our protobuf codec, and
+// back-pressure. Shared by the server (agent-stream.ts, which adds status
+// trailers) and the agent (server-stream.ts, which adds cancellation).
+//
+// DATA is written as two pieces — one small buffer holding the gRPC prefix and
+// the packet header, then the payload untouched — so payloads are never copied
+// on the way out; on the way in they are views of what HTTP/2 delivered.
+
+import type { Http2Stream } from 'node:http2';
+import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
+import { ProtocolError } from '../protocol/errors.js';
+import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from '../protocol/grpc-frame.js';
+import type { KnownPacket, Packet } from '../protocol/packet.js';
+import type { PacketLink } from './packet-link.js';
+import { PauseGate } from './pause-gate.js';
+
+export interface GrpcPacketStreamHandlers {
+  onPacket(packet: Packet): void;
+  /** The call ended, for `reason`. Called once. */
+  onClose(reason: string): void;
+}
+
+export interface GrpcPacketStreamOptions {
+  /** Bytes queued on the HTTP/2 stream before DATA senders wait. Default 1 MiB. */
+  sendBufferLimit?: number;
+  /** Largest gRPC message accepted. Default 4 MiB (Go's default). */
+  maxMessageSize?: number;
+  /** Called on every send (the keepalive policy wants to know about our traffic). */
+  onSend?: () => void;
+}
+
+export abstract class GrpcPacketStream implements PacketLink {
+  private readonly deframer: GrpcDeframer;
+  private readonly gate: PauseGate;
+  private readonly sendBufferLimit: number;
+  private readonly onSend: (() => void) | undefined;
+  private drainWaiters: Array<(err?: Error | null) => void> = [];
+  private handlers: GrpcPacketStreamHandlers | undefined;
+  private ended = false;
+
+  constructor(
+    protected readonly stream: Http2Stream,
+    opts: GrpcPacketStreamOptions = {},
+  ) {
+    this.deframer = new GrpcDeframer(opts.maxMessageSize);
+    this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
+    this.onSend = opts.onSend;
+    this.gate = new PauseGate(
+      () => stream.pause(),
+      () => stream.resume(),
+    );
+  }
+
+  /** Starts reading packets. */
+  start(handlers: GrpcPacketStreamHandlers): void {
+    this.handlers = handlers;
+    this.stream.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.stream.on('drain', () => this.flushDrainWaiters());
+  }
+
+  /** The peer sent bytes that are not a packet: end the call, saying why. */
+  protected abstract onProtocolError(err: ProtocolError): void;
+
+  private onData(chunk: Buffer): void {
+    let packets: Packet[];
+    try {
+      packets = this.deframer.push(chunk).map(decodePacket);
+    } catch (err: unknown) {
+      this.onProtocolError(err instanceof ProtocolError ? err : new ProtocolError('YT_ERR_PROTOCOL_FRAME', String(err)));
+      return;
+    }
+    for (const p of packets) {
+      if (this.ended) return;
+      this.handlers?.onPacket(p);
+    }
+  }
+
+  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
+    if (this.ended) {
+      cb(new Error('the tunnel stream is closed'));
+      return;
+    }
+    const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
+    writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
+    const { stream } = this;
+    this.onSend?.();
+    stream.cork();
+    stream.write(header);
+    stream.write(data);
+    stream.uncork();
+    if (stream.writableLength <= this.sendBufferLimit) cb();
+    else this.drainWaiters.push(cb);
+  }
+
+  sendControl(packet: KnownPacket): boolean {
+    if (this.ended) return false;
+    const body = encodePacket(packet);
+    this.onSend?.();
+    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]));
+    return true;
+  }
+
+  pauseReceive(holder: object): void {
+    this.gate.hold(holder);
+  }
+
+  resumeReceive(holder: object): void {
+    if (!this.ended) this.gate.release(holder);
+  }
+
+  /** Bytes waiting in the HTTP/2 stream's send buffer. */
+  get queuedBytes(): number {
+    return this.stream.writableLength;
+  }
+
+  get isEnded(): boolean {
+    return this.ended;
+  }
+
+  /** Marks the call over: waiting senders fail, packets stop, onClose runs once. */
+  protected finish(reason: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.gate.clear();
+    this.flushDrainWaiters(new Error(`the tunnel stream closed: ${reason}`));
+    this.handlers?.onClose(reason);
+  }
+
+  private flushDrainWaiters(err?: Error): void {
+    if (!err && this.stream.writableLength > this.sendBufferLimit) return;
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const cb of waiters) cb(err ?? null);
+  }
+}
