@@ -136,6 +136,8 @@ export class AgentEndpoint {
       settings: { initialWindowSize: this.opts.streamWindowSize, maxConcurrentStreams: 100 },
     });
     this.server.on('connection', (socket: Socket) => {
+      // Control packets are small and latency-bound; Nagle would hold them back.
+      socket.setNoDelay(true);
       this.remoteAddresses.set(socket, remoteOf(socket));
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));

@@ -60,7 +60,11 @@ test('an agent killed mid-stream closes the client within a second', async (t) =
   const h = harness(t);
   const echo = await startEchoServer(h);
   const s = await setup(h);
-  await s.startServer();
+  const server = await s.startServer();
+  // Local mode: its own CA, and the cluster-only parts each skipped with one line.
+  assert.equal(server.lines.filter((l) => /DNS controller skipped: local mode has no cluster/.test(l)).length, 1);
+  assert.equal(server.lines.filter((l) => /iptables manager skipped: local mode has no cluster/.test(l)).length, 1);
+  assert.equal(server.lines.filter((l) => /certificates created .*files=ca\.crt,tunnel-server\.crt,tunnel-proxy-client\.crt/.test(l)).length, 1);
   await issueAgentCert(h, s);
   const agent = await s.startAgent();
   const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);

@@ -1,0 +1,70 @@
+// Several servers behind one address, and the proxier's Unix socket file.
+
+import assert from 'node:assert/strict';
+import { stat, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { connect, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { HttpConnectServer } from '../../pkg/frontend/http-connect.js';
+import { Tunnel } from '../../pkg/tunnel/tunnel.js';
+import { harness, type Harness } from '../support/harness.js';
+import { startAgent, startServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+
+/** A TCP load balancer on loopback that sends each new connection to the next backend in turn. */
+async function roundRobin(h: Harness, ports: number[]): Promise<number> {
+  let next = 0;
+  const lb = await startTCPServer(h, (client: Socket) => {
+    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.pipe(upstream).pipe(client);
+  });
+  return lb.port;
+}
+
+test('behind a load balancer the agent keeps dialling until it holds servercount distinct servers', async (t) => {
+  const h = harness(t);
+  const a = await startServer(h, { serverID: 'server-a', endpoint: { serverCount: 2 } });
+  const b = await startServer(h, { serverID: 'server-b', endpoint: { serverCount: 2 } });
+  const lbPort = await roundRobin(h, [a.endpoint.address.port, a.endpoint.address.port, b.endpoint.address.port]);
+  const agent = startAgent(h, `127.0.0.1:${lbPort}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
+  await waitFor('links to both servers', () => agent.clients.connectedServers === 2, 10_000);
+  assert.deepEqual(agent.clients.serverIDs.sort(), ['server-a', 'server-b']);
+  assert.equal(a.tunnel.registry.agentCount, 1);
+  assert.equal(b.tunnel.registry.agentCount, 1);
+  assert.ok(agent.log.find('already connected to this server').length >= 1, 'the duplicate link to server-a was closed');
+  // Losing one server: the agent keeps the other and tries to get back to two.
+  await b.stop();
+  await waitFor('the agent to notice', () => agent.clients.connectedServers === 1, 5000);
+  assert.deepEqual(agent.clients.serverIDs, ['server-a']);
+});
+
+test('the proxier replaces a stale socket file, refuses any other file, and makes the socket 0660', async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const tunnel = new Tunnel();
+  h.defer(() => tunnel.close());
+
+  // A socket file left behind by a process that was killed.
+  const stalePath = join(dir, 'stale.sock');
+  const crashed = spawn(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(stalePath)}, () => console.log('up'))`]);
+  await once(crashed.stdout, 'data');
+  crashed.kill('SIGKILL');
+  await once(crashed, 'exit');
+  assert.ok((await stat(stalePath)).isSocket(), 'the dead process left its socket file');
+  const proxier = new HttpConnectServer(tunnel, { path: stalePath });
+  h.defer(() => proxier.close());
+  await proxier.start();
+  assert.equal((await stat(stalePath)).mode & 0o777, 0o660);
+
+  const filePath = join(dir, 'not-a-socket');
+  await writeFile(filePath, 'precious');
+  const refused = new HttpConnectServer(tunnel, { path: filePath });
+  await assert.rejects(refused.start(), {
+    message: `${filePath} exists and is not a socket; refusing to replace it (remove it or choose another path)`,
+  });
+  await refused.close();
+});
