@@ -9,49 +9,20 @@
 //
 // Absolute numbers depend on the machine; the ratios are what to compare.
 
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 
-const root = new URL('../..', import.meta.url).pathname;
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
 const PARALLEL_BYTES = 64 * 1024 * 1024;
 const RTT_ROUNDS = 3000;
 const CONN_ROUNDS = 300;
 const RUNS = 3;
 
-const children: ChildProcess[] = [];
 const VERBOSE = process.env.BENCH_VERBOSE === '1';
-process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
-
-function start(bin: string, args: string[], ready: RegExp): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let out = '';
-  return new Promise((resolve, reject) => {
-    const onText = (b: Buffer): void => {
-      out += b.toString();
-      const m = ready.exec(out);
-      if (m) resolve({ child, match: m });
-    };
-    child.stdout!.on('data', onText);
-    child.stderr!.on('data', onText);
-    if (VERBOSE) child.stderr!.on('data', (b: Buffer) => process.stderr.write(`[${bin.split('/').at(-2)}] ${b.toString()}`));
-    child.once('exit', (code) => reject(new Error(`${bin} exited with ${code}:\n${out}`)));
-  });
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 type Dial = () => Promise<Socket>;
 
@@ -155,30 +126,14 @@ function printTable(): void {
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-bench-'));
-  const uds = join(dir, 'proxier.sock');
-  const agentPort = await freePort();
+  const children: ChildProcess[] = [];
+  const verbose = VERBOSE ? ['--v', '3'] : [];
+  const echo = VERBOSE ? (who: string, text: string): void => void process.stderr.write(`[${who}] ${text}`) : undefined;
+  const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
+  const local = await startLocalTunnel({ nodeName: 'bench', serverArgs: verbose, agentArgs: verbose, onOutput: echo });
   try {
-    const target = await start(join(root, 'dist/bench/target.js'), [], /^(\d+)\n/);
     const targetPort = Number(target.match[1]);
-    const serverBin = join(root, 'dist/cmd/yurt-tunnel-server/main.js');
-    await start(
-      serverBin,
-      ['--cert-dir', join(dir, 'pki'), '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort), '--interceptor-proxier-uds', uds, '--v', VERBOSE ? '3' : '0'],
-      /yurt-tunnel-server started/,
-    );
-    const issued = spawn(process.execPath, [serverBin, 'issue-agent-cert', '--cert-dir', join(dir, 'pki'), '--node-name', 'bench', '--out', join(dir, 'agent')]);
-    await once(issued, 'exit');
-    await start(
-      join(root, 'dist/cmd/yurt-tunnel-agent/main.js'),
-      [
-        '--node-name', 'bench', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
-        '--ca-file', join(dir, 'agent/ca.crt'), '--cert-file', join(dir, 'agent/tls.crt'), '--key-file', join(dir, 'agent/tls.key'),
-        '--v', VERBOSE ? '5' : '0',
-      ],
-      /connected to tunnel server/,
-    );
-
+    const uds = local.udsPath;
     const address = `127.0.0.1:${targetPort}`;
     const direct: Dial = async () => {
       const s = connect({ port: targetPort, host: '127.0.0.1', noDelay: true });
@@ -220,11 +175,8 @@ async function main(): Promise<void> {
 
     printTable();
   } finally {
-    for (const c of children.reverse()) {
-      c.kill('SIGTERM');
-      if (c.exitCode === null) await once(c, 'exit');
-    }
-    rmSync(dir, { recursive: true, force: true });
+    await local.stop();
+    for (const c of children) c.kill('SIGTERM');
   }
 }
 

@@ -6,59 +6,19 @@
 // server's CONNECT socket, as kube-apiserver's egress would, and shows what
 // failures look like. `npm run demo -- --keep-running` leaves it all up.
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier, ProxierError } from '../pkg/interceptor/proxier-dialer.js';
 import { StandinKubelet } from '../test/support/standin-kubelet/index.js';
+import { freePort, startLocalTunnel } from './local-tunnel.js';
 
 const keepRunning = process.argv.includes('--keep-running');
-const root = new URL('../..', import.meta.url).pathname;
-const SERVER = join(root, 'dist/cmd/yurt-tunnel-server/main.js');
-const AGENT = join(root, 'dist/cmd/yurt-tunnel-agent/main.js');
-
-const children: ChildProcess[] = [];
 
 function say(text: string): void {
   process.stdout.write(text + '\n');
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
-
-/** Starts a CLI; resolves when a line matches `ready`. Its log goes to `logFile`-like buffer shown on failure. */
-function startCLI(name: string, bin: string, args: string[], ready: RegExp): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const onText = (b: Buffer): void => {
-      output += b.toString();
-      if (ready.test(output)) resolve(child);
-    };
-    child.stdout!.on('data', onText);
-    child.stderr!.on('data', onText);
-    child.once('exit', (code) => reject(new Error(`${name} exited with ${code}:\n${output}`)));
-    setTimeout(() => reject(new Error(`${name} did not get ready in 15 s:\n${output}`)), 15_000).unref();
-  });
-}
-
-function run(bin: string, args: string[]): Promise<void> {
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
-  return once(child, 'exit').then(([code]) => {
-    if (code !== 0) throw new Error(`${bin} ${args.join(' ')} exited with ${code}`);
-  });
 }
 
 interface TLSFiles {
@@ -90,41 +50,27 @@ async function getThroughTunnel(uds: string, address: string, path: string, tls:
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-demo-'));
-  const pki = join(dir, 'pki');
-  const uds = join(dir, 'proxier.sock');
-  const agentPort = await freePort();
-
-  say(`yurt-tunnel demo (work dir ${dir})\n`);
+  say('yurt-tunnel demo\n');
   say('1. yurt-tunnel-server in local certificate mode: makes its CA, listens for agents, opens the CONNECT socket');
-  await startCLI(
-    'yurt-tunnel-server',
-    SERVER,
-    ['--cert-dir', pki, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort), '--interceptor-proxier-uds', uds],
-    /yurt-tunnel-server started/,
-  );
-  say(`   agents: 127.0.0.1:${agentPort} (gRPC, mutual TLS)   proxier: ${uds}`);
-
-  say('2. a client certificate for the agent of node "edge-1", issued by the server\'s CA');
-  await run(SERVER, ['issue-agent-cert', '--cert-dir', pki, '--node-name', 'edge-1', '--out', join(dir, 'agent')]);
+  const tunnel = await startLocalTunnel({
+    nodeName: 'edge-1',
+    onStep: (step, detail) => {
+      if (step === 'server') {
+        say(`   ${detail}`);
+        say('2. a client certificate for the agent of node "edge-1", issued by the server\'s CA');
+      } else if (step === 'agent-cert') {
+        say('3. yurt-tunnel-agent for edge-1 dials out to the server and waits for work');
+      }
+    },
+  });
+  const { certDir: pki, udsPath: uds } = tunnel;
 
   const ca = { cert: readFileSync(join(pki, 'ca.crt'), 'utf8'), key: readFileSync(join(pki, 'ca.key'), 'utf8') };
   const kubeletCert = issueCertificate(ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
   const kubelet = new StandinKubelet({ cert: kubeletCert.cert, key: kubeletCert.key, clientCA: ca.cert, nodeName: 'edge-1' });
   await kubelet.start();
   const kubeletAddress = `127.0.0.1:${kubelet.port}`;
-  say(`3. a stand-in kubelet for edge-1 on https://${kubeletAddress} (client certificate required)`);
-
-  say('4. yurt-tunnel-agent for edge-1 dials out to the server and waits for work');
-  await startCLI(
-    'yurt-tunnel-agent',
-    AGENT,
-    [
-      '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
-      '--ca-file', join(dir, 'agent/ca.crt'), '--cert-file', join(dir, 'agent/tls.crt'), '--key-file', join(dir, 'agent/tls.key'),
-    ],
-    /connected to tunnel server/,
-  );
+  say(`4. a stand-in kubelet for edge-1 on https://${kubeletAddress} (client certificate required), reachable only through the agent`);
 
   // The caller presents the proxy-client identity the server issued, as the interceptor will.
   const client: TLSFiles = {
@@ -177,16 +123,11 @@ Press Ctrl+C to stop.`);
   }
 
   say('\nstopping: agent (drains), server, kubelet');
-  for (const c of children.reverse()) {
-    c.kill('SIGTERM');
-    if (c.exitCode === null) await once(c, 'exit');
-  }
+  await tunnel.stop();
   await kubelet.close();
-  rmSync(dir, { recursive: true, force: true });
   say('done');
 }
 
-process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
 main().catch((err: unknown) => {
   process.stderr.write(`demo failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
   process.exit(1);

@@ -108,9 +108,8 @@ test('our agent echoes random 2^63-1 exactly to an upstream-style server and ser
   const pki = testPKI();
   const echo = await startEchoServer(h);
   const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
-  const callSeen = new Promise<(typeof upstream.calls)[number]>((resolve) => upstream.onCall(resolve));
   startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
-  const call = await callSeen;
+  const call = await upstream.nextCall();
   assert.deepEqual(call.metadata.get('agentid'), ['edge-1']);
   assert.deepEqual(call.metadata.get('agentidentifiers'), ['ipv4=127.0.0.1&host=edge-1']);
   const packets: Array<Record<string, any>> = [];

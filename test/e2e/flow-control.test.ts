@@ -82,9 +82,8 @@ test('the agent announces its window and uses none when the server does not answ
   const pki = testPKI();
   const echo = await startEchoServer(h);
   const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
-  const callSeen = new Promise<(typeof upstream.calls)[number]>((resolve) => upstream.onCall(resolve));
   startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
-  const call = await callSeen;
+  const call = await upstream.nextCall();
   assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['524288']);
   const types: string[] = [];
   call.on('data', (p: { type: string }) => types.push(p.type));

@@ -96,11 +96,14 @@ export function scriptedAgent(
   };
 }
 
+export type ScriptedCall = grpc.ServerDuplexStream<UpstreamPacket, UpstreamPacket>;
+
 export interface ScriptedServer {
   port: number;
   /** Calls received, newest last. */
-  calls: Array<grpc.ServerDuplexStream<UpstreamPacket, UpstreamPacket>>;
-  onCall(fn: (call: grpc.ServerDuplexStream<UpstreamPacket, UpstreamPacket>) => void): void;
+  calls: ScriptedCall[];
+  /** Resolves with the first call not yet handed out. */
+  nextCall(): Promise<ScriptedCall>;
   stop(): Promise<void>;
 }
 
@@ -110,18 +113,23 @@ export async function scriptedServer(
   opts: { serverID: string; serverCount: number; tls: { ca: string; cert: string; key: string } },
 ): Promise<ScriptedServer> {
   const server = new grpc.Server();
-  const calls: ScriptedServer['calls'] = [];
-  let handler: ((call: ScriptedServer['calls'][number]) => void) | undefined;
+  const calls: ScriptedCall[] = [];
+  let handedOut = 0;
+  const waiting: Array<(call: ScriptedCall) => void> = [];
   const AgentService = konnectivityProtos().AgentService as grpc.ServiceClientConstructor;
   server.addService(AgentService.service, {
-    Connect: (call: ScriptedServer['calls'][number]) => {
+    Connect: (call: ScriptedCall) => {
       const md = new grpc.Metadata();
       md.set('serverid', opts.serverID);
       md.set('servercount', String(opts.serverCount));
       call.sendMetadata(md);
       call.on('error', () => {});
       calls.push(call);
-      handler?.(call);
+      const w = waiting.shift();
+      if (w !== undefined) {
+        handedOut++;
+        w(call);
+      }
     },
   });
   const creds = grpc.ServerCredentials.createSsl(Buffer.from(opts.tls.ca), [
@@ -138,5 +146,7 @@ export async function scriptedServer(
     server.forceShutdown();
   };
   h.defer(stop);
-  return { port, calls, onCall: (fn) => (handler = fn), stop };
+  const nextCall = (): Promise<ScriptedCall> =>
+    handedOut < calls.length ? Promise.resolve(calls[handedOut++]!) : new Promise((resolve) => waiting.push(resolve));
+  return { port, calls, nextCall, stop };
 }

@@ -1,0 +1,120 @@
+// A local tunnel from the real CLIs, for the demo and the bench: a temp dir,
+// yurt-tunnel-server in local certificate mode, an agent certificate from its
+// CA, and yurt-tunnel-agent for one node. stop() ends them and removes the dir.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
+export const SERVER_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-server/main.js');
+export const AGENT_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-agent/main.js');
+
+export async function freePort(): Promise<number> {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const port = (s.address() as AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** Starts a node script; resolves once its output matches `ready` (with the match). */
+export function startProcess(
+  children: ChildProcess[],
+  bin: string,
+  args: string[],
+  ready: RegExp,
+  onOutput?: (text: string) => void,
+): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
+  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const onText = (b: Buffer): void => {
+      out += b.toString();
+      onOutput?.(b.toString());
+      const m = ready.exec(out);
+      if (m) resolve({ child, match: m });
+    };
+    child.stdout!.on('data', onText);
+    child.stderr!.on('data', onText);
+    child.once('exit', (code) => reject(new Error(`${bin} exited with ${code}:\n${out}`)));
+    setTimeout(() => reject(new Error(`${bin} did not get ready in 20 s:\n${out}`)), 20_000).unref();
+  });
+}
+
+export interface LocalTunnel {
+  dir: string;
+  certDir: string;
+  agentDir: string;
+  udsPath: string;
+  agentPort: number;
+  nodeName: string;
+  children: ChildProcess[];
+  /** Stops every process (agent first, gracefully) and removes the dir. */
+  stop(): Promise<void>;
+}
+
+export interface LocalTunnelOptions {
+  nodeName?: string;
+  serverArgs?: string[];
+  agentArgs?: string[];
+  /** Sees every line the server and agent print (e.g. to echo them). */
+  onOutput?: (who: 'server' | 'agent', text: string) => void;
+  /** Called between the steps, for narration. */
+  onStep?: (step: 'server' | 'agent-cert' | 'agent', detail: string) => void;
+}
+
+export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<LocalTunnel> {
+  const nodeName = opts.nodeName ?? 'edge-1';
+  const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-'));
+  const certDir = join(dir, 'pki');
+  const agentDir = join(dir, 'agent');
+  const udsPath = join(dir, 'proxier.sock');
+  const agentPort = await freePort();
+  const children: ChildProcess[] = [];
+  const stop = async (): Promise<void> => {
+    for (const c of [...children].reverse()) {
+      if (c.exitCode !== null || c.signalCode !== null) continue;
+      c.kill('SIGTERM');
+      await once(c, 'exit');
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await startProcess(
+      children,
+      SERVER_BIN,
+      ['--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort), '--interceptor-proxier-uds', udsPath, ...(opts.serverArgs ?? [])],
+      /yurt-tunnel-server started/,
+      (t) => opts.onOutput?.('server', t),
+    );
+    opts.onStep?.('server', `agents: 127.0.0.1:${agentPort} (gRPC, mutual TLS)   proxier: ${udsPath}`);
+    const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--out', agentDir], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const [code] = (await once(issue, 'exit')) as [number];
+    if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
+    opts.onStep?.('agent-cert', join(agentDir, 'tls.crt'));
+    await startProcess(
+      children,
+      AGENT_BIN,
+      [
+        '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+        '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
+        ...(opts.agentArgs ?? []),
+      ],
+      /connected to tunnel server/,
+      (t) => opts.onOutput?.('agent', t),
+    );
+    opts.onStep?.('agent', nodeName);
+  } catch (err: unknown) {
+    await stop();
+    throw err;
+  }
+  process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
+  return { dir, certDir, agentDir, udsPath, agentPort, nodeName, children, stop };
+}
