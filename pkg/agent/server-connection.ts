@@ -60,7 +60,7 @@ export interface ServerConnectionOptions {
   receiveWindow?: number;
   /**
    * Receive window per connection announced to the server for yurt-tunnel
-   * flow control; 0 does not announce it (upstream behaviour). Default 512 KiB.
+   * flow control; 0 does not announce it (upstream behaviour). Default 1 MiB.
    */
   connWindow?: number;
   connHighWaterMark?: number;

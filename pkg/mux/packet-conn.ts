@@ -16,7 +16,7 @@
 
 import { Duplex } from 'node:stream';
 import { ConnectionClosedError } from '../protocol/errors.js';
-import type { FlowWindows } from '../protocol/flow-control.js';
+import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 
@@ -53,6 +53,8 @@ export abstract class PacketConn extends Duplex {
   private waitingForCredit: (() => void) | undefined;
   /** Received bytes the reader has consumed and we have granted back. */
   private granted = 0;
+  /** Our current receive window; starts at flow.receiveWindow, widens for a reader that keeps up. */
+  private receiveWindow: number;
 
   constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
     const flow = opts.flow;
@@ -65,6 +67,7 @@ export abstract class PacketConn extends Duplex {
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
     this.flow = flow;
     this.sendCredit = flow?.sendWindow ?? Infinity;
+    this.receiveWindow = flow?.receiveWindow ?? 0;
   }
 
   /**
@@ -88,7 +91,7 @@ export abstract class PacketConn extends Duplex {
     const belowMark = this.push(data);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
-    const full = this.flow === undefined ? !belowMark : this.readableLength > this.flow.receiveWindow;
+    const full = this.flow === undefined ? !belowMark : this.readableLength > this.receiveWindow;
     if (full && !this.holdingLink) {
       this.holdingLink = true;
       this.link.pauseReceive(this);
@@ -174,9 +177,18 @@ export abstract class PacketConn extends Duplex {
     if (this.flow !== undefined && !this.remoteEnded) {
       // Grant back what the reader has consumed, in batches of a quarter window.
       const consumed = this.bytesReceived - this.readableLength - this.granted;
-      if (consumed >= this.flow.receiveWindow / 4) {
+      if (consumed >= this.receiveWindow / 4) {
         this.granted += consumed;
-        this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed) });
+        // A reader that has emptied the buffer is waiting on the window, not
+        // the other way round: widen it (bulk copies over long paths need
+        // more in flight). A slow reader's buffer is never empty here, so its
+        // window, and the memory it can pin, stays small.
+        let widen = 0;
+        if (this.readableLength === 0 && this.receiveWindow < MAX_AUTO_WINDOW) {
+          widen = Math.min(this.receiveWindow, MAX_AUTO_WINDOW - this.receiveWindow);
+          this.receiveWindow += widen;
+        }
+        this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed + widen) });
       }
     }
   }

@@ -5,8 +5,15 @@
 /** Metadata (agent → server) and response header (server → agent). */
 export const CONN_WINDOW_HEADER = 'yurttunnel-conn-window';
 
-/** Default receive window per connection. */
-export const DEFAULT_CONN_WINDOW = 512 * 1024;
+/** Default receive window per connection, as announced. */
+export const DEFAULT_CONN_WINDOW = 1024 * 1024;
+
+/**
+ * How far a receiver may widen a connection's window beyond the announced one
+ * while its reader keeps up (see PacketConn._read). Widening needs no
+ * negotiation: it is just a larger WINDOW_UPDATE.
+ */
+export const MAX_AUTO_WINDOW = 4 * 1024 * 1024;
 
 const MIN_WINDOW = 16 * 1024;
 const MAX_WINDOW = 64 * 1024 * 1024;

@@ -51,7 +51,7 @@ export interface AgentEndpointOptions {
   /**
    * Receive window per connection offered to agents that announce flow
    * control (proto/yurttunnel_ext.proto); 0 turns the extension off.
-   * Default 512 KiB.
+   * Default 1 MiB.
    */
   connWindow?: number;
   logger?: Logger;

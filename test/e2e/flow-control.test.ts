@@ -84,7 +84,7 @@ test('the agent announces its window and uses none when the server does not answ
   const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
   startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
   const call = await upstream.nextCall();
-  assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['524288']);
+  assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['1048576']);
   const types: string[] = [];
   call.on('data', (p: { type: string }) => types.push(p.type));
   call.write({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: '1' } });

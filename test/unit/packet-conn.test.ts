@@ -10,6 +10,7 @@ import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises'
 import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { ConnTable, TOMBSTONE_MS } from '../../pkg/mux/conn-table.js';
 import { MAX_DATA_PAYLOAD, type PacketConn } from '../../pkg/mux/packet-conn.js';
+import { MAX_AUTO_WINDOW } from '../../pkg/protocol/flow-control.js';
 import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
@@ -657,4 +658,30 @@ test('credit is ignored without flow control, and a zero or negative grant chang
   flowing.write(Buffer.alloc(20 * 1024), () => (done = true));
   await tick();
   assert.equal(done, false);
+});
+
+test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow one does not', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const fast = new EndpointConn(link, 10n, '10.0.0.5:10250', { flow: FLOW });
+  h.defer(() => fast.destroy());
+  fast.on('data', () => {});
+  let granted = 0;
+  // Feed window after window as grants come back; a flowing reader empties the buffer each time.
+  for (let round = 0; round < 200 && granted < 20 * 1024 * 1024; round++) {
+    fast.deliver(Buffer.alloc(16 * 1024));
+    await tick();
+    granted = link.control.reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' && p.connectID === 10n ? Number(p.bytes) : 0), 0);
+  }
+  const delivered = fast.bytesReceived;
+  assert.ok(granted > delivered, `widened: granted ${granted} for ${delivered} consumed`);
+  assert.ok(granted - delivered <= MAX_AUTO_WINDOW - FLOW.receiveWindow, 'never past MAX_AUTO_WINDOW');
+
+  const slow = new EndpointConn(link, 11n, '10.0.0.5:10250', { flow: FLOW });
+  h.defer(() => slow.destroy());
+  for (let i = 0; i < 4; i++) slow.deliver(Buffer.alloc(8 * 1024));
+  slow.read(16 * 1024); // a little is read; the buffer is never empty
+  await tick();
+  const slowGrants = link.control.filter((p) => p.type === 'WINDOW_UPDATE' && p.connectID === 11n);
+  assert.ok(slowGrants.every((p) => p.type === 'WINDOW_UPDATE' && Number(p.bytes) <= 16 * 1024), 'no widening for a reader that lags');
 });
