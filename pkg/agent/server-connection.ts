@@ -23,6 +23,9 @@ import { describeGrpcStatus, ServerStream } from './server-stream.js';
 
 export const AGENT_CONNECT_PATH = '/AgentService/Connect';
 
+/** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
+const CERT_REFUSAL_WINDOW_MS = 1000;
+
 /** SNI sent when the server is addressed by IP (servers select no certificate by it). */
 const IP_TARGET_SNI = 'yurt-tunnel-server';
 
@@ -154,7 +157,8 @@ export class ServerConnection {
 
     return new Promise<ServerIdentity>((resolve, reject) => {
       let settled = false;
-      let secured = false;
+      /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
+      let securedAt: number | undefined;
       const settle = (err: Error | undefined, id?: ServerIdentity): void => {
         if (settled) return;
         settled = true;
@@ -179,7 +183,7 @@ export class ServerConnection {
         else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
       });
       session.once('connect', () => {
-        secured = true;
+        securedAt = performance.now();
         try {
           session.setLocalWindowSize(receiveWindow * 4);
         } catch (err: unknown) {
@@ -190,11 +194,13 @@ export class ServerConnection {
       session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
       session.once('close', () => {
         if (!settled) {
-          fail(
-            secured
-              ? "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's client certificate (issued by a CA other than the one the server was given)"
-              : 'the connection closed during the TLS handshake',
-          );
+          if (securedAt === undefined) fail('the connection closed during the TLS handshake');
+          else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
+            fail(
+              "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
+                'client certificate (issued by a CA other than the one the server was given)',
+            );
+          } else fail('the connection closed before the server answered the call');
         }
         this.close('connection closed');
       });

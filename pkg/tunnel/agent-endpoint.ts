@@ -97,7 +97,8 @@ export class AgentEndpoint {
   private readonly sockets = new Set<Socket>();
   /** Peer address of each raw connection, still known after its TLS socket is gone. */
   private readonly remoteAddresses = new WeakMap<object, string>();
-  private readonly streams = new Set<AgentStream>();
+  /** Live agent calls, by the connection they ride on. */
+  private readonly streams = new Map<Http2Session, Set<AgentStream>>();
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -219,6 +220,7 @@ export class AgentEndpoint {
         remoteAddress: state.remoteAddress,
         timeoutMs: this.opts.keepaliveTimeoutMs,
       });
+      for (const s of this.streams.get(session) ?? []) s.abort(`no answer to a keepalive ping within ${this.opts.keepaliveTimeoutMs} ms`);
       session.destroy();
     }, this.opts.keepaliveTimeoutMs);
     state.pingTimeout.unref();
@@ -349,12 +351,18 @@ export class AgentEndpoint {
       onSend: state === undefined ? undefined : () => (state.sentSinceLastPing = true),
     });
     const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
-    if (backend.closed) return;
-    this.streams.add(link);
+    if (backend.closed || session === undefined) return;
+    let sessionStreams = this.streams.get(session);
+    if (sessionStreams === undefined) {
+      sessionStreams = new Set();
+      this.streams.set(session, sessionStreams);
+    }
+    sessionStreams.add(link);
     link.start({
       onPacket: (p) => this.tunnel.handlePacket(backend, p),
       onClose: (reason) => {
-        this.streams.delete(link);
+        sessionStreams.delete(link);
+        if (sessionStreams.size === 0) this.streams.delete(session);
         this.tunnel.detachAgent(backend, reason);
       },
     });
@@ -373,7 +381,7 @@ export class AgentEndpoint {
     const closed = this.listening
       ? new Promise<void>((resolve) => this.server.close(() => resolve()))
       : Promise.resolve();
-    for (const s of this.streams) s.end(GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down');
+    for (const set of this.streams.values()) for (const s of set) s.end(GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down');
     this.streams.clear();
     for (const session of this.sessions.keys()) session.close();
     if (this.sessions.size > 0) {

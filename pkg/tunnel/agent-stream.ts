@@ -67,6 +67,12 @@ export class AgentStream extends GrpcPacketStream {
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
   }
 
+  /** Drops the call without a status (the connection is dead), for `reason`. */
+  abort(reason: string): void {
+    this.finish(reason);
+    if (!this.serverStream.destroyed) this.serverStream.destroy();
+  }
+
   /** Ends the call with a gRPC status (sent in the trailers). */
   end(code: number, message: string, reason = message === '' ? `ended with gRPC status ${code}` : message): void {
     if (this.isEnded) return;

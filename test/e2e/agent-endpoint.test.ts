@@ -323,11 +323,13 @@ test('a silent agent link is dropped by the server\'s keepalive; a silent server
     nodeName: 'edge-1',
     connection: { serverName: 'localhost', keepaliveTimeMs: 300, keepaliveTimeoutMs: 300 },
   });
-  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  await waitFor('the link, on both sides', () => server.tunnel.registry.agentCount === 1 && agent.clients.connectedServers === 1);
   relay.freeze();
   const frozenAt = performance.now();
   await waitFor('the server to drop the agent', () => server.tunnel.registry.agentCount === 0, 3000);
   assert.ok(server.log.find('did not answer a keepalive ping').length >= 1);
+  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^no answer to a keepalive ping within 300 ms$/);
   await waitFor('the agent to notice', () => agent.log.find('lost connection to tunnel server').length >= 1, 3000);
   assert.ok(performance.now() - frozenAt < 3000);
+  assert.ok(agent.log.find('tunnel server did not answer a keepalive ping').length >= 1, 'the agent noticed by its own pings');
 });

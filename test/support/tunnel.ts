@@ -316,7 +316,7 @@ export async function readExactly(socket: Socket, n: number, initial: Buffer = B
   });
 }
 
-/** A TCP relay to `targetPort` that can be frozen: it then stops forwarding in both directions (a dead link). */
+/** A TCP relay to `targetPort` that can be frozen: it then forwards nothing, not even a close (a dead link). */
 export async function startRelay(h: Harness, targetPort: number): Promise<{ port: number; freeze(): void; connections(): number }> {
   let frozen = false;
   const pairs = new Set<[Socket, Socket]>();
@@ -326,11 +326,12 @@ export async function startRelay(h: Harness, targetPort: number): Promise<{ port
     client.on('error', () => upstream.destroy());
     const pair: [Socket, Socket] = [client, upstream];
     pairs.add(pair);
+    // Frozen, it is a black hole: not even a close gets through.
     client.on('close', () => {
-      upstream.destroy();
+      if (!frozen) upstream.destroy();
       pairs.delete(pair);
     });
-    upstream.on('close', () => client.destroy());
+    upstream.on('close', () => frozen || client.destroy());
     client.on('data', (d) => frozen || upstream.write(d));
     upstream.on('data', (d) => frozen || client.write(d));
   });
