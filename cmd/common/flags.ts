@@ -3,7 +3,7 @@
 
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -80,4 +80,9 @@ export function packageVersion(): string {
   } catch {
     return 'unknown';
   }
+}
+
+/** A duration flag whose default is written as a duration ("10s") in --help. */
+export function durationOption(flags: string, description: string, defaultText: string): Option {
+  return new Option(flags, description).argParser(parseDuration).default(parseDuration(defaultText), defaultText);
 }

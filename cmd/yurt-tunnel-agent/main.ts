@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { TunnelAgent } from '../../pkg/agent/app.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { onShutdownSignals } from '../common/signals.js';
-import { packageVersion, parseDuration, parseIP, parseLogFormat, parseNonNegativeInt } from '../common/flags.js';
+import { durationOption, packageVersion, parseIP, parseLogFormat, parseNonNegativeInt } from '../common/flags.js';
 
 interface AgentFlags {
   nodeName?: string;
@@ -48,12 +48,12 @@ const program = new Command('yurt-tunnel-agent')
     '--allowed-destinations <list>',
     'comma list of CIDR or CIDR:port the server may ask this agent to dial; * allows all (default: loopback and the node IP, any port)',
   )
-  .option('--dial-timeout <duration>', 'how long to try to connect to a destination', parseDuration, 5000)
-  .option('--keepalive-time <duration>', 'interval of keepalive pings to the server (Go servers refuse < 30s)', parseDuration, 35_000)
-  .option('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', parseDuration, 20_000)
-  .option('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', parseDuration, 1000)
-  .option('--sync-interval-cap <duration>', 'longest reconnect delay', parseDuration, 10_000)
-  .option('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', parseDuration, 30_000)
+  .addOption(durationOption('--dial-timeout <duration>', 'how long to try to connect to a destination', '5s'))
+  .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to the server (Go servers refuse < 30s)', '35s'))
+  .addOption(durationOption('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', '20s'))
+  .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s'))
+  .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s'))
+  .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {

@@ -10,7 +10,7 @@ import { onShutdownSignals } from '../common/signals.js';
 import {
   packageVersion,
   parseBool,
-  parseDuration,
+  durationOption,
   parseIP,
   parseIPList,
   parseList,
@@ -70,7 +70,7 @@ const program = new Command('yurt-tunnel-server')
     strategies,
     ['destHost'],
   )
-  .option('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', parseDuration, 10_000)
+  .addOption(durationOption('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', '10s'))
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
   .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
   .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
@@ -79,8 +79,8 @@ const program = new Command('yurt-tunnel-server')
   .option('--kube-config <path>', 'kubeconfig of the cluster (empty: in-cluster config if present, else local mode)')
   .option('--enable-iptables [bool]', 'run the iptables manager (cluster mode only)', parseBool, true)
   .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
-  .option('--keepalive-time <duration>', 'interval of keepalive pings to agents', parseDuration, 10_000)
-  .option('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', parseDuration, 20_000)
+  .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
+  .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
