@@ -52,6 +52,9 @@ export interface LocalTunnel {
   agentDir: string;
   udsPath: string;
   agentPort: number;
+  /** The master ports (HTTPS and HTTP), on 127.0.0.1. */
+  securePort: number;
+  insecurePort: number;
   nodeName: string;
   children: ChildProcess[];
   /** Stops every process (agent first, gracefully) and removes the dir. */
@@ -76,6 +79,8 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
   const udsPath = join(dir, 'proxier.sock');
   const agentPort = await freePort();
   const children: ChildProcess[] = [];
+  let securePort = 0;
+  let insecurePort = 0;
   const stop = async (): Promise<void> => {
     for (const c of [...children].reverse()) {
       if (c.exitCode !== null || c.signalCode !== null) continue;
@@ -85,13 +90,18 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await startProcess(
+    const started = await startProcess(
       children,
       SERVER_BIN,
-      ['--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort), '--interceptor-proxier-uds', udsPath, ...(opts.serverArgs ?? [])],
-      /yurt-tunnel-server started/,
+      [
+        '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
+        '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', ...(opts.serverArgs ?? []),
+      ],
+      /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
     );
+    securePort = Number(started.match[1]);
+    insecurePort = Number(started.match[2]);
     opts.onStep?.('server', `agents: 127.0.0.1:${agentPort} (gRPC, mutual TLS)   proxier: ${udsPath}`);
     const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--out', agentDir], {
       stdio: ['ignore', 'ignore', 'inherit'],
@@ -116,5 +126,5 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     throw err;
   }
   process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
-  return { dir, certDir, agentDir, udsPath, agentPort, nodeName, children, stop };
+  return { dir, certDir, agentDir, udsPath, agentPort, securePort, insecurePort, nodeName, children, stop };
 }

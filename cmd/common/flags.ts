@@ -29,6 +29,15 @@ export function parsePort(text: string): number {
   return n;
 }
 
+/** A comma list of ports 1-65535. */
+export function parsePortList(text: string): number[] {
+  return parseList(text).map((p) => {
+    const n = Number(p);
+    if (!/^\d+$/.test(p) || n < 1 || n > 65535) throw new InvalidArgumentError(`${JSON.stringify(p)} is not a port number 1-65535`);
+    return n;
+  });
+}
+
 export function parsePositiveInt(text: string): number {
   const n = Number(text);
   if (!/^\d+$/.test(text) || n < 1) throw new InvalidArgumentError(`not a positive integer (got ${JSON.stringify(text)})`);

@@ -17,13 +17,22 @@ import {
   parseLogFormat,
   parseNonNegativeInt,
   parsePort,
+  parsePortList,
   parsePositiveInt,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
 
 interface ServerFlags {
   bindAddress: string;
+  insecureBindAddress?: string;
   tunnelAgentConnectPort: number;
+  securePort: number;
+  insecurePort: number;
+  clientCaFile?: string;
+  proxyClientCertFile?: string;
+  proxyClientKeyFile?: string;
+  kubeletCaFile?: string;
+  localhostProxyPorts: number[];
   interceptorProxierUds: string;
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
@@ -57,8 +66,16 @@ const program = new Command('yurt-tunnel-server')
   .version(packageVersion(), '--version', 'print the version and exit')
   // Options after a subcommand belong to it (issue-agent-cert has its own --cert-dir).
   .enablePositionalOptions()
-  .option('--bind-address <ip>', 'IP the agent port listens on', parseIP, '0.0.0.0')
+  .option('--bind-address <ip>', 'IP the agent port and the HTTPS master port listen on', parseIP, '0.0.0.0')
+  .option('--insecure-bind-address <ip>', 'IP the HTTP master port listens on (default: the loopback of --bind-address\'s family)', parseIP)
   .option('--tunnel-agent-connect-port <port>', 'port for agents (gRPC AgentService over mutual TLS)', parsePort, 10262)
+  .option('--secure-port <port>', 'HTTPS master port: callers with a client certificate reach kubelets here', parsePort, 10263)
+  .option('--insecure-port <port>', 'HTTP master port', parsePort, 10264)
+  .option('--client-ca-file <path>', 'CA of callers\' client certificates on the secure port (default in local mode: the local CA)')
+  .option('--proxy-client-cert-file <path>', 'certificate presented to kubelets (default in local mode: issued from the local CA)')
+  .option('--proxy-client-key-file <path>', 'key of --proxy-client-cert-file')
+  .option('--kubelet-ca-file <path>', 'CA of kubelet serving certificates; without it they are not verified')
+  .option('--localhost-proxy-ports <list>', 'comma list of ports reached on the edge node\'s loopback, e.g. 10266,10267', parsePortList, [])
   .option(
     '--interceptor-proxier-uds <path>',
     'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)',
@@ -87,7 +104,15 @@ const program = new Command('yurt-tunnel-server')
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const server = await TunnelServer.start({
       bindAddress: flags.bindAddress,
+      insecureBindAddress: flags.insecureBindAddress,
       tunnelAgentConnectPort: flags.tunnelAgentConnectPort,
+      securePort: flags.securePort,
+      insecurePort: flags.insecurePort,
+      clientCAFile: flags.clientCaFile,
+      proxyClientCertFile: flags.proxyClientCertFile,
+      proxyClientKeyFile: flags.proxyClientKeyFile,
+      kubeletCAFile: flags.kubeletCaFile,
+      localhostProxyPorts: flags.localhostProxyPorts,
       interceptorProxierUDS: flags.interceptorProxierUds,
       proxyStrategies: flags.proxyStrategy,
       dialTimeoutMs: flags.dialTimeout,

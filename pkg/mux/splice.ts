@@ -1,55 +1,52 @@
-// Joins a socket and a tunnelled connection both ways, with the protocol's
-// close semantics: whichever side ends, the whole connection ends, data
-// already in flight is delivered first, an error on either side destroys both,
-// and nothing outlives the pair.
+// Joins two duplex streams both ways (a socket and a tunnelled connection, or
+// two sockets): whichever side ends, the whole pair ends; data already in
+// flight is delivered first; an error on either side destroys both; nothing
+// outlives the pair.
 
-import type { Socket } from 'node:net';
-import type { PacketConn } from './packet-conn.js';
+import type { Duplex } from 'node:stream';
 
-/** How long a socket may take to flush its last bytes once the connection is over. */
+/** How long a stream may take to flush its last bytes once the pair is over. */
 const FLUSH_TIMEOUT_MS = 10_000;
 
-export function splice(socket: Socket, conn: PacketConn, onClose?: (err: Error | undefined) => void): void {
+export function splice(a: Duplex, b: Duplex, onClose?: (err: Error | undefined) => void): void {
   let firstError: Error | undefined;
-  socket.pipe(conn);
-  conn.pipe(socket);
-
-  socket.on('error', (err) => {
+  a.pipe(b);
+  b.pipe(a);
+  a.on('error', (err) => {
     firstError ??= err;
-    conn.destroy();
+    b.destroy();
   });
-  conn.on('error', (err) => {
+  b.on('error', (err) => {
     firstError ??= err;
-    socket.destroy();
+    a.destroy();
   });
-  socket.once('close', () => {
-    // After a clean end of input, pipe() has called conn.end(), which may still
-    // be flushing what it buffered for a congested link: destroying it now
-    // would drop those bytes, so it goes once that is done. (Nothing reads its
-    // other side any more.) A socket that closed without finishing its input
-    // (an error, a reset, a local destroy) takes the connection down at once.
-    if (!socket.readableEnded || conn.writableFinished) conn.destroy();
-    else conn.once('finish', () => conn.destroy());
-  });
-  conn.once('close', () => {
-    if (socket.destroyed) return;
-    if (firstError !== undefined || socket.writableFinished) {
-      socket.destroy();
-      return;
-    }
-    // The connection ended cleanly: let the socket flush what conn.pipe() gave it, then close.
-    socket.end();
-    const timer = setTimeout(() => socket.destroy(), FLUSH_TIMEOUT_MS);
-    timer.unref();
-    socket.once('finish', () => socket.destroy());
-    socket.once('close', () => clearTimeout(timer));
-  });
+  a.once('close', () => closePeer(a, b, firstError));
+  b.once('close', () => closePeer(b, a, firstError));
   if (onClose !== undefined) {
     let pending = 2;
     const done = (): void => {
       if (--pending === 0) onClose(firstError);
     };
-    socket.once('close', done);
-    conn.once('close', done);
+    a.once('close', done);
+    b.once('close', done);
   }
+}
+
+/**
+ * `closed` has closed. If it ended its input cleanly, pipe() has already
+ * called peer.end(), and the peer may still be flushing (a tunnelled
+ * connection waits for its congested link): it goes once that is done.
+ * Any other close (an error, a reset, a local destroy) takes the peer down at once.
+ */
+function closePeer(closed: Duplex, peer: Duplex, firstError: Error | undefined): void {
+  if (peer.destroyed) return;
+  if (firstError !== undefined || !closed.readableEnded || peer.writableFinished) {
+    peer.destroy();
+    return;
+  }
+  peer.end();
+  const timer = setTimeout(() => peer.destroy(), FLUSH_TIMEOUT_MS);
+  timer.unref();
+  peer.once('finish', () => peer.destroy());
+  peer.once('close', () => clearTimeout(timer));
 }

@@ -27,6 +27,8 @@ async function setup(h: Harness): Promise<Setup> {
       '--bind-address', '127.0.0.1',
       '--tunnel-agent-connect-port', String(port),
       '--interceptor-proxier-uds', udsPath,
+      '--secure-port', '0',
+      '--insecure-port', '0',
       '--v', '2',
     ]);
     await p.waitForLine(/yurt-tunnel-server started/);

@@ -1,0 +1,203 @@
+// The master ports, where kube-apiserver, metrics-server and Prometheus reach
+// edge kubelets (DNS or iptables send them here):
+// - secure (--secure-port, 10263): HTTPS, HTTP/1.1 only so upgrades work, and a
+//   client certificate from --client-ca-file is required;
+// - insecure (--insecure-port, 10264): plain HTTP, on loopback unless the
+//   operator binds it elsewhere.
+// Each request runs the middleware chain (trace, localhost) and then the
+// interceptor, which carries it through the tunnel.
+
+import { createServer as createHTTPServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHTTPSServer } from 'node:https';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { TLSSocket } from 'node:tls';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { errorResponse } from '../frontend/http-answer.js';
+import type { Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
+import type { Middleware } from './middleware/middleware.js';
+import { HttpError, PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
+import type { RequestInterceptor } from './request-interceptor.js';
+
+export interface SecurePortOptions {
+  host: string;
+  port: number;
+  cert: string;
+  key: string;
+  /** CA that signs the callers' client certificates (kube-apiserver's kubelet client). */
+  clientCA: string;
+}
+
+export interface MasterServerOptions {
+  secure?: SecurePortOptions;
+  insecure?: { host: string; port: number };
+  middleware: Middleware[];
+  interceptor: RequestInterceptor;
+  logger: Logger;
+  metricsRegistry?: Registry;
+}
+
+function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  const s = Array.isArray(v) ? v[0] : v;
+  return s === undefined || s === '' ? undefined : s;
+}
+
+export class MasterServer {
+  private readonly servers: Array<{ server: Server; name: 'secure' | 'insecure'; host: string; port: number }> = [];
+  private readonly sockets = new Set<Socket>();
+  private readonly inFlight: Gauge<'verb' | 'path'>;
+  private readonly total: Counter<'verb' | 'path'>;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly opts: MasterServerOptions) {
+    const registers = opts.metricsRegistry ? [opts.metricsRegistry] : [];
+    this.inFlight = new Gauge({
+      name: 'yurttunnel_server_in_proxy_requests',
+      help: 'Requests to kubelets in flight through the master ports, by verb and path class.',
+      labelNames: ['verb', 'path'],
+      registers,
+    });
+    this.total = new Counter({
+      name: 'yurttunnel_server_proxy_requests_total',
+      help: 'Requests to kubelets through the master ports, by verb and path class.',
+      labelNames: ['verb', 'path'],
+      registers,
+    });
+    if (opts.secure !== undefined) {
+      const s = opts.secure;
+      const server = createHTTPSServer(
+        {
+          cert: s.cert,
+          key: s.key,
+          ca: s.clientCA,
+          requestCert: true,
+          rejectUnauthorized: true,
+          minVersion: 'TLSv1.2',
+          // HTTP/1.1 only: exec, attach and port-forward are HTTP/1.1 upgrades.
+          ALPNProtocols: ['http/1.1'],
+          keepAliveTimeout: 60_000,
+        },
+        (req, res) => this.onRequest(req, res, true),
+      );
+      server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
+        const why = socket.authorizationError;
+        opts.logger.warn('caller refused on the secure master port', {
+          error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
+        });
+      });
+      this.wire(server, 'secure', s.host, s.port, true);
+    }
+    if (opts.insecure !== undefined) {
+      const server = createHTTPServer({ keepAliveTimeout: 60_000 }, (req, res) => this.onRequest(req, res, false));
+      this.wire(server, 'insecure', opts.insecure.host, opts.insecure.port, false);
+    }
+  }
+
+  private wire(server: Server, name: 'secure' | 'insecure', host: string, port: number, tls: boolean): void {
+    // Raw connections, so that one still in its TLS handshake is closed on close() too.
+    server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head, tls));
+    server.on('clientError', (err: Error, socket: Duplex) => {
+      this.opts.logger.verbose(2, 'malformed request on a master port', { port: name, error: errorMessage(err) });
+      if (socket.writable) socket.end(errorResponse(400, `malformed request: ${errorMessage(err)}`));
+      else socket.destroy();
+    });
+    this.servers.push({ server, name, host, port });
+  }
+
+  async start(): Promise<void> {
+    for (const s of this.servers) {
+      await new Promise<void>((resolve, reject) => {
+        s.server.once('error', reject);
+        s.server.listen(s.port, s.host, () => {
+          s.server.off('error', reject);
+          resolve();
+        });
+      });
+      this.opts.logger.info(`master server listening (${s.name})`, { address: this.addressText(s.server) });
+    }
+  }
+
+  private addressText(server: Server): string {
+    const a = server.address() as AddressInfo;
+    return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+  }
+
+  /** Bound address of the secure (or insecure) port. */
+  address(name: 'secure' | 'insecure'): AddressInfo {
+    const s = this.servers.find((x) => x.name === name);
+    if (s === undefined) throw new Error(`the ${name} master port is not configured`);
+    return s.server.address() as AddressInfo;
+  }
+
+  private context(req: IncomingMessage, tls: boolean): RequestContext {
+    return {
+      method: req.method ?? 'GET',
+      url: req.url ?? '/',
+      tls,
+      dialAddress: headerOf(req, 'host') ?? '',
+      proxyHost: headerOf(req, PROXY_HOST_HEADER),
+      proxyDest: headerOf(req, PROXY_DEST_HEADER),
+      userAgent: headerOf(req, 'user-agent'),
+    };
+  }
+
+  /** Runs the middleware; on an HttpError returns it for the caller. */
+  private route(ctx: RequestContext): HttpError | undefined {
+    try {
+      for (const m of this.opts.middleware) m(ctx);
+      return undefined;
+    } catch (err: unknown) {
+      if (err instanceof HttpError) {
+        this.opts.logger.warn('request refused', { url: ctx.url, host: ctx.dialAddress, status: err.status, error: err.message });
+        return err;
+      }
+      throw err;
+    }
+  }
+
+  private track(ctx: RequestContext, done: (fn: () => void) => void): void {
+    const labels = { verb: ctx.method.toLowerCase(), path: pathClass(ctx.url) };
+    this.total.inc(labels);
+    this.inFlight.inc(labels);
+    done(() => this.inFlight.dec(labels));
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
+    const ctx = this.context(req, tls);
+    const refused = this.route(ctx);
+    if (refused !== undefined) {
+      res.writeHead(refused.status, { 'Content-Type': 'text/plain; charset=utf-8' });
+      res.end(refused.message + '\n');
+      return;
+    }
+    this.track(ctx, (release) => res.once('close', release));
+    this.opts.interceptor.handleRequest(ctx, req, res);
+  }
+
+  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
+    const ctx = this.context(req, tls);
+    const refused = this.route(ctx);
+    if (refused !== undefined) {
+      socket.end(errorResponse(refused.status, refused.message));
+      return;
+    }
+    this.track(ctx, (release) => socket.once('close', release));
+    this.opts.interceptor.handleUpgrade(ctx, req, socket, head);
+  }
+
+  /** Stops listening and closes every caller's connection. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      const closed = this.servers.map((s) => new Promise<void>((resolve) => s.server.close(() => resolve())));
+      for (const socket of this.sockets) socket.destroy();
+      await Promise.all(closed);
+    })();
+    return this.closing;
+  }
+}

@@ -1,0 +1,44 @@
+// Ports configured as localhost-proxy-ports are served on the edge node's
+// loopback (127.0.0.1, or ::1 for IPv6 nodes): metrics endpoints that listen
+// only there, like the agent's own or YurtHub's. The node is the one whose
+// address the request was for.
+
+import { isIP } from 'node:net';
+import type { NodeResolver } from '../node-resolver.js';
+import { HttpError, joinAddress, splitAddress } from '../request-context.js';
+import type { Middleware } from './middleware.js';
+
+/** `ports` is read on every request, so a reloaded configuration applies at once. */
+export function localhostProxy(ports: () => ReadonlySet<number>, resolver: NodeResolver): Middleware {
+  return (ctx) => {
+    const dest = splitAddress(ctx.dialAddress);
+    if (dest === undefined) throw new HttpError(400, `destination ${JSON.stringify(ctx.dialAddress)} is not host:port`);
+    if (!ports().has(dest.port)) return;
+    if (ctx.proxyHost === undefined) {
+      const nodes = resolver.nodesByIP(dest.host);
+      if (nodes.length !== 1) {
+        throw new HttpError(
+          400,
+          nodes.length === 0
+            ? `no node has address ${dest.host}, so its localhost port ${dest.port} cannot be reached; send X-Tunnel-Proxy-Host`
+            : `nodes ${nodes.map((n) => n.name).join(', ')} all have address ${dest.host}; send X-Tunnel-Proxy-Host to choose one`,
+        );
+      }
+      ctx.proxyHost = nodes[0]!.name;
+    }
+    ctx.dialAddress = joinAddress(isIP(dest.host) === 6 ? '::1' : '127.0.0.1', dest.port);
+  };
+}
+
+/** Parses "10266, 10267": trims, drops non-numbers and out-of-range values (reported to `onInvalid`). */
+export function parsePortList(text: string, onInvalid?: (entry: string) => void): Set<number> {
+  const ports = new Set<number>();
+  for (const raw of text.split(',')) {
+    const entry = raw.trim();
+    if (entry === '') continue;
+    const n = Number(entry);
+    if (/^\d+$/.test(entry) && n >= 1 && n <= 65535) ports.add(n);
+    else onInvalid?.(entry);
+  }
+  return ports;
+}

@@ -1,0 +1,131 @@
+// The master ports end to end: a caller with kube-apiserver's identity → the
+// secure port → middleware → CONNECT over the proxier socket → agent → TLS to a
+// stand-in kubelet with the proxy-client identity.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { request as httpRequest } from 'node:http';
+import { Agent } from 'node:https';
+import { test } from 'node:test';
+import { connect as tlsConnect } from 'node:tls';
+import { harness } from '../support/harness.js';
+import { apiserverClientCert, callMaster, startKubelet, startMaster } from '../support/master.js';
+import { testPKI } from '../support/pki.js';
+import { closedPort, startHangingListener, startServer, startTCPServer, startTunnel } from '../support/tunnel.js';
+
+test('healthz, metrics and stats through the secure port; the kubelet sees the proxy-client identity', async (t) => {
+  const h = harness(t);
+  const kubelet = await startKubelet(h);
+  const { server } = await startTunnel(h);
+  const { securePort } = await startMaster(h, server);
+  const host = `127.0.0.1:${kubelet.port}`;
+  const health = await callMaster(securePort, '/healthz', host);
+  assert.equal(health.status, 200);
+  assert.equal(health.body.toString(), 'ok');
+  const metrics = await callMaster(securePort, '/metrics', host);
+  assert.equal(metrics.status, 200);
+  assert.match(metrics.body.toString(), /^# HELP /m);
+  const stats = await callMaster(securePort, '/stats/summary', host);
+  assert.equal(stats.status, 200);
+  assert.equal((JSON.parse(stats.body.toString()) as { node: { nodeName: string } }).node.nodeName, 'edge-1');
+  const seen = kubelet.requests.map((r) => r.clientSubject);
+  assert.deepEqual(seen.at(-1), { commonName: 'tunnel-proxy-client', organizations: ['openyurt:yurttunnel'] });
+  assert.equal(kubelet.requests.some((r) => r.headers.some(([name]) => /^x-tunnel-proxy-/i.test(name))), false, 'routing headers are not passed on');
+});
+
+test('a Host that is a node name goes to that node\'s agent; an unknown name gets 400 naming it', async (t) => {
+  const h = harness(t);
+  const kubelet = await startKubelet(h, 'edge-1');
+  const { server } = await startTunnel(h);
+  const { securePort } = await startMaster(h, server);
+  const byName = await callMaster(securePort, '/healthz', `edge-1:${kubelet.port}`);
+  assert.equal(byName.status, 200);
+  const unknown = await callMaster(securePort, '/healthz', `edge-9:${kubelet.port}`);
+  assert.equal(unknown.status, 400);
+  assert.equal(unknown.body.toString(), 'node "edge-9" is not known to the tunnel server: no connected agent advertises it\n');
+});
+
+test('the insecure port carries plain HTTP to plain HTTP targets, and X-Tunnel-Proxy-Dest routes direct callers', async (t) => {
+  const h = harness(t);
+  const target = await startTCPServer(h, (s) => {
+    s.once('data', () => s.end('HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nplain'));
+  });
+  const { server } = await startTunnel(h);
+  const { insecurePort } = await startMaster(h, server);
+  for (const headers of [{ Host: `127.0.0.1:${target.port}` }, { Host: `127.0.0.1:1`, 'X-Tunnel-Proxy-Dest': `127.0.0.1:${target.port}` }]) {
+    const req = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/metrics', headers, agent: false });
+    req.end();
+    const [res] = (await once(req, 'response')) as [import('node:http').IncomingMessage];
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    assert.equal(res.statusCode, 200);
+    assert.equal(Buffer.concat(chunks).toString(), 'plain');
+  }
+});
+
+test('the secure port refuses callers without a client certificate from its CA', async (t) => {
+  const h = harness(t);
+  const kubelet = await startKubelet(h);
+  const { server } = await startTunnel(h);
+  const { securePort } = await startMaster(h, server);
+  const host = `127.0.0.1:${kubelet.port}`;
+  await assert.rejects(callMaster(securePort, '/healthz', host, { cert: null }), /certificate required|socket hang up|ECONNRESET/);
+  await assert.rejects(callMaster(securePort, '/healthz', host, { cert: testPKI().foreign.client }), /socket hang up|ECONNRESET|unknown ca|certificate/);
+  assert.equal(kubelet.requests.length, 0, 'nothing reached the kubelet');
+  assert.ok(server.log.find('caller refused on the secure master port').length >= 2);
+  // HTTP/1.1 only: a caller offering only h2 gets no protocol it can use.
+  const pki = testPKI();
+  const h2 = tlsConnect({ host: '127.0.0.1', port: securePort, ca: pki.ca.cert, ...apiserverClientCert(), servername: '', ALPNProtocols: ['h2'] });
+  const [err] = (await once(h2, 'error').catch((e: unknown) => [e])) as [Error];
+  assert.match(err.message, /no application protocol/);
+  h2.destroy();
+});
+
+test('errors carry a status the caller can act on and one line of reason', async (t) => {
+  const h = harness(t);
+  const hanging = await startHangingListener(h);
+  const refused = await closedPort();
+  const notTLS = await startTCPServer(h, (s) => s.end('this is not TLS\n'));
+  const { server } = await startTunnel(h, { server: { tunnel: { dialTimeoutMs: 300 } }, agent: { dialTimeoutMs: 10_000 } });
+  const { securePort } = await startMaster(h, server);
+
+  const noAgent = await callMaster(securePort, '/healthz', '10.255.0.9:10250');
+  assert.equal(noAgent.status, 503);
+  assert.match(noAgent.body.toString(), /^no agent serves 10\.255\.0\.9: /);
+
+  const dialRefused = await callMaster(securePort, '/healthz', `127.0.0.1:${refused}`);
+  assert.equal(dialRefused.status, 502);
+  assert.match(dialRefused.body.toString(), /^agent edge-1 could not dial 127\.0\.0\.1:\d+: dial tcp 127\.0\.0\.1:\d+: connect: connection refused\n$/);
+
+  const tlsFailed = await callMaster(securePort, '/healthz', `edge-1:${notTLS.port}`);
+  assert.equal(tlsFailed.status, 502);
+  assert.match(tlsFailed.body.toString(), new RegExp(`^TLS handshake with the kubelet of node edge-1 at 127\\.0\\.0\\.1:${notTLS.port} failed: `));
+
+  const timedOut = await callMaster(securePort, '/healthz', `127.0.0.1:${hanging}`);
+  assert.equal(timedOut.status, 504);
+  assert.match(timedOut.body.toString(), /did not answer the dial to 127\.0\.0\.1:\d+ within 300 ms/);
+
+  for (const r of [noAgent, dialRefused, tlsFailed, timedOut]) {
+    assert.equal(r.body.toString().split('\n').length, 2, 'one line');
+    assert.equal(r.headers['content-type'], 'text/plain; charset=utf-8');
+  }
+});
+
+test('with --kubelet-ca-file the kubelet certificate is verified; without it the server says once per node that it cannot', async (t) => {
+  const h = harness(t);
+  const kubelet = await startKubelet(h);
+  const server = await startServer(h);
+  const { startAgent, waitFor } = await import('../support/tunnel.js');
+  startAgent(h, server.agentAddress, { nodeName: 'edge-1' });
+  await waitFor('agent', () => server.tunnel.registry.agentCount === 1);
+  const unverified = await startMaster(h, server);
+  for (let i = 0; i < 3; i++) assert.equal((await callMaster(unverified.securePort, '/healthz', `edge-1:${kubelet.port}`, { agent: new Agent({ keepAlive: false }) })).status, 200);
+  assert.equal(server.log.find("cannot verify this kubelet's serving certificate").length, 1);
+
+  const verified = await startMaster(h, server, { kubeletCA: testPKI().ca.cert });
+  assert.equal((await callMaster(verified.securePort, '/healthz', `edge-1:${kubelet.port}`)).status, 200);
+  const wrongCA = await startMaster(h, server, { kubeletCA: testPKI().foreign.ca.cert });
+  const r = await callMaster(wrongCA.securePort, '/healthz', `edge-1:${kubelet.port}`);
+  assert.equal(r.status, 502);
+  assert.match(r.body.toString(), /^TLS handshake with the kubelet of node edge-1 at 127\.0\.0\.1:\d+ failed: .*(self-signed|unable to verify|issuer)/);
+});
