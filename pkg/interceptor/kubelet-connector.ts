@@ -78,20 +78,23 @@ export class KubeletConnector extends Agent {
       callback(new Error('KubeletConnector needs a `tunnel` target on every request'), undefined as unknown as Duplex);
       return undefined;
     }
-    const done = (err: Error | null, socket?: Duplex): void => callback(err, socket as Duplex);
-    dialThroughProxier({
+    this.connect(target).then(
+      (socket) => callback(null, socket),
+      (err: unknown) => callback(err instanceof Error ? err : new Error(String(err)), undefined as unknown as Duplex),
+    );
+    return undefined;
+  }
+
+  /** A new (unpooled) connection to the target: through the tunnel, then TLS if asked for. */
+  async connect(target: TunnelTarget): Promise<Duplex> {
+    const socket = await dialThroughProxier({
       udsPath: this.opts.udsPath,
       address: target.dialAddress,
       proxyHost: target.proxyHost,
       userAgent: target.userAgent,
-    }).then(
-      (socket) => {
-        if (!target.tls) done(null, socket);
-        else this.startTLS(socket, target, done);
-      },
-      (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
-    );
-    return undefined;
+    });
+    if (!target.tls) return socket;
+    return new Promise((resolve, reject) => this.startTLS(socket, target, (err, tls) => (err ? reject(err) : resolve(tls!))));
   }
 
   private startTLS(socket: Socket, target: TunnelTarget, done: (err: Error | null, socket?: Duplex) => void): void {

@@ -44,6 +44,11 @@ function headerOf(req: IncomingMessage, name: string): string | undefined {
   return s === undefined || s === '' ? undefined : s;
 }
 
+function servernameOf(req: IncomingMessage): string | undefined {
+  const name = (req.socket as TLSSocket).servername;
+  return typeof name === 'string' && name !== '' ? name : undefined;
+}
+
 export class MasterServer {
   private readonly servers: Array<{ server: Server; name: 'secure' | 'insecure'; host: string; port: number }> = [];
   private readonly sockets = new Set<Socket>();
@@ -143,6 +148,8 @@ export class MasterServer {
       dialAddress: headerOf(req, 'host') ?? '',
       proxyHost: headerOf(req, PROXY_HOST_HEADER),
       proxyDest: headerOf(req, PROXY_DEST_HEADER),
+      forwardedUri: headerOf(req, 'x-forwarded-uri'),
+      serverName: tls ? servernameOf(req) : undefined,
       userAgent: headerOf(req, 'user-agent'),
     };
   }

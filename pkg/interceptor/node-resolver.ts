@@ -9,7 +9,12 @@ export interface NodeInfo {
   name: string;
   /** Addresses the agent can dial the node's kubelet on, preferred first. */
   addresses: string[];
+  /** The kubelet's port (status.daemonEndpoints.kubeletEndpoint.Port), when known. */
+  kubeletPort?: number;
 }
+
+/** The kubelet's usual port, for node-proxy requests when the node's own is not known. */
+export const DEFAULT_KUBELET_PORT = 10250;
 
 export interface NodeResolver {
   /** A node by name, or undefined if unknown. */

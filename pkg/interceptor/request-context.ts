@@ -30,6 +30,10 @@ export interface RequestContext {
   proxyHost: string | undefined;
   /** X-Tunnel-Proxy-Dest as sent by a direct caller. */
   proxyDest: string | undefined;
+  /** X-Forwarded-Uri, which kube-apiserver's node proxy sets (/api/v1/nodes/{node}/proxy/...). */
+  forwardedUri: string | undefined;
+  /** The TLS server name (SNI) the caller asked for: a node name when it dialled one. */
+  serverName: string | undefined;
   userAgent: string | undefined;
 }
 

@@ -16,6 +16,7 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { KubeletTLSError, type KubeletConnector, type TunnelTarget } from './kubelet-connector.js';
 import { ProxierError } from './proxier-dialer.js';
+import { readResponseHead, type RawResponseHead } from './response-head.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, splitAddress, type RequestContext } from './request-context.js';
 
 /** Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus our routing headers. */
@@ -115,37 +116,65 @@ export class RequestInterceptor {
     req.pipe(up);
   }
 
-  /** An upgrade (exec, attach, port-forward): after a 101, raw bytes both ways. */
+  /**
+   * An upgrade (exec, attach, port-forward): written and answered as raw
+   * bytes, so both a 101 and a refusal reach the caller exactly as the kubelet
+   * sent them; after a 101, bytes flow both ways until either side ends.
+   */
   handleUpgrade(ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const up = this.upstream(ctx, req, true);
-    socket.on('error', () => up.destroy());
-    const closeEarly = (): void => {
-      up.destroy();
-    };
-    socket.once('close', closeEarly);
-    up.on('upgrade', (answer: IncomingMessage, kubelet: Duplex, kubeletHead: Buffer) => {
-      socket.off('close', closeEarly);
-      (kubelet as Partial<{ setTimeout(ms: number): void }>).setTimeout?.(0);
-      socket.write(`HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\n${rawHeaderLines(answer.rawHeaders)}\r\n`);
-      if (kubeletHead.length > 0) socket.write(kubeletHead);
-      if (head.length > 0) kubelet.write(head);
+    socket.on('error', () => socket.destroy());
+    this.connector.connect(this.target(ctx)).then(
+      (kubelet) => {
+        if (socket.destroyed) {
+          kubelet.destroy();
+          return;
+        }
+        kubelet.write(`${req.method} ${req.url} HTTP/1.1\r\n${rawHeaderLines(forwardedHeaders(req.rawHeaders, true))}\r\n`);
+        if (head.length > 0) kubelet.write(head);
+        readResponseHead(kubelet).then(
+          (answer) => this.passAnswer(ctx, socket, kubelet, answer),
+          (err: unknown) => this.failUpgrade(ctx, socket, err, kubelet),
+        );
+      },
+      (err: unknown) => this.failUpgrade(ctx, socket, err),
+    );
+  }
+
+  private passAnswer(ctx: RequestContext, socket: Duplex, kubelet: Duplex, answer: RawResponseHead): void {
+    socket.write(answer.raw);
+    if (answer.rest.length > 0) socket.write(answer.rest);
+    if (answer.status === 101) {
       splice(socket, kubelet);
+      return;
+    }
+    // Refused (e.g. 403 for a protocol the kubelet does not speak): relay the body, then close both.
+    this.log.verbose(2, 'kubelet refused an upgrade', { node: ctx.proxyHost, url: ctx.url, status: answer.status });
+    const length = Number(answer.headers.get('content-length') ?? NaN);
+    let left = Number.isNaN(length) ? Infinity : length - answer.rest.length;
+    const done = (): void => {
+      kubelet.destroy();
+      socket.end();
+    };
+    if (left <= 0) {
+      done();
+      return;
+    }
+    kubelet.on('data', (chunk: Buffer) => {
+      socket.write(chunk.subarray(0, Math.min(chunk.length, left)));
+      left -= chunk.length;
+      if (left <= 0) done();
     });
-    up.on('response', (answer: IncomingMessage) => {
-      // Not upgraded (e.g. 403 for an unsupported protocol): pass the answer on as it came, then close.
-      socket.off('close', closeEarly);
-      const headers = forwardedHeaders(answer.rawHeaders, false);
-      socket.write(`HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\n${rawHeaderLines(headers)}Connection: close\r\n\r\n`);
-      answer.pipe(socket);
-      answer.on('error', () => socket.destroy());
-    });
-    up.on('error', (err) => {
-      socket.off('close', closeEarly);
-      if (socket.destroyed) return;
-      const { status, reason } = failureFor(err, ctx);
-      this.log.warn('upgrade request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
-      socket.end(errorResponse(status, reason));
-    });
-    up.end();
+    kubelet.once('end', done);
+    kubelet.once('error', done);
+    socket.once('close', () => kubelet.destroy());
+    kubelet.resume();
+  }
+
+  private failUpgrade(ctx: RequestContext, socket: Duplex, err: unknown, kubelet?: Duplex): void {
+    kubelet?.destroy();
+    if (socket.destroyed) return;
+    const { status, reason } = failureFor(err, ctx);
+    this.log.warn('upgrade request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
+    socket.end(errorResponse(status, reason));
   }
 }

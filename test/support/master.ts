@@ -7,7 +7,7 @@ import { KubeletConnector } from '../../pkg/interceptor/kubelet-connector.js';
 import { MasterServer } from '../../pkg/interceptor/master-server.js';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import { AgentNodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import { AgentNodeResolver, type NodeResolver } from '../../pkg/interceptor/node-resolver.js';
 import { RequestInterceptor } from '../../pkg/interceptor/request-interceptor.js';
 import type { CertKeyPair } from '../../pkg/certs/pki.js';
 import type { Harness } from './harness.js';
@@ -40,7 +40,7 @@ export interface TestMaster {
 export async function startMaster(
   h: Harness,
   server: TestServer,
-  opts: { localhostPorts?: number[]; kubeletCA?: string } = {},
+  opts: { localhostPorts?: number[]; kubeletCA?: string; resolver?: NodeResolver } = {},
 ): Promise<TestMaster> {
   const pki = testPKI();
   const connector = new KubeletConnector({
@@ -48,7 +48,7 @@ export async function startMaster(
     tls: () => ({ ...proxyClientCert(), kubeletCA: opts.kubeletCA }),
     logger: server.log,
   });
-  const resolver = new AgentNodeResolver(server.tunnel.registry);
+  const resolver = opts.resolver ?? new AgentNodeResolver(server.tunnel.registry);
   const ports = new Set(opts.localhostPorts ?? []);
   const master = new MasterServer({
     secure: { host: '127.0.0.1', port: 0, cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert },

@@ -1,17 +1,23 @@
-// Finds the node a request is for (OpenYurt's TraceReq, without its bugs):
+// Finds the node a request is for (OpenYurt's TraceReq, without its bugs).
+// kube-apiserver's requests do not all carry the kubelet's address in Host:
+// exec, attach and port-forward pass kubectl's Host (the apiserver's own
+// address), and node-proxy requests carry it too. So, in order:
 //  1. /exec|attach|portForward|containerLogs/{ns}/{pod}/... → the pod's node;
-//  2. a Host that is a name → that node (unknown names get 400);
-//  3. a Host that is an IP → as is, or X-Tunnel-Proxy-Dest (ip:port) for direct callers.
-// It sets the dial address to the node's address and X-Tunnel-Proxy-Host to
-// its name, unless the caller already chose one.
+//  2. X-Forwarded-Uri /api/v1/nodes/{node}/proxy/... → that node;
+//  3. a TLS server name that names a node (a caller that dialled the node by name);
+//  4. a Host that is a name → that node (an unknown name gets 400);
+//  5. a Host that is an IP → as is, or X-Tunnel-Proxy-Dest (ip:port) for direct callers.
+// It sets the dial address to the node's address and kubelet port and
+// X-Tunnel-Proxy-Host to its name, unless the caller already chose one.
 
 import { isIP } from 'node:net';
 import type { Logger } from '../../log/logger.js';
-import type { NodeInfo, NodeResolver } from '../node-resolver.js';
+import { DEFAULT_KUBELET_PORT, type NodeInfo, type NodeResolver } from '../node-resolver.js';
 import { HttpError, joinAddress, splitAddress, type RequestContext } from '../request-context.js';
 import type { Middleware } from './middleware.js';
 
 const POD_PATH = /^\/(?:exec|attach|portForward|containerLogs)\/([^/?]+)\/([^/?]+)/;
+const NODE_PROXY = /^\/api\/v1\/nodes\/([^/?]+)\/proxy(?:[/?]|$)/;
 
 function routeTo(ctx: RequestContext, node: NodeInfo, port: number): void {
   const address = node.addresses[0];
@@ -20,6 +26,14 @@ function routeTo(ctx: RequestContext, node: NodeInfo, port: number): void {
   }
   ctx.dialAddress = joinAddress(address, port);
   ctx.proxyHost ??= node.name;
+}
+
+/** "edge-1", "edge-1:10250" or "https:edge-1:10250" (Kubernetes' node proxy name forms). */
+function parseProxiedNode(segment: string): { name: string; port: number | undefined } {
+  const parts = decodeURIComponent(segment).split(':');
+  if (parts.length >= 2 && /^https?$/.test(parts[0]!)) parts.shift();
+  const port = parts.length === 2 && /^\d+$/.test(parts[1]!) ? Number(parts[1]) : undefined;
+  return { name: parts[0]!, port };
 }
 
 export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
@@ -32,10 +46,27 @@ export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
       const [namespace, name] = [decodeURIComponent(pod[1]!), decodeURIComponent(pod[2]!)];
       const node = resolver.podNode(namespace, name);
       if (node !== undefined) {
-        routeTo(ctx, node, target.port);
+        routeTo(ctx, node, node.kubeletPort ?? target.port);
         return;
       }
-      if (log.enabled(4)) log.verbose(4, 'pod not known; routing by Host', { namespace, pod: name, host: ctx.dialAddress });
+      if (log.enabled(4)) log.verbose(4, 'pod not known; routing by the other clues', { namespace, pod: name, host: ctx.dialAddress });
+    }
+
+    const proxied = ctx.forwardedUri === undefined ? null : NODE_PROXY.exec(ctx.forwardedUri);
+    if (proxied !== null) {
+      const { name, port } = parseProxiedNode(proxied[1]!);
+      const node = resolver.node(name);
+      if (node === undefined) throw new HttpError(400, `node "${name}" is not known to the tunnel server: no connected agent advertises it`);
+      routeTo(ctx, node, port ?? node.kubeletPort ?? DEFAULT_KUBELET_PORT);
+      return;
+    }
+
+    if (ctx.serverName !== undefined && isIP(ctx.serverName) === 0) {
+      const node = resolver.node(ctx.serverName);
+      if (node !== undefined) {
+        routeTo(ctx, node, node.kubeletPort ?? target.port);
+        return;
+      }
     }
 
     if (isIP(target.host) === 0) {
