@@ -11,9 +11,12 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
+import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
@@ -21,6 +24,8 @@ const PARALLEL_BYTES = 64 * 1024 * 1024;
 const RTT_ROUNDS = 3000;
 const CONN_ROUNDS = 300;
 const RUNS = 3;
+const GET_REQUESTS = 3000;
+const GET_CONCURRENCY = 8;
 
 const VERBOSE = process.env.BENCH_VERBOSE === '1';
 
@@ -125,6 +130,33 @@ function printTable(): void {
   console.log('\n(ratios: throughput tunnel/direct; latency direct/tunnel, so 100 % = as fast as direct)');
 }
 
+/** Small GETs over keep-alive HTTPS connections: requests per second and sorted latencies (ms). */
+async function smallGets(port: number, host: string, tls: { ca: string; cert: string; key: string }): Promise<{ rate: number; samples: number[] }> {
+  const agent = new HttpsAgent({ keepAlive: true, maxSockets: GET_CONCURRENCY });
+  const one = (): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const t0 = performance.now();
+      const req = httpsRequest({ host: '127.0.0.1', port, path: '/healthz', headers: { Host: host }, ...tls, servername: '', agent }, (res) => {
+        res.resume();
+        res.on('end', () => (res.statusCode === 200 ? resolve(performance.now() - t0) : reject(new Error(`status ${res.statusCode}`))));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  for (let i = 0; i < 200; i++) await one(); // warm-up
+  const samples: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: GET_CONCURRENCY }, async () => {
+      while (next++ < GET_REQUESTS) samples.push(await one());
+    }),
+  );
+  const rate = GET_REQUESTS / ((performance.now() - started) / 1000);
+  agent.destroy();
+  return { rate, samples: samples.sort((a, b) => a - b) };
+}
+
 async function main(): Promise<void> {
   const children: ChildProcess[] = [];
   const verbose = VERBOSE ? ['--v', '3'] : [];
@@ -172,6 +204,18 @@ async function main(): Promise<void> {
     const fairness = (r: { perFlow: number[] }): number => (Math.min(...r.perFlow) / Math.max(...r.perFlow)) * 100;
     rows.push(['4 flows, slowest/fastest', `${fairness(pd).toFixed(0)} %`, `${fairness(pt).toFixed(0)} %`, '']);
     row('4 flows vs 1 flow (tunnel)', median(bulkTunnel), pt.total / MiB, 'MiB/s');
+
+    console.log(`small GETs (/healthz), ${GET_REQUESTS} over ${GET_CONCURRENCY} keep-alive connections ...`);
+    const kubeletProc = await startProcess(children, join(REPO_ROOT, 'dist/bench/kubelet.js'), [local.certDir], /^(\d+)\n/);
+    const kubeletPort = Number(kubeletProc.match[1]);
+    const ca = { cert: readFileSync(join(local.certDir, 'ca.crt'), 'utf8'), key: readFileSync(join(local.certDir, 'ca.key'), 'utf8') };
+    const caller = issueCertificate(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usages: ['clientAuth'] });
+    const tls = { ca: ca.cert, cert: caller.cert, key: caller.key };
+    const gd = await smallGets(kubeletPort, `127.0.0.1:${kubeletPort}`, tls);
+    const gm = await smallGets(local.securePort, `bench:${kubeletPort}`, tls);
+    row('GET through master port, per second', gd.rate, gm.rate, '/s', 0);
+    row('GET through master port, p50', percentile(gd.samples, 50), percentile(gm.samples, 50), 'ms', 3, false);
+    row('GET through master port, p99', percentile(gd.samples, 99), percentile(gm.samples, 99), 'ms', 3, false);
 
     printTable();
   } finally {

@@ -6,13 +6,14 @@
 // server's CONNECT socket, as kube-apiserver's egress would, and shows what
 // failures look like. `npm run demo -- --keep-running` leaves it all up.
 
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier, ProxierError } from '../pkg/interceptor/proxier-dialer.js';
-import { StandinKubelet } from '../test/support/standin-kubelet/index.js';
+import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../test/support/standin-kubelet/index.js';
 import { freePort, startLocalTunnel } from './local-tunnel.js';
 
 const keepRunning = process.argv.includes('--keep-running');
@@ -47,6 +48,57 @@ async function getThroughTunnel(uds: string, address: string, path: string, tls:
     req.on('error', reject);
     req.end();
   });
+}
+
+/** Reads `count` lines of a follow stream through the master port, then leaves. */
+async function followLogs(port: number, host: string, tls: TLSFiles, count: number): Promise<Array<{ text: string; ms: number }>> {
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: '127.0.0.1', port, path: '/containerLogs/default/web-1/app?follow=true', headers: { Host: host }, ...tls, servername: '' },
+      (res) => {
+        const got: Array<{ text: string; ms: number }> = [];
+        let partial = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          partial += chunk;
+          const parts = partial.split('\n');
+          partial = parts.pop() ?? '';
+          for (const text of parts) got.push({ text, ms: performance.now() - started });
+          if (got.length >= count) {
+            req.destroy();
+            resolve(got.slice(0, count));
+          }
+        });
+      },
+    );
+    req.on('error', (err) => (req.destroyed ? undefined : reject(err)));
+    req.end();
+  });
+}
+
+/** Runs `cat` through exec over WebSocket v5 via the master port and returns what came back. */
+async function execEcho(port: number, host: string, tls: TLSFiles, text: string): Promise<{ stdout: string; status: string }> {
+  const socket = tlsConnect({ host: '127.0.0.1', port, ...tls, servername: '', ALPNProtocols: ['http/1.1'] });
+  await once(socket, 'secureConnect');
+  const { client } = await upgradeToChannelWebSocket({
+    socket,
+    target: '/exec/default/web-1/app?command=cat&error=1&input=1&output=1',
+    protocols: ['v5.channel.k8s.io'],
+    host,
+  });
+  let stdout = '';
+  let status = '';
+  client.on('data', (channel: number, piece: Buffer) => {
+    if (channel === CHANNEL.stdout) stdout += piece.toString();
+    if (channel === CHANNEL.error) status += piece.toString();
+  });
+  const closed = once(client, 'closeFrame');
+  client.write(CHANNEL.stdin, Buffer.from(text));
+  client.closeChannel(CHANNEL.stdin);
+  await closed;
+  socket.destroy();
+  return { stdout, status: (JSON.parse(status) as { status: string }).status };
 }
 
 async function main(): Promise<void> {
@@ -106,6 +158,21 @@ async function main(): Promise<void> {
     }
   }
 
+  say('\n7. through the master port, as kube-apiserver calls a kubelet (its client certificate, Host = node name):');
+  const apiserver = issueCertificate(ca, {
+    commonName: 'kube-apiserver-kubelet-client',
+    organizations: ['system:masters'],
+    usages: ['clientAuth'],
+  });
+  const caller = { ca: ca.cert, cert: apiserver.cert, key: apiserver.key };
+  const nodeHost = `edge-1:${kubelet.port}`;
+  const lines = await followLogs(tunnel.securePort, nodeHost, caller, 4);
+  say(`   GET /containerLogs/default/web-1/app?follow=true: ${lines.map((l) => JSON.stringify(l.text) + ` after ${l.ms.toFixed(0)} ms`).join(', ')}`);
+  const ended = await kubelet.waitForFollowEnded(1, 2000);
+  say(`   closed the stream; the kubelet's log stream ended (${ended[0]?.endReason})`);
+  const echoed = await execEcho(tunnel.securePort, nodeHost, caller, 'hello through the tunnel');
+  say(`   exec cat over WebSocket v5.channel.k8s.io: stdout ${JSON.stringify(echoed.stdout)}, status ${echoed.status}`);
+
   if (keepRunning) {
     say(`
 Everything is still running. Try it yourself:
@@ -115,6 +182,9 @@ Everything is still running. Try it yourself:
        --cert ${join(pki, 'tunnel-proxy-client.crt')} --key ${join(pki, 'tunnel-proxy-client.key')} \\
        https://${kubeletAddress}/containerLogs/default/web-1/app
   # or, raw:  printf 'CONNECT ${kubeletAddress} HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n' | socat - UNIX-CONNECT:${uds}
+  # through the master port (HTTPS, client certificate from the server's CA; Host names the node):
+  curl --cacert ${join(pki, 'ca.crt')} --cert ${join(pki, 'tunnel-proxy-client.crt')} --key ${join(pki, 'tunnel-proxy-client.key')} \\
+       -H 'Host: edge-1:${kubelet.port}' https://127.0.0.1:${tunnel.securePort}/stats/summary
 Press Ctrl+C to stop.`);
     await new Promise<void>((resolve) => {
       process.once('SIGINT', resolve);
