@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
 import { Agent } from 'node:https';
+import { Registry } from 'prom-client';
 import { test } from 'node:test';
 import { connect as tlsConnect } from 'node:tls';
 import { harness } from '../support/harness.js';
@@ -128,4 +129,36 @@ test('with --kubelet-ca-file the kubelet certificate is verified; without it the
   const r = await callMaster(wrongCA.securePort, '/healthz', `edge-1:${kubelet.port}`);
   assert.equal(r.status, 502);
   assert.match(r.body.toString(), /^TLS handshake with the kubelet of node edge-1 at 127\.0\.0\.1:\d+ failed: .*(self-signed|unable to verify|issuer)/);
+});
+
+test('requests in flight are counted by verb and a bounded path class, never the full path', async (t) => {
+  const h = harness(t);
+  const kubelet = await startKubelet(h);
+  const { server } = await startTunnel(h);
+  const registry = new Registry();
+  const { securePort } = await startMaster(h, server, { metricsRegistry: registry });
+  const inFlight = async (): Promise<Array<{ labels: object; value: number }>> =>
+    (await registry.getSingleMetric('yurttunnel_server_in_proxy_requests')!.get()).values.filter((v) => v.value !== 0);
+  const pki = testPKI();
+  const { request } = await import('node:https');
+  const req = request({
+    host: '127.0.0.1',
+    port: securePort,
+    path: '/containerLogs/default/some-pod-with-a-long-name/app?follow=true',
+    headers: { Host: `127.0.0.1:${kubelet.port}` },
+    ca: pki.ca.cert,
+    ...apiserverClientCert(),
+    servername: '',
+    agent: false,
+  });
+  req.end();
+  const [res] = (await once(req, 'response')) as [import('node:http').IncomingMessage];
+  res.resume();
+  assert.deepEqual(await inFlight(), [{ labels: { verb: 'get', path: 'logs' }, value: 1 }]);
+  res.destroy();
+  const deadline = Date.now() + 2000;
+  while ((await inFlight()).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(await inFlight(), []);
+  const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
+  assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
 });

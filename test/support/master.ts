@@ -9,6 +9,7 @@ import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import { AgentNodeResolver, type NodeResolver } from '../../pkg/interceptor/node-resolver.js';
 import { RequestInterceptor } from '../../pkg/interceptor/request-interceptor.js';
+import type { Registry } from 'prom-client';
 import type { CertKeyPair } from '../../pkg/certs/pki.js';
 import type { Harness } from './harness.js';
 import { testPKI } from './pki.js';
@@ -40,7 +41,7 @@ export interface TestMaster {
 export async function startMaster(
   h: Harness,
   server: TestServer,
-  opts: { localhostPorts?: number[]; kubeletCA?: string; resolver?: NodeResolver } = {},
+  opts: { localhostPorts?: number[]; kubeletCA?: string; resolver?: NodeResolver; metricsRegistry?: Registry } = {},
 ): Promise<TestMaster> {
   const pki = testPKI();
   const connector = new KubeletConnector({
@@ -56,6 +57,7 @@ export async function startMaster(
     middleware: [traceRequest(resolver, server.log), localhostProxy(() => ports, resolver)],
     interceptor: new RequestInterceptor(connector, server.log),
     logger: server.log,
+    metricsRegistry: opts.metricsRegistry,
   });
   h.defer(async () => {
     await master.close();

@@ -7,7 +7,7 @@ import { KubeletTLSError } from '../../pkg/interceptor/kubelet-connector.js';
 import { localhostProxy, parsePortList } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
-import { ProxierError } from '../../pkg/interceptor/proxier-dialer.js';
+import { connectRequest, ProxierError } from '../../pkg/interceptor/proxier-dialer.js';
 import { HttpError, pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
@@ -178,4 +178,13 @@ test('a response head is read with its exact bytes, however it arrives', async (
   const failing = readResponseHead(bad);
   bad.end('garbage\r\n\r\n');
   await assert.rejects(failing, { message: 'malformed response status line "garbage"' });
+});
+
+test('the interceptor\'s CONNECT request is exactly OpenYurt\'s, each optional header only when set', () => {
+  assert.equal(connectRequest('10.0.0.5:10250'), 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\n\r\n');
+  assert.equal(
+    connectRequest('10.0.0.5:10250', 'edge-1', 'kube-apiserver/v1.24'),
+    'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\nX-Tunnel-Proxy-Host: edge-1\r\nUser-Agent: kube-apiserver/v1.24\r\n\r\n',
+  );
+  assert.equal(connectRequest('[fd00::1]:10250', undefined, 'ua'), 'CONNECT [fd00::1]:10250 HTTP/1.1\r\nHost: localhost\r\nUser-Agent: ua\r\n\r\n');
 });
