@@ -14,13 +14,11 @@ import { apiserverClientCert, callMaster, startKubelet, startMaster } from '../s
 import { testPKI } from '../support/pki.js';
 import {
   CHANNEL,
-  openPortForward,
+  forwardPatternEcho,
   PatternVerifier,
   patternView,
-  readAll,
   upgradeToChannelWebSocket,
   upgradeToSpdy,
-  type SpdyStream,
 } from '../support/standin-kubelet/index.js';
 import { startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
 
@@ -43,13 +41,6 @@ async function streamFromMaster(h: Harness, port: number, path: string, host: st
   req.end();
   const [res] = (await once(req, 'response')) as [IncomingMessage];
   return res;
-}
-
-async function writePattern(stream: SpdyStream, total: number): Promise<void> {
-  for (let off = 0; off < total; off += 64 * 1024) {
-    if (!stream.write(patternView(off, Math.min(64 * 1024, total - off)))) await once(stream, 'drain');
-  }
-  stream.end();
 }
 
 test('logs follow: each line arrives as it is written, and closing the caller stops the kubelet\'s stream', async (t) => {
@@ -144,18 +135,8 @@ test('a refused upgrade is passed back as it came; kubectl\'s SPDY port-forward 
   const socket = await dialMaster(h, securePort);
   const { session, protocol } = await upgradeToSpdy({ socket, target: '/portForward/default/p1', protocols: ['portforward.k8s.io'], host });
   assert.equal(protocol, 'portforward.k8s.io');
-  const forward = async (requestId: number, total: number): Promise<void> => {
-    const { error, data } = await openPortForward(session, 80, requestId);
-    const errorText = readAll(error);
-    const verifier = new PatternVerifier();
-    data.on('data', (c: Buffer) => verifier.update(c));
-    const ended = once(data, 'end');
-    await writePattern(data, total);
-    await ended;
-    assert.equal(verifier.received, total);
-    assert.equal((await errorText).toString(), '');
-  };
-  await Promise.all([forward(0, 4 * MiB), forward(1, 3 * MiB + 17)]);
+  const results = await Promise.all([forwardPatternEcho(session, 80, 0, 4 * MiB), forwardPatternEcho(session, 80, 1, 3 * MiB + 17)]);
+  assert.deepEqual(results, [{ echoed: 4 * MiB, errorText: '' }, { echoed: 3 * MiB + 17, errorText: '' }]);
   session.close();
   await once(session, 'close');
 });

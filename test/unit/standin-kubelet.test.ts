@@ -17,6 +17,7 @@ import {
   PatternVerifier,
   StandinKubelet,
   dialTLS,
+  forwardPatternEcho,
   openPortForward,
   patternView,
   readAll,
@@ -371,18 +372,8 @@ test('SPDY port-forward relays two concurrent connections to a local echo server
   assert.equal(protocol, 'portforward.k8s.io');
   assert.ok((await session.ping()) >= 0);
 
-  const forward = async (requestId: number, total: number): Promise<void> => {
-    const { error, data } = await openPortForward(session, 80, requestId);
-    const errorText = readAll(error);
-    const verifier = new PatternVerifier();
-    data.on('data', (c: Buffer) => verifier.update(c));
-    const ended = once(data, 'end');
-    await writePatternTo(data, total);
-    await ended;
-    assert.equal(verifier.received, total);
-    assert.equal((await errorText).toString(), '');
-  };
-  await Promise.all([forward(0, 4 * MiB), forward(1, 3 * MiB + 17)]);
+  const results = await Promise.all([forwardPatternEcho(session, 80, 0, 4 * MiB), forwardPatternEcho(session, 80, 1, 3 * MiB + 17)]);
+  assert.deepEqual(results, [{ echoed: 4 * MiB, errorText: '' }, { echoed: 3 * MiB + 17, errorText: '' }]);
 
   assert.deepEqual(
     kubelet.portForwards.map((p) => [p.requestId, p.port, p.bytesToTarget, p.error]).sort(),

@@ -22,6 +22,7 @@ export { CHANNEL } from './ws-exec.js';
 export { ChannelWebSocketClient, upgradeToChannelWebSocket, type ChannelWebSocketRequest } from './ws-client.js';
 export {
   GOAWAY_STATUS,
+  forwardPatternEcho,
   RST_STATUS,
   SpdySession,
   SpdyStream,

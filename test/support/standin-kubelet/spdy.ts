@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { PatternVerifier, writePattern } from './bytes.js';
 // The client side of SPDY as kubectl speaks it to a kubelet (or through the
 // tunnel): upgrade an HTTP/1.1 connection, then open port-forward stream
 // pairs or exec streams on the session.
@@ -87,4 +89,25 @@ export async function readAll(stream: SpdyStream, maxBytes = 1024 * 1024): Promi
     parts.push(b);
   }
   return Buffer.concat(parts);
+}
+
+/**
+ * Forwards `total` pattern bytes over a new port-forward stream pair (to an
+ * echo target) and resolves with how many came back verified, and the error
+ * stream's text.
+ */
+export async function forwardPatternEcho(
+  session: SpdySession,
+  port: number,
+  requestId: number,
+  total: number,
+): Promise<{ echoed: number; errorText: string }> {
+  const { error, data } = await openPortForward(session, port, requestId);
+  const errorText = readAll(error);
+  const verifier = new PatternVerifier();
+  data.on('data', (c: Buffer) => verifier.update(c));
+  const ended = once(data, 'end');
+  writePattern(data, total);
+  await ended;
+  return { echoed: verifier.received, errorText: (await errorText).toString() };
 }
