@@ -81,7 +81,7 @@ export interface ServerIdentity {
 export class ServerConnectionError extends Error {
   override readonly name = 'ServerConnectionError';
   constructor(
-    readonly code: 'YT_ERR_CONNECT_FAILED' | 'YT_ERR_BAD_HEADERS' | 'YT_ERR_HANDSHAKE_TIMEOUT' | 'YT_ERR_CLOSED',
+    readonly code: 'YT_ERR_CONNECT_FAILED' | 'YT_ERR_BAD_HEADERS' | 'YT_ERR_HANDSHAKE_TIMEOUT',
     message: string,
   ) {
     super(message);

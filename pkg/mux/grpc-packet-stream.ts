@@ -109,11 +109,6 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (!this.ended) this.gate.release(holder);
   }
 
-  /** Bytes waiting in the HTTP/2 stream's send buffer. */
-  get queuedBytes(): number {
-    return this.stream.writableLength;
-  }
-
   get isEnded(): boolean {
     return this.ended;
   }

@@ -57,8 +57,4 @@ export class Backend {
   send(packet: KnownPacket): boolean {
     return this.link.sendControl(packet);
   }
-
-  describe(): string {
-    return `${this.agentID}#${this.serial}`;
-  }
 }
