@@ -5,7 +5,7 @@
 import { lookup } from 'node:dns/promises';
 import { connect, isIP, type Socket } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
-import { errorMessage } from '../protocol/errors.js';
+import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
 
 export interface DialerOptions {
@@ -43,32 +43,32 @@ export class Dialer {
     this.timeoutMs = opts.timeoutMs ?? 5000;
   }
 
-  /** Connects to `address`; rejects with an Error whose message is fit for DIAL_RSP. */
+  /** Connects to `address`; rejects with an AgentDialError whose message is fit for DIAL_RSP. */
   async dial(address: string, signal?: AbortSignal): Promise<Socket> {
     const deadline = Date.now() + this.timeoutMs;
     const target = splitHostPort(address);
-    if (target === undefined) throw new Error(`dial tcp ${address}: address is not host:port`);
+    if (target === undefined) throw new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`);
     let ip = target.host;
     if (isIP(ip) === 0) {
       try {
         ip = (await lookup(target.host)).address;
       } catch (err: unknown) {
-        const code = (err as NodeJS.ErrnoException).code;
+        const code = errorCode(err) ?? 'EAI_FAIL';
         const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
-        throw new Error(`dial tcp: lookup ${target.host}: ${why}`);
+        throw new AgentDialError(code, `dial tcp: lookup ${target.host}: ${why}`, { cause: err });
       }
     }
     if (!this.allowList.allows(ip, target.port)) {
-      throw new Error(deniedByPolicyMessage(address, this.allowList.description));
+      throw new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description));
     }
-    signal?.throwIfAborted();
+    if (signal?.aborted) throw new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`);
     return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), signal);
   }
 
   private connect(address: string, ip: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
     return new Promise((resolve, reject) => {
       const socket = connect({ host: ip, port, noDelay: true });
-      const done = (err?: Error): void => {
+      const done = (err?: AgentDialError): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         socket.off('connect', onConnect);
@@ -83,10 +83,10 @@ export class Dialer {
       const onConnect = (): void => done();
       const onError = (err: NodeJS.ErrnoException): void => {
         const text = (err.code !== undefined && ERRNO_TEXT[err.code]) || err.message;
-        done(new Error(`dial tcp ${address}: ${text}`));
+        done(new AgentDialError(err.code ?? 'YT_ERR_DIAL_FAILED', `dial tcp ${address}: ${text}`, { cause: err }));
       };
-      const onAbort = (): void => done(new Error(`dial tcp ${address}: operation was canceled`));
-      const timer = setTimeout(() => done(new Error(timeoutMessage(address, this.timeoutMs))), timeoutMs);
+      const onAbort = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+      const timer = setTimeout(() => done(new AgentDialError('YT_ERR_DIAL_TIMEOUT', timeoutMessage(address, this.timeoutMs))), timeoutMs);
       socket.once('connect', onConnect);
       socket.once('error', onError);
       signal?.addEventListener('abort', onAbort, { once: true });

@@ -1,6 +1,15 @@
-// Error classes shared by server, agent and frontends. Each has a stable
-// `code`; for dial failures the code doubles as the metric `reason` label and
-// decides the HTTP status a frontend answers with.
+// Error classes shared by server, agent and frontends, in one place (as
+// undici keeps its own). Each has a stable `code` and may keep the error that
+// caused it as `cause`; for dial failures the code doubles as the metric
+// `reason` label and decides the HTTP status a frontend answers with.
+
+/** The base of our errors: a stable `code`, a message for people, the original as `cause`. */
+export abstract class TunnelError extends Error {
+  abstract readonly code: string;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
 
 export type ProtocolErrorCode =
   | 'YT_ERR_PROTOCOL_VARINT'
@@ -13,13 +22,14 @@ export type ProtocolErrorCode =
   | 'YT_ERR_PROTOCOL_COMPRESSED';
 
 /** Bytes that are not a valid packet or gRPC message. */
-export class ProtocolError extends Error {
+export class ProtocolError extends TunnelError {
   override readonly name = 'ProtocolError';
   constructor(
     readonly code: ProtocolErrorCode,
     message: string,
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super(message, options);
   }
 }
 
@@ -42,7 +52,7 @@ export type DialFailureReason =
   /** The request itself is unusable (bad address). */
   | 'YT_ERR_BAD_ADDRESS';
 
-export class DialError extends Error {
+export class DialError extends TunnelError {
   override readonly name = 'DialError';
   readonly code: DialFailureReason;
   constructor(code: DialFailureReason, message: string, options?: { cause?: unknown }) {
@@ -52,10 +62,26 @@ export class DialError extends Error {
 }
 
 /** A tunnelled connection that ended abnormally (agent gone, CLOSE_RSP with an error). */
-export class ConnectionClosedError extends Error {
+export class ConnectionClosedError extends TunnelError {
   override readonly name = 'ConnectionClosedError';
   readonly code = 'YT_ERR_CONNECTION_CLOSED';
   constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/**
+ * Why the agent could not open a connection it was asked for. `code` is the
+ * socket's errno (ECONNREFUSED, ENOTFOUND, ...) or one of ours; the message
+ * uses Go's wording, which servers classify (dial-errors.ts).
+ */
+export class AgentDialError extends TunnelError {
+  override readonly name = 'AgentDialError';
+  constructor(
+    readonly code: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
     super(message, options);
   }
 }
@@ -64,4 +90,16 @@ export class ConnectionClosedError extends Error {
 export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
+}
+
+/** The `code` of a thrown value (errno or ours), if it has one. */
+export function errorCode(err: unknown): string | undefined {
+  if (typeof err !== 'object' || err === null) return undefined;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** An Error for any thrown value, keeping an Error as it is. */
+export function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
