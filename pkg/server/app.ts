@@ -1,12 +1,12 @@
 // yurt-tunnel-server's run sequence: certificates, the tunnel core, the agent
 // endpoint and the CONNECT proxier, in that order; stop() undoes all of it.
 
-import { randomUUID } from 'node:crypto';
+import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import type { Registry } from 'prom-client';
-import { ensureLocalServerCertificates } from '../certs/local-store.js';
+import { ensureLocalServerCertificates, type LocalCertificates } from '../certs/local-store.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
@@ -15,6 +15,7 @@ import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { AgentNodeResolver } from '../interceptor/node-resolver.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import type { Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
 import { AgentEndpoint } from '../tunnel/agent-endpoint.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
 import { Tunnel } from '../tunnel/tunnel.js';
@@ -61,13 +62,43 @@ export function loopbackFor(ip: string): string {
   return isIP(ip) === 6 ? '::1' : '127.0.0.1';
 }
 
-async function readOptional(path: string | undefined): Promise<string | undefined> {
+/** The files a server reads besides its own certificates, read and parsed before anything is built. */
+interface ServerFiles {
+  clientCA: string | undefined;
+  proxyClient: { cert: string; key: string } | undefined;
+  kubeletCA: string | undefined;
+}
+
+async function readOptional(flag: string, path: string | undefined, kind: 'certificate' | 'key'): Promise<string | undefined> {
   if (path === undefined || path === '') return undefined;
+  let text: string;
   try {
-    return await readFile(path, 'utf8');
+    text = await readFile(path, 'utf8');
   } catch (err: unknown) {
-    throw new Error(`cannot read ${path}: ${(err as Error).message}`);
+    throw new Error(`${flag}: cannot read ${path}: ${errorMessage(err)}`, { cause: err });
   }
+  try {
+    if (kind === 'certificate') new X509Certificate(text);
+    else createPrivateKey(text);
+  } catch (err: unknown) {
+    throw new Error(`${flag}: ${path} does not hold a PEM ${kind}: ${errorMessage(err)}`, { cause: err });
+  }
+  return text;
+}
+
+/** Reads and checks every file named by a flag; throws naming the flag and the file. */
+export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles> {
+  if ((opts.proxyClientCertFile ?? '') === '' !== ((opts.proxyClientKeyFile ?? '') === '')) {
+    throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
+  }
+  const [clientCA, proxyCert, proxyKey, kubeletCA] = await Promise.all([
+    readOptional('--client-ca-file', opts.clientCAFile, 'certificate'),
+    readOptional('--proxy-client-cert-file', opts.proxyClientCertFile, 'certificate'),
+    readOptional('--proxy-client-key-file', opts.proxyClientKeyFile, 'key'),
+    readOptional('--kubelet-ca-file', opts.kubeletCAFile, 'certificate'),
+  ]);
+  const proxyClient = proxyCert !== undefined && proxyKey !== undefined ? { cert: proxyCert, key: proxyKey } : undefined;
+  return { clientCA, proxyClient, kubeletCA };
 }
 
 /** True when the process can reach a Kubernetes API (a kubeconfig, or running in a pod). */
@@ -100,6 +131,8 @@ export class TunnelServer {
           'DNS controller, iptables manager) is not implemented in this version; run without --kube-config for local mode',
       );
     }
+    // Everything that can be wrong with the flags' files is found before anything is built or listens.
+    const files = await readServerFiles(opts);
     log.info('no cluster configured: running in local certificate mode', { certDir: opts.certDir });
     const certs = await ensureLocalServerCertificates({
       certDir: opts.certDir,
@@ -117,45 +150,15 @@ export class TunnelServer {
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
-    const agentEndpoint = new AgentEndpoint(tunnel, {
-      host: opts.bindAddress,
-      port: opts.tunnelAgentConnectPort,
-      tls: { cert: certs.server.cert, key: certs.server.key, ca: certs.ca },
-      serverID,
-      serverCount: opts.serverCount,
-      keepaliveTimeMs: opts.keepaliveTimeMs,
-      keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
-      logger: log,
-    });
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });
-
-    const [clientCA, proxyCert, proxyKey, kubeletCA] = await Promise.all([
-      readOptional(opts.clientCAFile),
-      readOptional(opts.proxyClientCertFile),
-      readOptional(opts.proxyClientKeyFile),
-      readOptional(opts.kubeletCAFile),
-    ]);
-    if ((proxyCert === undefined) !== (proxyKey === undefined)) {
-      throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
+    let server: TunnelServer;
+    try {
+      server = TunnelServer.build(serverID, tunnel, certs, files, opts);
+    } catch (err: unknown) {
+      // A component refused its options: nothing listens yet, but the tunnel's timers run.
+      await tunnel.close();
+      throw err;
     }
-    const kubeletTLS = {
-      cert: proxyCert ?? certs.proxyClient.cert,
-      key: proxyKey ?? certs.proxyClient.key,
-      kubeletCA,
-    };
-    const connector = new KubeletConnector({ udsPath: opts.interceptorProxierUDS, tls: () => kubeletTLS, logger: log });
-    const resolver = new AgentNodeResolver(tunnel.registry);
-    const localhostPorts = new Set(opts.localhostProxyPorts);
-    const master = new MasterServer({
-      secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: clientCA ?? certs.ca },
-      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
-      middleware: [traceRequest(resolver, log), localhostProxy(() => localhostPorts, resolver)],
-      interceptor: new RequestInterceptor(connector, log),
-      logger: log,
-      metricsRegistry: opts.metricsRegistry,
-    });
-
-    const server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, master, connector, log);
+    const { agentEndpoint, proxier, master } = server;
     try {
       await agentEndpoint.start();
       await proxier.start();
@@ -173,6 +176,42 @@ export class TunnelServer {
       strategies: opts.proxyStrategies.join(','),
     });
     return server;
+  }
+
+  /** Builds every component on the tunnel; listens on nothing. Throws if an option is refused. */
+  private static build(
+    serverID: string,
+    tunnel: Tunnel,
+    certs: LocalCertificates,
+    files: ServerFiles,
+    opts: ServerOptions,
+  ): TunnelServer {
+    const log = opts.logger;
+    const agentEndpoint = new AgentEndpoint(tunnel, {
+      host: opts.bindAddress,
+      port: opts.tunnelAgentConnectPort,
+      tls: { cert: certs.server.cert, key: certs.server.key, ca: certs.ca },
+      serverID,
+      serverCount: opts.serverCount,
+      keepaliveTimeMs: opts.keepaliveTimeMs,
+      keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+      logger: log,
+    });
+    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });
+
+    const kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
+    const connector = new KubeletConnector({ udsPath: opts.interceptorProxierUDS, tls: () => kubeletTLS, logger: log });
+    const resolver = new AgentNodeResolver(tunnel.registry);
+    const localhostPorts = new Set(opts.localhostProxyPorts);
+    const master = new MasterServer({
+      secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
+      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
+      middleware: [traceRequest(resolver, log), localhostProxy(() => localhostPorts, resolver)],
+      interceptor: new RequestInterceptor(connector, log),
+      logger: log,
+      metricsRegistry: opts.metricsRegistry,
+    });
+    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, master, connector, log);
   }
 
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { clusterAvailable, loopbackFor } from '../../pkg/server/app.js';
+import { readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { MemoryLogger } from '../../pkg/log/logger.js';
+import { TunnelServer, clusterAvailable, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
+import { harness } from '../support/harness.js';
+import { testPKI } from '../support/pki.js';
+import { tempDir } from '../support/tunnel.js';
 
 test('the insecure master port defaults to the loopback of the bind address\'s family', () => {
   assert.equal(loopbackFor('0.0.0.0'), '127.0.0.1');
@@ -19,4 +25,63 @@ test('a kubeconfig means a cluster; no kubeconfig and no pod environment means l
   } finally {
     if (saved !== undefined) process.env.KUBERNETES_SERVICE_HOST = saved;
   }
+});
+
+// ----- files named by flags are read and checked before anything is built
+
+function localOptions(certDir: string, extra: Partial<ServerOptions>): ServerOptions {
+  return {
+    bindAddress: '127.0.0.1',
+    tunnelAgentConnectPort: 0,
+    securePort: 0,
+    insecurePort: 0,
+    localhostProxyPorts: [],
+    interceptorProxierUDS: join(certDir, 'proxier.sock'),
+    proxyStrategies: ['destHost'],
+    dialTimeoutMs: 1000,
+    serverCount: 1,
+    certDir,
+    certIPs: [],
+    certDNSNames: [],
+    enableIptables: false,
+    enableDNSController: false,
+    keepaliveTimeMs: 10_000,
+    keepaliveTimeoutMs: 20_000,
+    logger: new MemoryLogger(),
+    ...extra,
+  };
+}
+
+test('a file that is not a certificate is refused naming its flag, before any certificate is made or port opened', async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  const bogus = join(dir, 'kubelet-ca.crt');
+  await writeFile(bogus, 'not a certificate\n');
+  await assert.rejects(TunnelServer.start(localOptions(certDir, { kubeletCAFile: bogus })), (err: Error) => {
+    assert.match(err.message, new RegExp(`^--kubelet-ca-file: ${bogus} does not hold a PEM certificate: `));
+    return true;
+  });
+  await assert.rejects(readdir(certDir), { code: 'ENOENT' });
+});
+
+test('a missing file and a key that is not a key are refused naming their flags', async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  const certFile = join(dir, 'proxy.crt');
+  const keyFile = join(dir, 'proxy.key');
+  await writeFile(certFile, testPKI().server.cert);
+  await writeFile(keyFile, testPKI().server.cert);
+  await assert.rejects(TunnelServer.start(localOptions(certDir, { clientCAFile: join(dir, 'absent.crt') })), {
+    message: new RegExp(`^--client-ca-file: cannot read ${join(dir, 'absent.crt')}: `),
+  });
+  await assert.rejects(TunnelServer.start(localOptions(certDir, { proxyClientCertFile: certFile, proxyClientKeyFile: keyFile })), {
+    message: new RegExp(`^--proxy-client-key-file: ${keyFile} does not hold a PEM key: `),
+  });
+  await assert.rejects(TunnelServer.start(localOptions(certDir, { proxyClientCertFile: certFile })), {
+    name: 'TypeError',
+    message: '--proxy-client-cert-file and --proxy-client-key-file go together',
+  });
+  await assert.rejects(readdir(certDir), { code: 'ENOENT' });
 });
