@@ -175,7 +175,44 @@ export class MasterServer {
     done(() => this.inFlight.dec(labels));
   }
 
+  /**
+   * The boundary of every request: whatever a handler throws is answered
+   * (500, or the connection dropped once the answer has begun) and logged with
+   * its stack; one bad request never ends the process.
+   */
+  private guarded(what: string, req: IncomingMessage, answer: (message: string) => void, handle: () => void): void {
+    try {
+      handle();
+    } catch (err: unknown) {
+      this.opts.logger.error('internal error handling a request; answered 500', {
+        kind: what,
+        url: req.url?.slice(0, 200),
+        error: errorMessage(err),
+        stack: err instanceof Error ? err.stack : undefined,
+      });
+      answer(`internal error in yurt-tunnel-server: ${errorMessage(err)}`);
+    }
+  }
+
   private onRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
+    this.guarded('request', req, (message) => {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+      res.end(message + '\n');
+    }, () => this.handleRequest(req, res, tls));
+  }
+
+  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
+    this.guarded('upgrade', req, (message) => {
+      if (socket.destroyed) return;
+      socket.end(errorResponse(500, message));
+    }, () => this.handleUpgrade(req, socket, head, tls));
+  }
+
+  private handleRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
     const ctx = this.context(req, tls);
     const refused = this.route(ctx);
     if (refused !== undefined) {
@@ -187,7 +224,7 @@ export class MasterServer {
     this.opts.interceptor.handleRequest(ctx, req, res);
   }
 
-  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
+  private handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
     const ctx = this.context(req, tls);
     const refused = this.route(ctx);
     if (refused !== undefined) {

@@ -28,9 +28,18 @@ function routeTo(ctx: RequestContext, node: NodeInfo, port: number): void {
   ctx.proxyHost ??= node.name;
 }
 
+/** A percent-encoded path segment, decoded; malformed encoding is the caller's error (400). */
+function decodeSegment(segment: string, where: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new HttpError(400, `${where} has a malformed percent-encoding in ${JSON.stringify(segment.slice(0, 200))}`);
+  }
+}
+
 /** "edge-1", "edge-1:10250" or "https:edge-1:10250" (Kubernetes' node proxy name forms). */
 function parseProxiedNode(segment: string): { name: string; port: number | undefined } {
-  const parts = decodeURIComponent(segment).split(':');
+  const parts = decodeSegment(segment, 'X-Forwarded-Uri').split(':');
   if (parts.length >= 2 && /^https?$/.test(parts[0]!)) parts.shift();
   const port = parts.length === 2 && /^\d+$/.test(parts[1]!) ? Number(parts[1]) : undefined;
   return { name: parts[0]!, port };
@@ -43,7 +52,7 @@ export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
 
     const pod = POD_PATH.exec(ctx.url);
     if (pod !== null) {
-      const [namespace, name] = [decodeURIComponent(pod[1]!), decodeURIComponent(pod[2]!)];
+      const [namespace, name] = [decodeSegment(pod[1]!, 'the request path'), decodeSegment(pod[2]!, 'the request path')];
       const node = resolver.podNode(namespace, name);
       if (node !== undefined) {
         routeTo(ctx, node, node.kubeletPort ?? target.port);
