@@ -16,6 +16,7 @@ import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../pro
 import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
+import type { WriteTracker } from '../mux/grpc-packet-stream.js';
 import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
 import type { Tunnel } from './tunnel.js';
 
@@ -57,6 +58,9 @@ export interface AgentEndpointOptions {
   logger?: Logger;
 }
 
+/** How long the calls' final statuses get to leave before a GOAWAY follows them. */
+const STATUS_FLUSH_MS = 50;
+
 /** Go closes a connection after more than this many ping strikes. */
 const MAX_PING_STRIKES = 2;
 
@@ -65,8 +69,16 @@ interface SessionState {
   pingTimeout?: NodeJS.Timeout;
   lastPingAt: number;
   pingStrikes: number;
-  /** Set whenever we send on this connection; Go forgives pings that follow our own traffic. */
-  sentSinceLastPing: boolean;
+  /**
+   * grpc-go forgives a ping when any DATA or HEADERS frame was written since
+   * the previous one. Node does not report frames, so: a message whose write
+   * completed since the last ping, or one still being written (its frames are
+   * going out now), counts as our traffic.
+   */
+  writtenSinceLastPing: boolean;
+  writesInProgress: number;
+  /** GOAWAY too_many_pings has been sent: the connection is closing. */
+  goingAway: boolean;
   remoteAddress: string;
 }
 
@@ -87,6 +99,16 @@ function headerValues(rawHeaders: string[], name: string): string[] {
   const out: string[] = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) if (rawHeaders[i] === name) out.push(rawHeaders[i + 1]!);
   return out;
+}
+
+function trafficOf(state: SessionState): WriteTracker {
+  return {
+    queued: () => state.writesInProgress++,
+    written: () => {
+      state.writesInProgress--;
+      state.writtenSinceLastPing = true;
+    },
+  };
 }
 
 export class AgentEndpoint {
@@ -191,7 +213,9 @@ export class AgentEndpoint {
     const state: SessionState = {
       lastPingAt: 0,
       pingStrikes: 0,
-      sentSinceLastPing: false,
+      writtenSinceLastPing: false,
+      writesInProgress: 0,
+      goingAway: false,
       remoteAddress: remoteOf(session.socket as TLSSocket),
     };
     this.sessions.set(session, state);
@@ -237,29 +261,60 @@ export class AgentEndpoint {
     }
   }
 
-  /** Go's ping policy: too-frequent pings without our traffic in between are strikes. */
+  /**
+   * grpc-go's ping policy (EnforcementPolicy with PermitWithoutStream): a ping
+   * that follows our own traffic resets the strikes; one that comes sooner than
+   * minPingIntervalMs after the previous ping is a strike; more than
+   * MAX_PING_STRIKES strikes end the connection with one GOAWAY too_many_pings.
+   */
   private onPing(session: Http2Session, state: SessionState): void {
+    if (state.goingAway) return;
     const now = Date.now();
-    const early = state.lastPingAt !== 0 && now - state.lastPingAt < this.opts.minPingIntervalMs;
-    const forgiven = state.sentSinceLastPing;
+    const previous = state.lastPingAt;
     state.lastPingAt = now;
-    state.sentSinceLastPing = false;
-    if (forgiven) {
+    if (state.writtenSinceLastPing || state.writesInProgress > 0) {
+      state.writtenSinceLastPing = false;
       state.pingStrikes = 0;
       return;
     }
-    if (!early) return;
-    state.pingStrikes++;
-    if (state.pingStrikes > MAX_PING_STRIKES) {
-      this.log.warn('agent pings too often; sending GOAWAY too_many_pings', {
-        remoteAddress: state.remoteAddress,
-        minPingIntervalMs: this.opts.minPingIntervalMs,
-      });
-      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 0, Buffer.from('too_many_pings'));
+    if (previous !== 0 && now - previous < this.opts.minPingIntervalMs) state.pingStrikes++;
+    if (state.pingStrikes > MAX_PING_STRIKES) this.goAwayTooManyPings(session, state);
+  }
+
+  /** One GOAWAY, then a graceful close: each call in flight ends with a status that says why. */
+  private goAwayTooManyPings(session: Http2Session, state: SessionState): void {
+    state.goingAway = true;
+    const reason = `too_many_pings: the agent pinged more often than every ${this.opts.minPingIntervalMs} ms without traffic from the server`;
+    this.log.warn('agent pings too often; sending GOAWAY too_many_pings and closing its connection', {
+      remoteAddress: state.remoteAddress,
+      minPingIntervalMs: this.opts.minPingIntervalMs,
+      pingStrikes: state.pingStrikes,
+    });
+    // The statuses go out first, then the GOAWAY naming the last call we took,
+    // so a client that tears the connection down on reading it still has them.
+    const calls = [...(this.streams.get(session) ?? [])];
+    let waiting = calls.length;
+    const goAway = (): void => {
+      if (session.destroyed) return;
+      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, session.state.lastProcStreamID ?? 0, Buffer.from('too_many_pings'));
+      session.close();
       const t = setTimeout(() => session.destroy(), 1000);
       t.unref();
       session.once('close', () => clearTimeout(t));
+    };
+    // Trailers handed to HTTP/2 leave with its next write; give them that moment.
+    const afterStatuses = (): void => {
+      if (--waiting > 0) return;
+      const t = setTimeout(goAway, STATUS_FLUSH_MS);
+      t.unref();
+      session.once('close', () => clearTimeout(t));
+    };
+    waiting++;
+    for (const s of calls) {
+      s.end(GrpcStatus.UNAVAILABLE, reason);
+      s.onceStatusSent(afterStatuses);
     }
+    afterStatuses();
   }
 
   private reject(stream: ServerHttp2Stream, status: number, message: string, remoteAddress: string): void {
@@ -342,13 +397,14 @@ export class AgentEndpoint {
     };
     if (flow !== undefined) responseHeaders[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     stream.respond(responseHeaders, { waitForTrailers: true });
+    if (state !== undefined) state.writtenSinceLastPing = true;
 
     const tlsSocket = session?.socket as TLSSocket | undefined;
     const cert = tlsSocket?.getPeerCertificate();
     const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
     const link = new AgentStream(stream, {
       maxMessageSize: this.opts.maxMessageSize,
-      onSend: state === undefined ? undefined : () => (state.sentSinceLastPing = true),
+      traffic: state === undefined ? undefined : trafficOf(state),
     });
     const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
     if (backend.closed || session === undefined) return;

@@ -32,6 +32,8 @@ export function encodeGrpcMessage(message: string): string {
 
 export class AgentStream extends GrpcPacketStream {
   private status: { code: number; message: string } | undefined;
+  private trailersSentListeners: Array<() => void> = [];
+  private trailersWritten = false;
 
   constructor(
     private readonly serverStream: ServerHttp2Stream,
@@ -48,6 +50,8 @@ export class AgentStream extends GrpcPacketStream {
       const trailers: Record<string, string> = { 'grpc-status': String(s.code) };
       if (s.message !== '') trailers['grpc-message'] = encodeGrpcMessage(s.message);
       stream.sendTrailers(trailers);
+      this.trailersWritten = true;
+      for (const fn of this.trailersSentListeners.splice(0)) fn();
     });
     // The agent half-closed: the call is over; answer with OK.
     stream.on('end', () => this.end(GrpcStatus.OK, '', 'agent ended the stream'));
@@ -55,6 +59,12 @@ export class AgentStream extends GrpcPacketStream {
     stream.on('error', () => {
       // 'close' follows and reports; closeReason() says what happened.
     });
+  }
+
+  /** Calls `fn` once the call's status has been handed to HTTP/2 (at once if it has, or if it never will be). */
+  onceStatusSent(fn: () => void): void {
+    if (this.trailersWritten || this.serverStream.destroyed || this.serverStream.closed) fn();
+    else this.trailersSentListeners.push(fn);
   }
 
   private closeReason(): string {
