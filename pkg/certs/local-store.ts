@@ -6,7 +6,7 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { createCA, describeCertificate, issueCertificate, sameAddressSet, type CertKeyPair } from './pki.js';
+import { createCA, describeCertificate, invalidPrintableStrings, issueCertificate, sameAddressSet, type CertKeyPair } from './pki.js';
 
 export const CA_CERT_FILE = 'ca.crt';
 export const CA_KEY_FILE = 'ca.key';
@@ -34,6 +34,8 @@ export interface LocalCertificates {
   proxyClient: CertKeyPair;
   /** What was created or renewed in this call, for the log. */
   changed: string[];
+  /** Set when an unreadable CA was replaced: agents' certificates must be issued again. */
+  caReplacedBecause?: string;
 }
 
 export interface LocalServerCertOptions {
@@ -75,18 +77,37 @@ async function writePair(dir: string, certFile: string, keyFile: string, pair: C
   await writeAtomic(join(dir, certFile), pair.cert, 0o644);
 }
 
-/** Loads `ca.crt`/`ca.key` from `certDir`, creating them if neither exists. */
-export async function loadOrCreateLocalCA(certDir: string): Promise<{ ca: CertKeyPair; created: boolean }> {
+export interface LocalCA {
+  ca: CertKeyPair;
+  created: boolean;
+  /**
+   * Why an existing CA was replaced (its names are unreadable to Go's x509, as
+   * versions before 0.2 wrote them); every certificate it issued, agents'
+   * included, must be issued again.
+   */
+  replacedBecause?: string;
+}
+
+/** Why Go clients cannot read `certPem`, or undefined if they can. */
+function unreadableByGo(certPem: string): string | undefined {
+  const bad = invalidPrintableStrings(certPem);
+  if (bad.length === 0) return undefined;
+  return `PrintableString holding characters it may not (${bad.join('; ')}); Go's crypto/x509 refuses such names`;
+}
+
+/** Loads `ca.crt`/`ca.key` from `certDir`, creating them if neither exists or replacing a CA Go cannot read. */
+export async function loadOrCreateLocalCA(certDir: string): Promise<LocalCA> {
   await mkdir(certDir, { recursive: true, mode: 0o700 });
   const existing = await readPair(certDir, CA_CERT_FILE, CA_KEY_FILE);
-  if (existing !== undefined) return { ca: existing, created: false };
+  const unreadable = existing === undefined ? undefined : unreadableByGo(existing.cert);
+  if (existing !== undefined && unreadable === undefined) return { ca: existing, created: false };
   const ca = createCA(`yurt-tunnel-local-ca@${Math.floor(Date.now() / 1000)}`);
   await writePair(certDir, CA_CERT_FILE, CA_KEY_FILE, ca);
-  return { ca, created: true };
+  return unreadable === undefined ? { ca, created: true } : { ca, created: true, replacedBecause: unreadable };
 }
 
 function needsRenewal(pair: CertKeyPair | undefined, wantIPs: readonly string[], wantDNS: readonly string[]): boolean {
-  if (pair === undefined) return true;
+  if (pair === undefined || unreadableByGo(pair.cert) !== undefined) return true;
   const have = describeCertificate(pair.cert);
   if (have.notAfter.getTime() - Date.now() < RENEW_BEFORE_MS) return true;
   return !sameAddressSet(have.ips, wantIPs) || !sameAddressSet(have.dnsNames, wantDNS);
@@ -102,7 +123,7 @@ function unique(values: readonly string[]): string[] {
  * certificate exist in `certDir`.
  */
 export async function ensureLocalServerCertificates(opts: LocalServerCertOptions): Promise<LocalCertificates> {
-  const { ca, created } = await loadOrCreateLocalCA(opts.certDir);
+  const { ca, created, replacedBecause } = await loadOrCreateLocalCA(opts.certDir);
   const changed: string[] = created ? [CA_CERT_FILE] : [];
 
   const ips = unique([...(opts.certIPs ?? []), '127.0.0.1', '::1']);
@@ -130,7 +151,9 @@ export async function ensureLocalServerCertificates(opts: LocalServerCertOptions
     await writePair(opts.certDir, PROXY_CLIENT_CERT_FILE, PROXY_CLIENT_KEY_FILE, proxyClient);
     changed.push(PROXY_CLIENT_CERT_FILE);
   }
-  return { ca: ca.cert, caPair: ca, server: server!, proxyClient: proxyClient!, changed };
+  const result: LocalCertificates = { ca: ca.cert, caPair: ca, server: server!, proxyClient: proxyClient!, changed };
+  if (replacedBecause !== undefined) result.caReplacedBecause = replacedBecause;
+  return result;
 }
 
 export interface AgentCertificateFiles {
@@ -157,6 +180,13 @@ export async function writeAgentCertificate(opts: {
     throw new Error(
       `no CA in ${opts.certDir} (${CA_CERT_FILE}, ${CA_KEY_FILE}); start yurt-tunnel-server with --cert-dir ${opts.certDir} once, ` +
         'or point --cert-dir at the server\'s certificate directory',
+    );
+  }
+  const unreadable = unreadableByGo(ca.cert);
+  if (unreadable !== undefined) {
+    throw new Error(
+      `the CA in ${join(opts.certDir, CA_CERT_FILE)} was written by an older version: ${unreadable}. ` +
+        `Start yurt-tunnel-server with --cert-dir ${opts.certDir} once to replace it, then issue agent certificates again`,
     );
   }
   const pair = issueCertificate(ca, {

@@ -45,11 +45,49 @@ function serialNumber(): string {
   return bytes.toString('hex');
 }
 
+/** What ASN.1's PrintableString may hold; anything else must be a UTF8String or Go's x509 refuses the name. */
+const PRINTABLE = /^[A-Za-z0-9 '()+,\-./:=?]*$/;
+
+/** A name attribute written as Go and OpenSSL write it: PrintableString when it can be, else UTF8String. */
+function nameAttribute(name: string, value: string): forge.pki.CertificateField {
+  const valueTagClass = PRINTABLE.test(value) ? forge.asn1.Type.PRINTABLESTRING : forge.asn1.Type.UTF8;
+  // forge's typings call the tag a Class; it is the universal type number.
+  return { name, value, valueTagClass } as unknown as forge.pki.CertificateField;
+}
+
+/**
+ * A parsed certificate's name, ready to be written again byte for byte: forge
+ * keeps a parsed UTF8String as its UTF-8 bytes but encodes the value it is
+ * given, so the bytes are decoded first.
+ */
+function reusableName(attributes: forge.pki.CertificateField[]): forge.pki.CertificateField[] {
+  return attributes.map((a) => {
+    const tag = (a as { valueTagClass?: number }).valueTagClass;
+    return tag === forge.asn1.Type.UTF8 && typeof a.value === 'string' ? { ...a, value: forge.util.decodeUtf8(a.value) } : a;
+  });
+}
+
 function subject(commonName: string, organizations: readonly string[] = []): forge.pki.CertificateField[] {
-  return [
-    ...organizations.map((o) => ({ name: 'organizationName', value: o })),
-    { name: 'commonName', value: commonName },
-  ];
+  return [...organizations.map((o) => nameAttribute('organizationName', o)), nameAttribute('commonName', commonName)];
+}
+
+/**
+ * Name attributes of a PEM certificate (subject and issuer) written as a
+ * PrintableString that holds characters PrintableString may not: what older
+ * versions wrote, and what Go's crypto/x509 refuses to parse.
+ */
+export function invalidPrintableStrings(certPem: string): string[] {
+  const cert = forge.pki.certificateFromPem(certPem);
+  const bad: string[] = [];
+  for (const [where, name] of [['subject', cert.subject], ['issuer', cert.issuer]] as const) {
+    for (const a of name.attributes) {
+      const tag = (a as { valueTagClass?: number }).valueTagClass;
+      if (tag === forge.asn1.Type.PRINTABLESTRING && typeof a.value === 'string' && !PRINTABLE.test(a.value)) {
+        bad.push(`${where} ${a.shortName ?? a.name ?? a.type}=${a.value}`);
+      }
+    }
+  }
+  return bad;
 }
 
 function validity(cert: forge.pki.Certificate, days: number): void {
@@ -86,7 +124,7 @@ export function issueCertificate(ca: CertKeyPair, req: CertificateRequest): Cert
   cert.serialNumber = serialNumber();
   validity(cert, req.validityDays ?? 365);
   cert.setSubject(subject(req.commonName, req.organizations));
-  cert.setIssuer(caCert.subject.attributes);
+  cert.setIssuer(reusableName(caCert.subject.attributes));
   const altNames = [
     ...(req.dnsNames ?? []).map((value) => ({ type: 2, value })),
     ...(req.ips ?? []).map((ip) => {

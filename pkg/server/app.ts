@@ -139,6 +139,13 @@ export class TunnelServer {
       certIPs: opts.certIPs,
       certDNSNames: opts.certDNSNames,
     });
+    if (certs.caReplacedBecause !== undefined) {
+      log.warn(
+        'replaced the local CA: the one in --cert-dir was unreadable to Go clients (Go agents, kube-apiserver, kubectl); ' +
+          'every agent certificate it issued must be issued again with `yurt-tunnel-server issue-agent-cert`',
+        { certDir: opts.certDir, reason: certs.caReplacedBecause },
+      );
+    }
     if (certs.changed.length > 0) log.info('certificates created', { certDir: opts.certDir, files: certs.changed.join(',') });
     if (opts.enableDNSController) log.info('DNS controller skipped: local mode has no cluster');
     if (opts.enableIptables) log.info('iptables manager skipped: local mode has no cluster');

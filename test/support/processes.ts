@@ -19,8 +19,13 @@ export interface Proc {
   kill(signal?: NodeJS.Signals): void;
 }
 
-export function startProcess(h: Harness, bin: string, args: string[], env: NodeJS.ProcessEnv = {}): Proc {
-  const child = spawn(process.execPath, [bin, ...args], {
+/**
+ * Starts `bin` (a script run by this Node.js, or with `node: false` an
+ * executable of its own, such as the Go Konnectivity binaries).
+ */
+export function startProcess(h: Harness, bin: string, args: string[], env: NodeJS.ProcessEnv = {}, opts: { node?: boolean } = {}): Proc {
+  const [command, argv] = opts.node === false ? [bin, args] : [process.execPath, [bin, ...args]];
+  const child = spawn(command, argv, {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
