@@ -3,6 +3,7 @@
 // folder, as envtest's KUBEBUILDER_ASSETS does for the control plane.
 
 import { accessSync, constants } from 'node:fs';
+import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { repoRoot } from './upstream.js';
 
@@ -27,4 +28,52 @@ export function findKonnectivity(): KonnectivityBinaries | string {
     }
   }
   return bins;
+}
+
+/**
+ * A free loopback TCP port below 32768: the Go proxy-server refuses agent
+ * ports above 32767, and the kernel's ephemeral range starts above it.
+ */
+export async function freeLowPort(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const server = createServer();
+    const ok = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (ok) {
+      await new Promise((r) => server.close(r));
+      return port;
+    }
+  }
+  throw new Error('no free loopback port below 32768 after 50 tries');
+}
+
+export interface GoServerPorts {
+  agentPort: number;
+  healthPort: number;
+  adminPort: number;
+}
+
+/** Arguments for the Go proxy-server in HTTP CONNECT mode on `udsPath`, with our local CA's files. */
+export function goServerArgs(certDir: string, udsPath: string, ports: GoServerPorts): string[] {
+  return [
+    '--mode=http-connect', `--uds-name=${udsPath}`, '--server-port=0',
+    '--agent-bind-address=127.0.0.1', `--agent-port=${ports.agentPort}`,
+    '--health-bind-address=127.0.0.1', `--health-port=${ports.healthPort}`, `--admin-port=${ports.adminPort}`,
+    `--cluster-cert=${join(certDir, 'tunnel-server.crt')}`, `--cluster-key=${join(certDir, 'tunnel-server.key')}`,
+    `--cluster-ca-cert=${join(certDir, 'ca.crt')}`, '--server-count=1', '--proxy-strategies=destHost,default',
+  ];
+}
+
+/** Arguments for the Go proxy-agent against `serverPort`, with an agent's ca.crt/tls.crt/tls.key in `agentDir`. */
+export function goAgentArgs(agentDir: string, serverPort: number, agentID: string, identifiers: string, healthPort: number, adminPort: number, extra: string[] = []): string[] {
+  return [
+    '--proxy-server-host=127.0.0.1', `--proxy-server-port=${serverPort}`,
+    `--ca-cert=${join(agentDir, 'ca.crt')}`, `--agent-cert=${join(agentDir, 'tls.crt')}`, `--agent-key=${join(agentDir, 'tls.key')}`,
+    `--agent-id=${agentID}`, `--agent-identifiers=${identifiers}`,
+    '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`, `--admin-server-port=${adminPort}`,
+    '--sync-interval=200ms', '--sync-interval-cap=1s', ...extra,
+  ];
 }

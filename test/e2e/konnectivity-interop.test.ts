@@ -1,0 +1,280 @@
+// Interop with the real Konnectivity v0.30 Go binaries, both ways. A grpc-js
+// peer built from our .proto files proves the bytes; these prove the
+// behaviour around them: Go's x509 parser, grpc-go's BDP pings and keepalive
+// policy, Go's HTTP/2 flow control, the Go agent's sync loop.
+
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { harness, type Harness } from '../support/harness.js';
+import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs } from '../support/konnectivity.js';
+import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+
+const bins = findKonnectivity();
+const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
+const MiB = 1024 * 1024;
+
+function sha256(b: Buffer): string {
+  return createHash('sha256').update(b).digest('hex');
+}
+
+/** A target that sends `size` pseudo-random bytes to each connection, then ends it; resolves with their hash. */
+async function startSource(h: Harness, size: number, host = '127.0.0.1'): Promise<{ port: number; hash: string }> {
+  const block = randomBytes(MiB);
+  const hash = createHash('sha256');
+  for (let sent = 0; sent < size; sent += MiB) hash.update(block.subarray(0, Math.min(MiB, size - sent)));
+  const server = createServer((s: Socket) => {
+    s.on('error', () => {});
+    let sent = 0;
+    const pump = (): void => {
+      while (sent < size) {
+        const n = Math.min(MiB, size - sent);
+        sent += n;
+        if (!s.write(block.subarray(0, n))) return;
+      }
+      s.end();
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  server.listen(0, host);
+  await once(server, 'listening');
+  h.defer(() => new Promise((r) => server.close(r)));
+  return { port: (server.address() as AddressInfo).port, hash: hash.digest('hex') };
+}
+
+/** Reads a tunnelled socket to its end; returns the byte count and hash. */
+async function drain(socket: Socket, initial: Buffer): Promise<{ bytes: number; hash: string }> {
+  const hash = createHash('sha256').update(initial);
+  let bytes = initial.length;
+  socket.on('data', (c: Buffer) => {
+    bytes += c.length;
+    hash.update(c);
+  });
+  socket.resume();
+  await once(socket, 'close');
+  return { bytes, hash: hash.digest('hex') };
+}
+
+interface OurServer {
+  proc: Proc;
+  dir: string;
+  certDir: string;
+  udsPath: string;
+  agentPort: number;
+  /** Writes an agent's ca.crt/tls.crt/tls.key with `issue-agent-cert`; returns the folder. */
+  issueAgentCert(nodeName: string, nodeIPs: string): Promise<string>;
+}
+
+async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServer> {
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  const udsPath = join(dir, 'proxier.sock');
+  const agentPort = await closedPort();
+  const proc = startProcess(h, SERVER_BIN, [
+    '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
+    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--v', '2', ...extra,
+  ]);
+  await proc.waitForLine(/yurt-tunnel-server started/);
+  return {
+    proc,
+    dir,
+    certDir,
+    udsPath,
+    agentPort,
+    async issueAgentCert(nodeName, nodeIPs) {
+      const out = join(dir, `agent-${nodeName}`);
+      const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', nodeIPs, '--out', out]);
+      assert.equal(r.code, 0, r.output);
+      return out;
+    },
+  };
+}
+
+async function startGoAgent(h: Harness, agentDir: string, serverPort: number, agentID: string, identifiers: string, extra: string[] = []): Promise<Proc> {
+  if (typeof bins === 'string') throw new Error(bins);
+  const agent = startProcess(
+    h,
+    bins.proxyAgent,
+    goAgentArgs(agentDir, serverPort, agentID, identifiers, await freeLowPort(), await freeLowPort(), extra),
+    {},
+    { node: false },
+  );
+  await agent.waitForLine(/"Start serving"/, 20_000);
+  return agent;
+}
+
+test('Go agent → our server: 16 MiB echo, then 256 MiB download, byte-exact, and never a GOAWAY', SKIP, async (t) => {
+  const h = harness(t);
+  const server = await startOurServer(h);
+  const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');
+  await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1');
+  await server.proc.waitForLine(/agent connected agentID=edge-1/);
+
+  const echo = await startEchoServer(h);
+  const payload = randomBytes(16 * MiB);
+  const e = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(e.status, 200, e.head);
+  e.socket.write(payload);
+  const back = await readExactly(e.socket, payload.length, e.rest);
+  assert.equal(sha256(back), sha256(payload));
+  e.socket.destroy();
+
+  const source = await startSource(h, 256 * MiB);
+  const d = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(d.status, 200, d.head);
+  const got = await drain(d.socket, d.rest);
+  assert.equal(got.bytes, 256 * MiB);
+  assert.equal(got.hash, source.hash);
+  assert.deepEqual(server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)), []);
+});
+
+test('Go agent → our server: a refused dial is 502, 200 concurrent connections are byte-exact, an idle link outlives the keepalive', SKIP, async (t) => {
+  const h = harness(t);
+  const server = await startOurServer(h);
+  const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');
+  await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1', ['--keepalive-time=1s']);
+  await server.proc.waitForLine(/agent connected agentID=edge-1/);
+
+  const refused = await connectVia(server.udsPath, `127.0.0.1:${await closedPort()}`);
+  assert.equal(refused.status, 502, refused.head);
+  assert.match(refused.rest.toString(), /connection refused/);
+
+  const echo = await startEchoServer(h);
+  const results = await Promise.all(
+    Array.from({ length: 200 }, async (_, i) => {
+      const r = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+      assert.equal(r.status, 200, r.head);
+      const msg = Buffer.alloc(32 * 1024, i % 251);
+      r.socket.write(msg);
+      const back = await readExactly(r.socket, msg.length, r.rest);
+      r.socket.destroy();
+      return back.equals(msg);
+    }),
+  );
+  assert.equal(results.filter(Boolean).length, 200);
+
+  // Three times the Go agent's keepalive interval with nothing to carry: its pings are within the policy.
+  await new Promise((r) => setTimeout(r, 3500));
+  const after = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(after.status, 200, after.head);
+  after.socket.write('still there');
+  assert.equal((await readExactly(after.socket, 11, after.rest)).toString(), 'still there');
+  after.socket.destroy();
+  assert.deepEqual(server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)), []);
+});
+
+test('Go agent killed → our server closes its clients within a second', SKIP, async (t) => {
+  const h = harness(t);
+  const server = await startOurServer(h);
+  const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');
+  const agent = await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1');
+  await server.proc.waitForLine(/agent connected agentID=edge-1/);
+  const echo = await startEchoServer(h);
+  const clients = await Promise.all(Array.from({ length: 5 }, () => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)));
+  for (const c of clients) {
+    assert.equal(c.status, 200);
+    c.socket.write('x');
+    await readExactly(c.socket, 1, c.rest);
+    c.socket.resume();
+  }
+  const killedAt = performance.now();
+  agent.kill('SIGKILL');
+  await waitFor('every client closed', () => clients.every((c) => c.socket.destroyed), 1000);
+  assert.ok(performance.now() - killedAt < 1000);
+});
+
+test('one Go agent and one of ours on our server: each node\'s traffic reaches its own agent', SKIP, async (t) => {
+  const h = harness(t);
+  const server = await startOurServer(h);
+  const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
+  const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
+  await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
+  const ours = startProcess(h, AGENT_BIN, [
+    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`,
+    '--ca-file', join(tsDir, 'ca.crt'), '--cert-file', join(tsDir, 'tls.crt'), '--key-file', join(tsDir, 'tls.key'), '--v', '3',
+  ]);
+  await ours.waitForLine(/connected to tunnel server/);
+  await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
+
+  // Each target answers with the name of the address it listens on.
+  const targets = new Map<string, number>();
+  for (const ip of ['127.0.0.2', '127.0.0.3']) {
+    const srv = createServer((s) => s.end(`served on ${ip}`));
+    srv.listen(0, ip);
+    await once(srv, 'listening');
+    h.defer(() => new Promise((r) => srv.close(r)));
+    targets.set(ip, (srv.address() as AddressInfo).port);
+  }
+  for (const [ip, port] of targets) {
+    const r = await connectVia(server.udsPath, `${ip}:${port}`);
+    assert.equal(r.status, 200, r.head);
+    assert.equal((await drain(r.socket, r.rest)).bytes, `served on ${ip}`.length);
+  }
+  // Our agent logged its one connection; the Go agent carried the other.
+  await waitFor('our agent to log its connection', () => ours.lines.some((l) => /connection established.*127\.0\.0\.3/.test(l)), 5000);
+  assert.equal(ours.lines.some((l) => /127\.0\.0\.2/.test(l)), false);
+});
+
+test('our agent → Go server: echo, download, a refused dial, and back after the Go server restarts', SKIP, async (t) => {
+  if (typeof bins === 'string') return;
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  // Our local CA makes the Go server's certificate (IP SAN 127.0.0.1) and our agent's.
+  const { ensureLocalServerCertificates, writeAgentCertificate } = await import('../../pkg/certs/local-store.js');
+  await ensureLocalServerCertificates({ certDir });
+  const agentFiles = await writeAgentCertificate({ certDir, nodeName: 'edge-1', nodeIPs: ['127.0.0.1'], outDir: join(dir, 'agent') });
+  const udsPath = join(dir, 'go.sock');
+  const ports = { agentPort: await freeLowPort(), healthPort: await freeLowPort(), adminPort: await freeLowPort() };
+  const startGoServer = async (): Promise<Proc> => {
+    const p = startProcess(h, bins.proxyServer, goServerArgs(certDir, udsPath, ports), {}, { node: false });
+    await p.waitForLine(/Starting agent server for tunnel connections/, 20_000);
+    return p;
+  };
+  let goServer = await startGoServer();
+  const agent = startProcess(h, AGENT_BIN, [
+    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${ports.agentPort}`,
+    '--ca-file', agentFiles.caFile, '--cert-file', agentFiles.certFile, '--key-file', agentFiles.keyFile,
+    '--sync-interval', '200ms', '--sync-interval-cap', '1s', '--v', '2',
+  ]);
+  await agent.waitForLine(/connected to tunnel server/);
+
+  const echo = await startEchoServer(h);
+  const e = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
+  // v0.30 answers "200 OK" (chunked) before it dials.
+  assert.match(e.head, /^HTTP\/1\.1 200 OK\r\n/);
+  const msg = randomBytes(4 * MiB);
+  e.socket.write(msg);
+  assert.equal(sha256(await readExactly(e.socket, msg.length, e.rest)), sha256(msg));
+  e.socket.destroy();
+
+  const source = await startSource(h, 64 * MiB);
+  const d = await connectVia(udsPath, `127.0.0.1:${source.port}`);
+  const got = await drain(d.socket, d.rest);
+  assert.equal(got.bytes, 64 * MiB);
+  assert.equal(got.hash, source.hash);
+
+  // A refused dial: v0.30 has already said 200, so it appends a second status line with our agent's reason, and closes.
+  const refusedPort = await closedPort();
+  const r = await connectVia(udsPath, `127.0.0.1:${refusedPort}`);
+  assert.match(r.head, /^HTTP\/1\.1 200 OK\r\n/);
+  const body: Buffer[] = [r.rest];
+  r.socket.on('data', (c: Buffer) => body.push(c));
+  await drain(r.socket, Buffer.alloc(0));
+  assert.equal(Buffer.concat(body).toString(), `HTTP/0.0 503 Service Unavailable\r\n\r\ndial tcp 127.0.0.1:${refusedPort}: connect: connection refused`);
+
+  goServer.kill('SIGKILL');
+  await goServer.exited;
+  await agent.waitForLine(/lost connection to tunnel server/);
+  goServer = await startGoServer();
+  await waitFor('our agent back', () => agent.lines.filter((l) => /connected to tunnel server/.test(l)).length === 2, 15_000);
+  const again = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
+  again.socket.write('after restart');
+  assert.equal((await readExactly(again.socket, 13, again.rest)).toString(), 'after restart');
+  again.socket.destroy();
+});
