@@ -103,7 +103,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     securePort = Number(started.match[1]);
     insecurePort = Number(started.match[2]);
     opts.onStep?.('server', `agents: 127.0.0.1:${agentPort} (gRPC, mutual TLS)   proxier: ${udsPath}`);
-    const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--out', agentDir], {
+    const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', agentDir], {
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     const [code] = (await once(issue, 'exit')) as [number];

@@ -5,6 +5,7 @@ import { Command } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { DEFAULT_CERT_DIR, DEFAULT_PROXIER_UDS, TunnelServer } from '../../pkg/server/app.js';
+import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { onShutdownSignals } from '../common/signals.js';
 import {
@@ -36,6 +37,7 @@ interface ServerFlags {
   interceptorProxierUds: string;
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
+  agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   serverId?: string;
   certDir: string;
@@ -88,6 +90,14 @@ const program = new Command('yurt-tunnel-server')
     ['destHost'],
   )
   .addOption(durationOption('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', '10s'))
+  .option(
+    '--agent-identity-check <mode>',
+    'what an agent\'s client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every ' +
+      'host= identifier as a DNS SAN and ipv4=/ipv6= identifier as an IP SAN), agent-id (only the agentid), ' +
+      'none (trust the metadata, as upstream does; for Go agents whose certificates do not name them)',
+    parseIdentityCheck,
+    'strict' as AgentIdentityCheck,
+  )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
   .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
   .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
@@ -116,6 +126,7 @@ const program = new Command('yurt-tunnel-server')
       interceptorProxierUDS: flags.interceptorProxierUds,
       proxyStrategies: flags.proxyStrategy,
       dialTimeoutMs: flags.dialTimeout,
+      agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
       certDir: flags.certDir,
@@ -134,19 +145,25 @@ const program = new Command('yurt-tunnel-server')
     });
   });
 
+function parseIdentityCheck(text: string): AgentIdentityCheck {
+  const mode = AGENT_IDENTITY_CHECKS.find((m) => m === text);
+  if (mode === undefined) throw new InvalidArgumentError(`not one of ${AGENT_IDENTITY_CHECKS.join(', ')} (got ${JSON.stringify(text)})`);
+  return mode;
+}
+
 program
   .command('issue-agent-cert')
   .description('write ca.crt, tls.crt and tls.key for an agent, issued by the local CA in --cert-dir')
   .requiredOption('--node-name <name>', 'the agent\'s node name (its agent ID; goes into a DNS SAN)')
   .requiredOption('--out <dir>', 'directory to write the files to')
   .option('--cert-dir <dir>', 'the server\'s certificate directory holding ca.crt and ca.key', DEFAULT_CERT_DIR)
-  .option('--node-ip <ip>', 'add the node IP as an IP SAN', parseIP)
-  .action(async (flags: { nodeName: string; out: string; certDir: string; nodeIp?: string }) => {
+  .option('--node-ip <list>', 'comma list of the node\'s IPs, written as IP SANs (the server\'s identity check compares ipv4=/ipv6= identifiers with them)', parseIPList, [])
+  .action(async (flags: { nodeName: string; out: string; certDir: string; nodeIp: string[] }) => {
     const files = await writeAgentCertificate({
       certDir: flags.certDir,
       nodeName: flags.nodeName,
       outDir: flags.out,
-      nodeIPs: flags.nodeIp !== undefined ? [flags.nodeIp] : [],
+      nodeIPs: flags.nodeIp,
     });
     process.stdout.write(`wrote ${files.caFile}, ${files.certFile}, ${files.keyFile}\n`);
   });

@@ -17,6 +17,7 @@ import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { AgentEndpoint } from '../tunnel/agent-endpoint.js';
+import type { AgentIdentityCheck } from '../tunnel/agent-identity.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 
@@ -42,6 +43,8 @@ export interface ServerOptions {
   interceptorProxierUDS: string;
   proxyStrategies: ProxyStrategy[];
   dialTimeoutMs: number;
+  /** What an agent's certificate must name; default `strict`. */
+  agentIdentityCheck?: AgentIdentityCheck;
   serverCount: number;
   /** Default: a random UUID. */
   serverID?: string;
@@ -202,6 +205,7 @@ export class TunnelServer {
       serverCount: opts.serverCount,
       keepaliveTimeMs: opts.keepaliveTimeMs,
       keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+      identityCheck: opts.agentIdentityCheck,
       logger: log,
     });
     const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });

@@ -17,6 +17,7 @@ import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import type { WriteTracker } from '../mux/grpc-packet-stream.js';
+import { certificateNames, checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
 import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
 import type { Tunnel } from './tunnel.js';
 
@@ -55,6 +56,8 @@ export interface AgentEndpointOptions {
    * Default 1 MiB.
    */
   connWindow?: number;
+  /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
+  identityCheck?: AgentIdentityCheck;
   logger?: Logger;
 }
 
@@ -141,6 +144,7 @@ export class AgentEndpoint {
       connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
       maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
       connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
+      identityCheck: opts.identityCheck ?? 'strict',
     };
     if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
@@ -381,6 +385,15 @@ export class AgentEndpoint {
       this.log.warn('ignoring unknown agent identifier key', { agentID, key });
     });
 
+    const tlsSocket = session?.socket as TLSSocket | undefined;
+    const cert = tlsSocket?.getPeerCertificate();
+    const refusal = checkAgentIdentity(this.opts.identityCheck, certificateNames(typeof cert?.subject?.CN === 'string' ? cert.subject.CN : undefined, cert?.subjectaltname), agentID, identifiers);
+    if (refusal !== undefined) {
+      this.log.warn('agent refused by the identity check', { agentID, remoteAddress, identityCheck: this.opts.identityCheck, reason: refusal });
+      this.reject(stream, GrpcStatus.PERMISSION_DENIED, `agent identity check (${this.opts.identityCheck}) failed: ${refusal}`, remoteAddress);
+      return;
+    }
+
     // Flow control only when the agent announced its window and we offer one.
     const agentWindow = parseConnWindow(headerValues(rawHeaders, CONN_WINDOW_HEADER));
     const flow =
@@ -399,8 +412,6 @@ export class AgentEndpoint {
     stream.respond(responseHeaders, { waitForTrailers: true });
     if (state !== undefined) state.writtenSinceLastPing = true;
 
-    const tlsSocket = session?.socket as TLSSocket | undefined;
-    const cert = tlsSocket?.getPeerCertificate();
     const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
     const link = new AgentStream(stream, {
       maxMessageSize: this.opts.maxMessageSize,

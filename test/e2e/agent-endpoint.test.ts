@@ -26,13 +26,13 @@ import { scriptedAgent, scriptedServer, type ScriptedAgent } from '../support/up
 
 const INT64_MAX = '9223372036854775807';
 
-function agentTLS(name = 'edge-1'): { ca: string; cert: string; key: string } {
+function agentTLS(name = 'edge-1', identifiers = ''): { ca: string; cert: string; key: string } {
   const pki = testPKI();
-  return { ca: pki.ca.cert, ...pki.agent(name) };
+  return { ca: pki.ca.cert, ...pki.agent(name, identifiers) };
 }
 
 function upstreamAgent(h: Harness, address: string, agentID = 'edge-1', identifiers = 'ipv4=127.0.0.1&host=edge-1'): ScriptedAgent {
-  return scriptedAgent(h, address, { metadata: [['agentid', agentID], ['agentidentifiers', identifiers]], tls: agentTLS(agentID) });
+  return scriptedAgent(h, address, { metadata: [['agentid', agentID], ['agentidentifiers', identifiers]], tls: agentTLS(agentID, identifiers) });
 }
 
 test('serverid and servercount headers arrive before any packet', async (t) => {

@@ -24,7 +24,7 @@ test('pings that follow the server\'s DATA are forgiven, however often: a BDP-pi
   // A small stream window makes the server's queued messages go out a frame at a time, over many round trips.
   const session = http2.connect(`https://${server.agentAddress}`, {
     ca: pki.ca.cert,
-    ...pki.agent('pinger'),
+    ...pki.agent('pinger', 'ipv4=127.0.0.9'),
     servername: 'localhost',
     settings: { initialWindowSize: 16 * 1024 },
   });

@@ -54,7 +54,7 @@ async function setup(h: Harness): Promise<Setup> {
 }
 
 async function issueAgentCert(h: Harness, s: Setup): Promise<void> {
-  const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', join(s.dir, 'pki'), '--node-name', 'edge-1', '--out', join(s.dir, 'agent')]);
+  const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', join(s.dir, 'pki'), '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', join(s.dir, 'agent')]);
   assert.equal(r.code, 0, r.output);
 }
 

@@ -4,6 +4,8 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isIP } from 'node:net';
+import { parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
 import { createCA, issueCertificate, type CertKeyPair, type CertificateRequest } from '../../pkg/certs/pki.js';
 
 export interface TestPKI {
@@ -11,7 +13,8 @@ export interface TestPKI {
   /** Serving certificate for 127.0.0.1, ::1 and localhost. */
   server: CertKeyPair;
   /** Client certificate of an agent (CN tunnel-agent-client, DNS SAN = node name). */
-  agent(nodeName: string): CertKeyPair;
+  /** An agent certificate naming `nodeName` and, as SANs, the hosts and addresses in `identifiers`. */
+  agent(nodeName: string, identifiers?: string): CertKeyPair;
   /** Any certificate from this CA. */
   issue(req: CertificateRequest): CertKeyPair;
   /** A CA the tunnel does not trust, and a client certificate from it. */
@@ -34,16 +37,20 @@ export function testPKI(): TestPKI {
       dnsNames: ['localhost'],
       usages: ['serverAuth'],
     }),
-    agent(nodeName) {
-      let pair = agents.get(nodeName);
+    agent(nodeName, identifiers = '') {
+      const key = `${nodeName}|${identifiers}`;
+      let pair = agents.get(key);
       if (pair === undefined) {
+        // The certificate names what the agent will claim, as the server's identity check wants.
+        const ids = parseAgentIdentifiers(identifiers);
         pair = issueCertificate(ca, {
           commonName: 'tunnel-agent-client',
           organizations: ['openyurt:yurttunnel'],
-          dnsNames: [nodeName],
+          dnsNames: [...new Set([nodeName, ...ids.host])],
+          ips: [...ids.ipv4, ...ids.ipv6].filter((ip) => isIP(ip) !== 0),
           usages: ['clientAuth'],
         });
-        agents.set(nodeName, pair);
+        agents.set(key, pair);
       }
       return pair;
     },

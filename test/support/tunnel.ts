@@ -93,7 +93,7 @@ export interface TestAgentOptions {
   identifiers?: string;
   allowList?: AllowList;
   dialTimeoutMs?: number;
-  /** Default: testPKI().agent(nodeName). */
+  /** Default: testPKI().agent(nodeName, identifiers). */
   tls?: ServerConnectionOptions['tls'];
   connection?: Partial<ServerConnectionOptions>;
   syncIntervalMs?: number;
@@ -103,14 +103,15 @@ export interface TestAgentOptions {
 /** Starts an in-process agent (the same ClientSet the CLI runs) against `server`. */
 export function startAgent(h: Harness, serverAddress: string, opts: TestAgentOptions): TestAgent {
   const pki = testPKI();
-  const cert = pki.agent(opts.nodeName);
+  const identifiers = opts.identifiers ?? `ipv4=127.0.0.1&host=${opts.nodeName}`;
+  const cert = pki.agent(opts.nodeName, identifiers);
   const log = new MemoryLogger(3);
   const clients = new ClientSet({
     connection: {
       address: serverAddress,
       tls: opts.tls ?? { ca: pki.ca.cert, cert: cert.cert, key: cert.key },
       agentID: opts.nodeName,
-      identifiers: opts.identifiers ?? `ipv4=127.0.0.1&host=${opts.nodeName}`,
+      identifiers,
       dialer: new Dialer({ allowList: opts.allowList ?? AllowList.parse('127.0.0.0/8,::1/128'), timeoutMs: opts.dialTimeoutMs }),
       logger: opts.logger ?? log,
       ...opts.connection,

@@ -1,0 +1,61 @@
+// An agent is who its certificate says: a holder of edge-a's certificate
+// cannot register as edge-b, neither beside the real edge-b nor instead of
+// it, unless the operator chose --agent-identity-check=none.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { harness } from '../support/harness.js';
+import { testPKI } from '../support/pki.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startServer, waitFor } from '../support/tunnel.js';
+
+const LIMIT = { timeout: 60_000 };
+
+test('an agent with edge-a\'s certificate claiming edge-b is refused and logged; edge-b\'s traffic is not routed to it', LIMIT, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h);
+  const pki = testPKI();
+  const edgeA = pki.agent('edge-a', 'ipv4=127.0.0.2&host=edge-a');
+  const impostor = startAgent(h, server.agentAddress, {
+    nodeName: 'edge-b',
+    identifiers: 'ipv4=127.0.0.3&host=edge-b',
+    tls: { ca: pki.ca.cert, ...edgeA },
+  });
+  await waitFor('the refusal', () => server.log.find('agent refused by the identity check').length >= 1);
+  const refused = server.log.find('agent refused by the identity check')[0]!;
+  assert.equal(refused.fields.agentID, 'edge-b');
+  assert.equal(refused.fields.identityCheck, 'strict');
+  assert.match(String(refused.fields.reason), /^agent ID "edge-b" is not named by the agent's certificate CN=tunnel-agent-client, DNS:edge-a, IP:127\.0\.0\.2/);
+  assert.equal(server.tunnel.registry.agentCount, 0);
+  await waitFor('the agent to hear why', () => impostor.log.records.some((r) => /PERMISSION_DENIED: agent identity check \(strict\) failed/.test(JSON.stringify(r))));
+
+  const res = await connectVia(server.udsPath, `127.0.0.3:${echo.port}`);
+  assert.equal(res.status, 503);
+  const byHost = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`, { headers: { 'X-Tunnel-Proxy-Host': 'edge-b' } });
+  assert.equal(byHost.status, 503);
+
+  // The real edge-b, with its own certificate, is accepted and gets the traffic.
+  startAgent(h, server.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.3&host=edge-b' });
+  await waitFor('edge-b', () => server.tunnel.registry.agentCount === 1);
+  const ok = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`, { headers: { 'X-Tunnel-Proxy-Host': 'edge-b' } });
+  assert.equal(ok.status, 200, ok.head);
+  ok.socket.write('hi');
+  assert.equal((await readExactly(ok.socket, 2, ok.rest)).toString(), 'hi');
+  ok.socket.destroy();
+  await impostor.stop();
+});
+
+test('an address the certificate does not name is refused; with --agent-identity-check=none it is trusted', LIMIT, async (t) => {
+  const h = harness(t);
+  const pki = testPKI();
+  const strict = await startServer(h);
+  const plain = pki.agent('edge-a', 'host=edge-a');
+  startAgent(h, strict.agentAddress, { nodeName: 'edge-a', identifiers: 'ipv4=127.0.0.5&host=edge-a', tls: { ca: pki.ca.cert, ...plain } });
+  await waitFor('the refusal', () => strict.log.find('agent refused by the identity check').length >= 1);
+  assert.match(String(strict.log.find('agent refused by the identity check')[0]!.fields.reason), /^identifier ipv4=127\.0\.0\.5 is not named/);
+
+  const trusting = await startServer(h, { endpoint: { identityCheck: 'none' } });
+  startAgent(h, trusting.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.5&host=edge-b', tls: { ca: pki.ca.cert, ...plain } });
+  await waitFor('the agent accepted', () => trusting.tunnel.registry.agentCount === 1);
+  assert.equal(trusting.log.find('agent refused by the identity check').length, 0);
+});
