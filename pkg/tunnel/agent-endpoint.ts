@@ -17,7 +17,7 @@ import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import type { WriteTracker } from '../mux/grpc-packet-stream.js';
-import { certificateNames, checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
+import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
 import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
 import type { Tunnel } from './tunnel.js';
 
@@ -387,10 +387,16 @@ export class AgentEndpoint {
 
     const tlsSocket = session?.socket as TLSSocket | undefined;
     const cert = tlsSocket?.getPeerCertificate();
-    const refusal = checkAgentIdentity(this.opts.identityCheck, certificateNames(typeof cert?.subject?.CN === 'string' ? cert.subject.CN : undefined, cert?.subjectaltname), agentID, identifiers);
-    if (refusal !== undefined) {
-      this.log.warn('agent refused by the identity check', { agentID, remoteAddress, identityCheck: this.opts.identityCheck, reason: refusal });
-      this.reject(stream, GrpcStatus.PERMISSION_DENIED, `agent identity check (${this.opts.identityCheck}) failed: ${refusal}`, remoteAddress);
+    const verdict = checkAgentIdentity(cert, agentID, identifiers, this.opts.identityCheck);
+    if (!verdict.ok) {
+      this.log.warn('agent refused by the identity check', {
+        agentID,
+        remoteAddress,
+        identityCheck: this.opts.identityCheck,
+        claim: `${verdict.check}=${verdict.claimed}`,
+        reason: verdict.reason,
+      });
+      this.reject(stream, GrpcStatus.PERMISSION_DENIED, `agent identity check (${this.opts.identityCheck}) failed: ${verdict.reason}`, remoteAddress);
       return;
     }
 

@@ -1,71 +1,115 @@
-// An agent is who its certificate says. The `agentid` and `agentidentifiers`
-// metadata are the agent's own claims; without this check any holder of any
-// agent certificate could register as any node and receive its kubelet
-// traffic. The certificate names its node as OpenYurt's agent certificates
-// and `issue-agent-cert` write it: a DNS SAN (or CN system:node:<name>), and
-// the node's addresses as IP SANs.
+// Binds an agent's claims to its client certificate. An agent says who it is
+// in gRPC metadata (`agentid`, `agentidentifiers`); anyone holding any agent
+// certificate could claim any node. Here the claims are checked against the
+// names in the certificate the TLS handshake verified:
+//   agentid            a DNS SAN equal to it (OpenYurt's and our issue-agent-cert
+//                      write the node name so), or the CN system:node:<agentid>
+//   host=<name>        a DNS SAN equal to it (DNS names compare case-insensitively)
+//   ipv4=/ipv6=<ip>    an IP SAN equal to it (addresses compare normalised)
+// Pure: no I/O, the caller logs and answers.
 
 import { isIP } from 'node:net';
 import type { AgentIdentifiers } from '../protocol/identifiers.js';
 
-/**
- * - `strict`: the agent ID and every host/ipv4/ipv6 identifier must be named by the certificate;
- * - `agent-id`: only the agent ID (identifiers are trusted, as upstream);
- * - `none`: nothing is compared (upstream's trust-the-header behaviour, for Go agents whose certificates do not name them).
- */
+/** strict: agentid and every host/ipv4/ipv6 identifier; agent-id: agentid only; none: trust the metadata (upstream). */
 export type AgentIdentityCheck = 'strict' | 'agent-id' | 'none';
 
 export const AGENT_IDENTITY_CHECKS: readonly AgentIdentityCheck[] = ['strict', 'agent-id', 'none'];
 
-/** What a client certificate names, as Node reports it. */
-export interface CertificateNames {
-  commonName: string;
+/** What this module reads of Node's `TLSSocket.getPeerCertificate()`. */
+export interface PeerCertificateNames {
+  subject?: { CN?: string | string[] } | undefined;
+  subjectaltname?: string | undefined;
+}
+
+export type IdentityVerdict =
+  | { ok: true }
+  | { ok: false; check: 'agent-id' | 'host' | 'ipv4' | 'ipv6'; claimed: string; reason: string };
+
+interface CertificateNames {
+  commonNames: string[];
   dnsNames: string[];
-  /** Normalised (isIP form, IPv6 compressed, lower case). */
   ips: string[];
 }
 
-/** The names in Node's `subjectaltname` text ("DNS:a, IP Address:10.0.0.1"), with the subject's CN. */
-export function certificateNames(commonName: string | undefined, subjectAltName: string | undefined): CertificateNames {
-  const dnsNames: string[] = [];
-  const ips: string[] = [];
-  for (const part of (subjectAltName ?? '').split(', ')) {
-    if (part.startsWith('DNS:')) dnsNames.push(part.slice(4).toLowerCase());
-    else if (part.startsWith('IP Address:')) ips.push(normalizeIP(part.slice(11)));
+const NODE_CN_PREFIX = 'system:node:';
+
+/** Node quotes a SAN value that holds a comma or quote as a JSON string. */
+function unquote(value: string): string {
+  if (!value.startsWith('"')) return value;
+  try {
+    const parsed: unknown = JSON.parse(value);
+    return typeof parsed === 'string' ? parsed : value;
+  } catch {
+    return value;
   }
-  return { commonName: commonName ?? '', dnsNames, ips };
 }
 
-function normalizeIP(ip: string): string {
-  if (isIP(ip) !== 6) return ip;
-  return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
+/** One spelling per address: IPv6 compressed and lower case, IPv4 as is; undefined for a non-address. */
+export function normalizeAddress(ip: string): string | undefined {
+  const family = isIP(ip);
+  if (family === 4) return ip;
+  if (family === 6) return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
+  return undefined;
 }
 
-/** Why the certificate does not allow these claims, or undefined if it does. */
+function namesOf(cert: PeerCertificateNames | undefined): CertificateNames {
+  const cn = cert?.subject?.CN;
+  const names: CertificateNames = { commonNames: cn === undefined ? [] : Array.isArray(cn) ? cn : [cn], dnsNames: [], ips: [] };
+  // Split on ", " followed by a SAN type, so a quoted value holding ", " stays whole.
+  for (const part of (cert?.subjectaltname ?? '').split(/, (?=[A-Za-z ]+:)/)) {
+    if (part.startsWith('DNS:')) names.dnsNames.push(unquote(part.slice(4)).toLowerCase());
+    else if (part.startsWith('IP Address:')) {
+      const ip = normalizeAddress(unquote(part.slice(11)));
+      if (ip !== undefined) names.ips.push(ip);
+    }
+  }
+  return names;
+}
+
+function describe(names: CertificateNames): string {
+  const parts = [
+    ...names.commonNames.map((cn) => `CN=${cn}`),
+    ...names.dnsNames.map((d) => `DNS:${d}`),
+    ...names.ips.map((ip) => `IP:${ip}`),
+  ];
+  return parts.length === 0 ? 'no names' : parts.join(', ');
+}
+
+/** Checks the agent's claimed ID and identifiers against its verified client certificate. */
 export function checkAgentIdentity(
-  mode: AgentIdentityCheck,
-  names: CertificateNames,
+  cert: PeerCertificateNames | undefined,
   agentID: string,
   identifiers: AgentIdentifiers,
-): string | undefined {
-  if (mode === 'none') return undefined;
-  const describe = `certificate CN=${names.commonName}${[...names.dnsNames.map((d) => `DNS:${d}`), ...names.ips.map((i) => `IP:${i}`)].map((n) => `, ${n}`).join('')}`;
-  const namesNode = names.dnsNames.includes(agentID.toLowerCase()) || names.commonName === `system:node:${agentID}`;
-  if (!namesNode) {
-    return `agent ID "${agentID}" is not named by the agent's ${describe} (a DNS SAN ${agentID} or CN system:node:${agentID} is needed)`;
+  mode: AgentIdentityCheck,
+): IdentityVerdict {
+  if (mode === 'none') return { ok: true };
+  const names = namesOf(cert);
+  const refuse = (check: 'agent-id' | 'host' | 'ipv4' | 'ipv6', claimed: string, wants: string): IdentityVerdict => ({
+    ok: false,
+    check,
+    claimed,
+    reason:
+      `agent ${JSON.stringify(agentID)} claims ${check === 'agent-id' ? 'agentid' : check}=${claimed} but its certificate ` +
+      `(${describe(names)}) has no ${wants}; issue it a certificate naming it (yurt-tunnel-server issue-agent-cert ` +
+      `--node-name/--node-ip) or start the server with --agent-identity-check=${check === 'agent-id' ? 'none' : 'agent-id'}`,
+  });
+
+  const id = agentID.toLowerCase();
+  if (!names.dnsNames.includes(id) && !names.commonNames.includes(`${NODE_CN_PREFIX}${agentID}`)) {
+    return refuse('agent-id', agentID, `DNS SAN ${agentID} nor CN ${NODE_CN_PREFIX}${agentID}`);
   }
-  if (mode === 'agent-id') return undefined;
+  if (mode === 'agent-id') return { ok: true };
+
   for (const host of identifiers.host) {
-    if (host.toLowerCase() !== agentID.toLowerCase() && !names.dnsNames.includes(host.toLowerCase())) {
-      return `identifier host=${host} is not named by the agent's ${describe} (a DNS SAN ${host} is needed)`;
+    if (!names.dnsNames.includes(host.toLowerCase())) return refuse('host', host, `DNS SAN ${host}`);
+  }
+  for (const family of ['ipv4', 'ipv6'] as const) {
+    for (const ip of identifiers[family]) {
+      const normal = normalizeAddress(ip);
+      const rightFamily = normal !== undefined && isIP(normal) === (family === 'ipv4' ? 4 : 6);
+      if (!rightFamily || !names.ips.includes(normal)) return refuse(family, ip, `IP SAN ${ip}`);
     }
   }
-  for (const [key, values] of [['ipv4', identifiers.ipv4], ['ipv6', identifiers.ipv6]] as const) {
-    for (const ip of values) {
-      if (isIP(ip) === 0 || !names.ips.includes(normalizeIP(ip))) {
-        return `identifier ${key}=${ip} is not named by the agent's ${describe} (an IP SAN ${ip} is needed; issue-agent-cert --node-ip writes it)`;
-      }
-    }
-  }
-  return undefined;
+  return { ok: true };
 }
