@@ -26,15 +26,23 @@ export interface GrpcPacketStreamOptions {
   sendBufferLimit?: number;
   /** Largest gRPC message accepted. Default 4 MiB (Go's default). */
   maxMessageSize?: number;
-  /** Called on every send (the keepalive policy wants to know about our traffic). */
-  onSend?: () => void;
+  /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
+  writeTracker?: WriteTracker;
+}
+
+/** Learns when DATA writes are queued and when HTTP/2 has written them out. */
+export interface WriteTracker {
+  writeQueued(): void;
+  writeDone(): void;
+  headersSent(): void;
 }
 
 export abstract class GrpcPacketStream implements PacketLink {
   private readonly deframer: GrpcDeframer;
   private readonly gate: PauseGate;
   private readonly sendBufferLimit: number;
-  private readonly onSend: (() => void) | undefined;
+  protected readonly writeTracker: WriteTracker | undefined;
+  private readonly onWritten: (() => void) | undefined;
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   private handlers: GrpcPacketStreamHandlers | undefined;
   private ended = false;
@@ -45,7 +53,9 @@ export abstract class GrpcPacketStream implements PacketLink {
   ) {
     this.deframer = new GrpcDeframer(opts.maxMessageSize);
     this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
-    this.onSend = opts.onSend;
+    this.writeTracker = opts.writeTracker;
+    const tracker = opts.writeTracker;
+    this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
       () => stream.pause(),
       () => stream.resume(),
@@ -84,10 +94,10 @@ export abstract class GrpcPacketStream implements PacketLink {
     const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
     writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     const { stream } = this;
-    this.onSend?.();
+    this.writeTracker?.writeQueued();
     stream.cork();
     stream.write(header);
-    stream.write(data);
+    stream.write(data, this.onWritten);
     stream.uncork();
     if (stream.writableLength <= this.sendBufferLimit) cb();
     else this.drainWaiters.push(cb);
@@ -96,8 +106,8 @@ export abstract class GrpcPacketStream implements PacketLink {
   sendControl(packet: KnownPacket): boolean {
     if (this.ended) return false;
     const body = encodePacket(packet);
-    this.onSend?.();
-    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]));
+    this.writeTracker?.writeQueued();
+    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), this.onWritten);
     return true;
   }
 

@@ -16,6 +16,7 @@ import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../pro
 import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
+import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
 import type { Tunnel } from './tunnel.js';
 
@@ -57,16 +58,17 @@ export interface AgentEndpointOptions {
   logger?: Logger;
 }
 
-/** Go closes a connection after more than this many ping strikes. */
-const MAX_PING_STRIKES = 2;
+/** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
+const TOO_MANY_PINGS_GRACE_MS = 1000;
 
 interface SessionState {
   keepaliveTimer?: NodeJS.Timeout;
   pingTimeout?: NodeJS.Timeout;
-  lastPingAt: number;
-  pingStrikes: number;
-  /** Set whenever we send on this connection; Go forgives pings that follow our own traffic. */
-  sentSinceLastPing: boolean;
+  /** grpc-go's ping enforcement, fed by our writes on this connection. */
+  pings: PingPolicy;
+  closeTimer?: NodeJS.Timeout;
+  /** Highest stream the agent opened: GOAWAY names it so the calls in flight still finish. */
+  lastStreamID: number;
   remoteAddress: string;
 }
 
@@ -189,9 +191,8 @@ export class AgentEndpoint {
 
   private onSession(session: Http2Session): void {
     const state: SessionState = {
-      lastPingAt: 0,
-      pingStrikes: 0,
-      sentSinceLastPing: false,
+      pings: new PingPolicy({ minTimeMs: this.opts.minPingIntervalMs }),
+      lastStreamID: 0,
       remoteAddress: remoteOf(session.socket as TLSSocket),
     };
     this.sessions.set(session, state);
@@ -207,6 +208,7 @@ export class AgentEndpoint {
     session.once('close', () => {
       clearInterval(state.keepaliveTimer);
       clearTimeout(state.pingTimeout);
+      clearTimeout(state.closeTimer);
       this.sessions.delete(session);
     });
     state.keepaliveTimer = setInterval(() => this.keepalive(session, state), this.opts.keepaliveTimeMs);
@@ -237,34 +239,46 @@ export class AgentEndpoint {
     }
   }
 
-  /** Go's ping policy: too-frequent pings without our traffic in between are strikes. */
+  /**
+   * grpc-go's ping policy (pkg/grpc/ping-policy.ts). On too many pings the
+   * calls in flight end first, with the reason in their status (a Node client
+   * drops its streams the moment it sees a GOAWAY with an error code); then
+   * GOAWAY ENHANCE_YOUR_CALM "too_many_pings", once, and a graceful close.
+   */
   private onPing(session: Http2Session, state: SessionState): void {
-    const now = Date.now();
-    const early = state.lastPingAt !== 0 && now - state.lastPingAt < this.opts.minPingIntervalMs;
-    const forgiven = state.sentSinceLastPing;
-    state.lastPingAt = now;
-    state.sentSinceLastPing = false;
-    if (forgiven) {
-      state.pingStrikes = 0;
-      return;
-    }
-    if (!early) return;
-    state.pingStrikes++;
-    if (state.pingStrikes > MAX_PING_STRIKES) {
-      this.log.warn('agent pings too often; sending GOAWAY too_many_pings', {
-        remoteAddress: state.remoteAddress,
-        minPingIntervalMs: this.opts.minPingIntervalMs,
+    if (state.pings.onPing() !== TOO_MANY_PINGS || session.destroyed) return;
+    const message = `${TOO_MANY_PINGS}: the agent pinged more often than every ${this.opts.minPingIntervalMs} ms while we sent nothing`;
+    this.log.warn('agent pings too often; sending GOAWAY too_many_pings', {
+      remoteAddress: state.remoteAddress,
+      minPingIntervalMs: this.opts.minPingIntervalMs,
+    });
+    const goaway = (): void => {
+      if (session.destroyed || session.closed) return;
+      clearTimeout(state.closeTimer);
+      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, state.lastStreamID, Buffer.from(TOO_MANY_PINGS));
+      session.close();
+      state.closeTimer = setTimeout(() => session.destroy(), TOO_MANY_PINGS_GRACE_MS);
+      state.closeTimer.unref();
+    };
+    const inFlight = [...(this.streams.get(session) ?? [])];
+    let open = inFlight.length;
+    if (open === 0) return goaway();
+    for (const s of inFlight) {
+      s.onceClosed(() => {
+        if (--open === 0) goaway();
       });
-      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 0, Buffer.from('too_many_pings'));
-      const t = setTimeout(() => session.destroy(), 1000);
-      t.unref();
-      session.once('close', () => clearTimeout(t));
+      s.end(GrpcStatus.UNAVAILABLE, message);
     }
+    // A peer that never takes its trailers gets the GOAWAY anyway.
+    state.closeTimer = setTimeout(goaway, TOO_MANY_PINGS_GRACE_MS);
+    state.closeTimer.unref();
   }
 
   private reject(stream: ServerHttp2Stream, status: number, message: string, remoteAddress: string): void {
     this.log.warn('agent call rejected', { remoteAddress, grpcStatus: status, error: message });
     if (stream.headersSent || stream.destroyed) return;
+    const session = stream.session;
+    if (session !== undefined) this.sessions.get(session)?.pings.headersSent();
     stream.respond(
       {
         ':status': 200,
@@ -280,6 +294,7 @@ export class AgentEndpoint {
     const session = stream.session;
     const state = session === undefined ? undefined : this.sessions.get(session);
     const remoteAddress = state?.remoteAddress ?? 'unknown';
+    if (state !== undefined && stream.id !== undefined) state.lastStreamID = Math.max(state.lastStreamID, stream.id);
     stream.on('error', (err) => {
       this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
     });
@@ -342,13 +357,14 @@ export class AgentEndpoint {
     };
     if (flow !== undefined) responseHeaders[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     stream.respond(responseHeaders, { waitForTrailers: true });
+    state?.pings.headersSent();
 
     const tlsSocket = session?.socket as TLSSocket | undefined;
     const cert = tlsSocket?.getPeerCertificate();
     const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
     const link = new AgentStream(stream, {
       maxMessageSize: this.opts.maxMessageSize,
-      onSend: state === undefined ? undefined : () => (state.sentSinceLastPing = true),
+      writeTracker: state?.pings,
     });
     const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
     if (backend.closed || session === undefined) return;

@@ -48,6 +48,7 @@ export class AgentStream extends GrpcPacketStream {
       const trailers: Record<string, string> = { 'grpc-status': String(s.code) };
       if (s.message !== '') trailers['grpc-message'] = encodeGrpcMessage(s.message);
       stream.sendTrailers(trailers);
+      this.writeTracker?.headersSent();
     });
     // The agent half-closed: the call is over; answer with OK.
     stream.on('end', () => this.end(GrpcStatus.OK, '', 'agent ended the stream'));
@@ -65,6 +66,12 @@ export class AgentStream extends GrpcPacketStream {
 
   protected onProtocolError(err: ProtocolError): void {
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
+  }
+
+  /** Runs `cb` once the HTTP/2 stream is closed (at once if it is). */
+  onceClosed(cb: () => void): void {
+    if (this.serverStream.closed || this.serverStream.destroyed) cb();
+    else this.serverStream.once('close', cb);
   }
 
   /** Drops the call without a status (the connection is dead), for `reason`. */

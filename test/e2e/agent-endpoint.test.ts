@@ -9,6 +9,9 @@ import { connect as tlsConnect } from 'node:tls';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AllowList } from '../../pkg/agent/allow-list.js';
+import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/protocol/grpc-frame.js';
+import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import {
@@ -279,24 +282,96 @@ test('of several streams from one agent the oldest serves; a draining agent is u
   assert.equal((await first.next()).dialRequest?.address, '127.0.0.1:3', 'draining, but the only one left');
 });
 
-test('pings more often than the policy allows get GOAWAY too_many_pings', async (t) => {
-  const h = harness(t);
+/** A raw HTTP/2 agent: one Connect call, our codec on its packets, pings under the test's control. */
+async function rawAgent(h: Harness, address: string, agentID = 'pinger') {
   const pki = testPKI();
-  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
-  const session = http2.connect(`https://${server.agentAddress}`, { ca: pki.ca.cert, ...pki.agent('pinger'), servername: 'localhost' });
+  const session = http2.connect(`https://${address}`, { ca: pki.ca.cert, ...pki.agent(agentID), servername: 'localhost' });
   h.defer(() => session.destroy());
-  await once(session, 'connect');
   // Node reports a GOAWAY with an error code as a session error too.
   session.on('error', () => {});
-  const goaway = new Promise<[number, Buffer]>((resolve) => session.once('goaway', (code: number, _last: number, data: Buffer) => resolve([code, data])));
-  for (let i = 0; i < 5 && !session.destroyed; i++) {
-    session.ping(() => {});
-    await sleep(20);
-  }
-  const [code, data] = await goaway;
-  assert.equal(code, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-  assert.equal(data.toString(), 'too_many_pings');
+  await once(session, 'connect');
+  const goaways: Array<[number, string]> = [];
+  session.on('goaway', (code: number, _last: number, data?: Buffer) => goaways.push([code, data?.toString() ?? '']));
+  const call = session.request({
+    ':method': 'POST',
+    ':path': '/AgentService/Connect',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    agentid: agentID,
+    agentidentifiers: `ipv4=127.0.0.1&host=${agentID}`,
+  });
+  call.on('error', () => {});
+  const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => {
+    call.once('trailers', resolve);
+    call.once('close', () => resolve({}));
+  });
+  const deframer = new GrpcDeframer(64 * 1024 * 1024);
+  const packets: Packet[] = [];
+  let received = 0;
+  const onChunk: Array<() => void> = [];
+  call.on('data', (chunk: Buffer) => {
+    received += chunk.length;
+    for (const m of deframer.push(chunk)) packets.push(decodePacket(m));
+    for (const f of onChunk) f();
+  });
+  const send = (p: KnownPacket): void => {
+    const body = encodePacket(p);
+    call.write(Buffer.concat([grpcFrameHeader(body.length), body]));
+  };
+  const ping = (): Promise<void> =>
+    new Promise((resolve) => {
+      if (session.destroyed || !session.ping(() => resolve())) resolve();
+    });
+  return { session, call, goaways, trailers, packets, send, ping, onChunk, received: () => received };
+}
+
+test('a client pinging rapidly while it receives data is forgiven, as by grpc-go (no GOAWAY)', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 30_000 } });
+  const agent = await rawAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const dialing = server.tunnel.dial('127.0.0.1:10250');
+  await waitFor('DIAL_REQ', () => agent.packets.length >= 1);
+  const req = agent.packets[0]!;
+  assert.equal(req.type, 'DIAL_REQ');
+  agent.send({ type: 'DIAL_RSP', error: '', connectID: 7n, random: req.type === 'DIAL_REQ' ? req.random : 0n });
+  const conn = await dialing;
+  conn.on('error', () => {}); // a GOAWAY would fail the assertions below, not the process
+  // Like grpc-go's BDP estimator: a PING on every chunk of DATA that arrives.
+  let pings = 0;
+  agent.onChunk.push(() => {
+    pings++;
+    void agent.ping();
+  });
+  const total = 8 * 1024 * 1024;
+  const chunk = Buffer.alloc(1024 * 1024, 1);
+  for (let i = 0; i < total / chunk.length; i++) conn.write(chunk);
+  await waitFor('all the data', () => agent.received() >= total || agent.goaways.length > 0, 60_000);
+  assert.ok(pings > 3, `the client pinged ${pings} times`);
+  assert.deepEqual(agent.goaways, []);
+  assert.equal(server.log.find('agent pings too often').length, 0);
+  conn.destroy();
+});
+
+test('rapid pings on an idle connection get exactly one GOAWAY too_many_pings; the call ends saying why', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
+  const agent = await rawAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const closed = new Promise((resolve) => agent.session.once('close', resolve));
+  // Each ping waits for its ACK; the server keeps answering pings until it closes.
+  for (let i = 0; i < 10 && !agent.session.destroyed; i++) await agent.ping();
+  const trailers = await agent.trailers;
+  assert.equal(trailers['grpc-status'], '14');
+  assert.match(String(trailers['grpc-message']), /^too_many_pings: the agent pinged more often than every 1000 ms/);
+  await closed;
+  assert.deepEqual(
+    agent.goaways.filter(([code]) => code !== http2.constants.NGHTTP2_NO_ERROR),
+    [[http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'too_many_pings']],
+  );
   assert.equal(server.log.find('agent pings too often').length, 1);
+  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^too_many_pings/);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });
 
 test('pings at the policy\'s pace are fine', async (t) => {
