@@ -3,7 +3,7 @@
 // connections made through it.
 //
 // The call is plain gRPC on the wire; we speak it with node:http2 and the
-// shared framing (pkg/mux/grpc-packet-stream.ts) rather than grpc-js, which
+// shared framing (pkg/grpc) rather than grpc-js, which
 // copies every message twice on its way out and hides TLS errors behind
 // "Failed to connect".
 
@@ -19,9 +19,10 @@ import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWind
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
 import { EndpointConn } from './endpoint-conn.js';
-import { describeGrpcStatus, ServerStream } from './server-stream.js';
-
-export const AGENT_CONNECT_PATH = '/AgentService/Connect';
+import { ClientPacketCall } from '../grpc/client-call.js';
+import { metadataValues } from '../grpc/metadata.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import { describeGrpcStatus } from '../grpc/status.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
@@ -88,12 +89,6 @@ export class ServerConnectionError extends Error {
   }
 }
 
-function rawValues(raw: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i] === name) out.push(raw[i + 1]!);
-  return out;
-}
-
 export class ServerConnection {
   readonly address: string;
   identity: ServerIdentity | undefined;
@@ -102,7 +97,7 @@ export class ServerConnection {
   private readonly verifyName: string;
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
-  private link: ServerStream | undefined;
+  private link: ClientPacketCall | undefined;
   private readonly conns = new ConnTable<EndpointConn>();
   private readonly dials = new Map<bigint, AbortController>();
   private nextConnectID = 1n;
@@ -232,8 +227,8 @@ export class ServerConnection {
           fail(`refused the call (HTTP ${String(h[':status'])}, ${describeGrpcStatus(status, h['grpc-message'] as string | undefined)})`);
           return;
         }
-        const ids = rawValues(raw, 'serverid');
-        const counts = rawValues(raw, 'servercount');
+        const ids = metadataValues(raw, 'serverid');
+        const counts = metadataValues(raw, 'servercount');
         const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
         if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
           settle(
@@ -245,11 +240,11 @@ export class ServerConnection {
           );
           return;
         }
-        const serverWindow = connWindow > 0 ? parseConnWindow(rawValues(raw, CONN_WINDOW_HEADER)) : undefined;
+        const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
         const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
         // Upstream: a count of 0 means "unknown", treated as 1.
         this.identity = { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
-        const link = new ServerStream(stream);
+        const link = new ClientPacketCall(stream);
         this.link = link;
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);

@@ -17,10 +17,11 @@ import { parseAgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
-import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
+import { metadataValues } from '../grpc/metadata.js';
+import { ServerPacketCall } from '../grpc/server-call.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import { GrpcStatus, statusTrailers } from '../grpc/status.js';
 import type { Tunnel } from './tunnel.js';
-
-export const AGENT_CONNECT_PATH = '/AgentService/Connect';
 
 export interface AgentEndpointTLS {
   cert: string;
@@ -84,13 +85,6 @@ function tlsParent(socket: TLSSocket): object {
   return (socket as unknown as { _parent?: object })._parent ?? socket;
 }
 
-/** All values of a header in rawHeaders, whose names arrive lower-case over HTTP/2. */
-function headerValues(rawHeaders: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) if (rawHeaders[i] === name) out.push(rawHeaders[i + 1]!);
-  return out;
-}
-
 export class AgentEndpoint {
   private readonly opts: Required<Omit<AgentEndpointOptions, 'host' | 'logger'>> & { host: string };
   private readonly log: Logger;
@@ -100,7 +94,7 @@ export class AgentEndpoint {
   /** Peer address of each raw connection, still known after its TLS socket is gone. */
   private readonly remoteAddresses = new WeakMap<object, string>();
   /** Live agent calls, by the connection they ride on. */
-  private readonly streams = new Map<Http2Session, Set<AgentStream>>();
+  private readonly streams = new Map<Http2Session, Set<ServerPacketCall>>();
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -182,11 +176,6 @@ export class AgentEndpoint {
 
   get address(): AddressInfo {
     return this.server.address() as AddressInfo;
-  }
-
-  /** Replaces the TLS certificate and CA without dropping connections. */
-  setTLS(tls: AgentEndpointTLS): void {
-    this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca });
   }
 
   private onSession(session: Http2Session): void {
@@ -283,8 +272,7 @@ export class AgentEndpoint {
       {
         ':status': 200,
         'content-type': 'application/grpc',
-        'grpc-status': String(status),
-        'grpc-message': encodeGrpcMessage(message),
+        ...statusTrailers(status, message),
       },
       { endStream: true },
     );
@@ -316,7 +304,7 @@ export class AgentEndpoint {
       this.reject(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(headers['grpc-encoding'])} is not supported`, remoteAddress);
       return;
     }
-    const ids = headerValues(rawHeaders, 'agentid');
+    const ids = metadataValues(rawHeaders, 'agentid');
     if (ids.length !== 1 || ids[0] === '') {
       this.reject(
         stream,
@@ -327,7 +315,7 @@ export class AgentEndpoint {
       return;
     }
     const agentID = ids[0]!;
-    const idValues = headerValues(rawHeaders, 'agentidentifiers');
+    const idValues = metadataValues(rawHeaders, 'agentidentifiers');
     if (idValues.length > 1) {
       this.reject(
         stream,
@@ -342,7 +330,7 @@ export class AgentEndpoint {
     });
 
     // Flow control only when the agent announced its window and we offer one.
-    const agentWindow = parseConnWindow(headerValues(rawHeaders, CONN_WINDOW_HEADER));
+    const agentWindow = parseConnWindow(metadataValues(rawHeaders, CONN_WINDOW_HEADER));
     const flow =
       agentWindow !== undefined && this.opts.connWindow > 0
         ? { sendWindow: agentWindow, receiveWindow: this.opts.connWindow }
@@ -362,7 +350,7 @@ export class AgentEndpoint {
     const tlsSocket = session?.socket as TLSSocket | undefined;
     const cert = tlsSocket?.getPeerCertificate();
     const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
-    const link = new AgentStream(stream, {
+    const link = new ServerPacketCall(stream, {
       maxMessageSize: this.opts.maxMessageSize,
       writeTracker: state?.pings,
     });

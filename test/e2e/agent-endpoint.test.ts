@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AllowList } from '../../pkg/agent/allow-list.js';
 import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
-import { GrpcDeframer, grpcFrameHeader } from '../../pkg/protocol/grpc-frame.js';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';

@@ -1,42 +1,13 @@
-// The agent's side of its `AgentService/Connect` call: the shared packet
-// framing plus what a gRPC client reads, the call's status in the trailers.
+// The client's side of a streaming gRPC call carrying packets (the agent's
+// `AgentService/Connect`): the shared packet framing plus what a gRPC client
+// reads, the call's status in the trailers, and cancellation.
 
 import { constants, type ClientHttp2Stream } from 'node:http2';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers } from '../mux/grpc-packet-stream.js';
+import { GrpcPacketStream, type GrpcPacketStreamHandlers } from './packet-stream.js';
+import { describeGrpcStatus } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
-/** gRPC status names for messages. */
-const STATUS_NAMES: Record<string, string> = {
-  '0': 'OK',
-  '1': 'CANCELLED',
-  '2': 'UNKNOWN',
-  '3': 'INVALID_ARGUMENT',
-  '4': 'DEADLINE_EXCEEDED',
-  '5': 'NOT_FOUND',
-  '7': 'PERMISSION_DENIED',
-  '8': 'RESOURCE_EXHAUSTED',
-  '12': 'UNIMPLEMENTED',
-  '13': 'INTERNAL',
-  '14': 'UNAVAILABLE',
-  '16': 'UNAUTHENTICATED',
-};
-
-/** "UNAVAILABLE: server shutting down" from grpc-status and grpc-message. */
-export function describeGrpcStatus(status: string | undefined, message: string | undefined): string {
-  const name = status === undefined ? 'no status' : (STATUS_NAMES[status] ?? `status ${status}`);
-  const text = message === undefined || message === '' ? '' : `: ${safeDecode(message)}`;
-  return name + text;
-}
-
-function safeDecode(text: string): string {
-  try {
-    return decodeURIComponent(text);
-  } catch {
-    return text; // not percent-encoded after all
-  }
-}
-
-export class ServerStream extends GrpcPacketStream {
+export class ClientPacketCall extends GrpcPacketStream {
   constructor(private readonly clientStream: ClientHttp2Stream) {
     super(clientStream);
   }

@@ -1,7 +1,7 @@
 // One `AgentService/Connect` call seen as a stream of packets, over a raw
 // node:http2 stream: gRPC's 5-byte message framing, our protobuf codec, and
-// back-pressure. Shared by the server (agent-stream.ts, which adds status
-// trailers) and the agent (server-stream.ts, which adds cancellation).
+// back-pressure. Shared by the server (server-call.ts, which adds status
+// trailers) and the agent (client-call.ts, which adds cancellation).
 //
 // DATA is written as two pieces — one small buffer holding the gRPC prefix and
 // the packet header, then the payload untouched — so payloads are never copied
@@ -10,10 +10,10 @@
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
 import { ProtocolError } from '../protocol/errors.js';
-import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from '../protocol/grpc-frame.js';
+import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
-import type { PacketLink } from './packet-link.js';
-import { PauseGate } from './pause-gate.js';
+import type { PacketLink } from '../mux/packet-link.js';
+import { PauseGate } from '../mux/pause-gate.js';
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;

@@ -1,36 +1,13 @@
-// The server's side of an agent's `AgentService/Connect` call: the shared
-// packet framing plus what a gRPC server owes its client, the call's status in
-// the trailers.
+// The server's side of a streaming gRPC call carrying packets (an agent's
+// `AgentService/Connect`): the shared packet framing plus what a gRPC server
+// owes its client, the call's status in the trailers.
 
 import type { ServerHttp2Stream } from 'node:http2';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from '../mux/grpc-packet-stream.js';
+import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
+import { GrpcStatus, statusTrailers } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
-/** gRPC status codes we send. */
-export const GrpcStatus = {
-  OK: 0,
-  UNKNOWN: 2,
-  INVALID_ARGUMENT: 3,
-  RESOURCE_EXHAUSTED: 8,
-  UNIMPLEMENTED: 12,
-  INTERNAL: 13,
-  UNAVAILABLE: 14,
-  UNAUTHENTICATED: 16,
-} as const;
-
-/**
- * Percent-encodes a grpc-message value as the gRPC spec asks: UTF-8 bytes
- * outside printable ASCII, and '%' itself, become %XX; the rest stays.
- */
-export function encodeGrpcMessage(message: string): string {
-  let out = '';
-  for (const byte of Buffer.from(message, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : '%' + byte.toString(16).toUpperCase().padStart(2, '0');
-  }
-  return out;
-}
-
-export class AgentStream extends GrpcPacketStream {
+export class ServerPacketCall extends GrpcPacketStream {
   private status: { code: number; message: string } | undefined;
 
   constructor(
@@ -45,9 +22,7 @@ export class AgentStream extends GrpcPacketStream {
     const stream = this.serverStream;
     stream.on('wantTrailers', () => {
       const s = this.status ?? { code: GrpcStatus.OK, message: '' };
-      const trailers: Record<string, string> = { 'grpc-status': String(s.code) };
-      if (s.message !== '') trailers['grpc-message'] = encodeGrpcMessage(s.message);
-      stream.sendTrailers(trailers);
+      stream.sendTrailers(statusTrailers(s.code, s.message));
       this.writeTracker?.headersSent();
     });
     // The agent half-closed: the call is over; answer with OK.
