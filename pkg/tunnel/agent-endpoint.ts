@@ -13,14 +13,15 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../protocol/flow-control.js';
-import { parseAgentIdentifiers } from '../protocol/identifiers.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
-import { metadataValues } from '../grpc/metadata.js';
+import { IncomingCall, type CallRefusal } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
-import { GrpcStatus, statusTrailers } from '../grpc/status.js';
+import { GrpcStatus } from '../grpc/status.js';
+import type { Backend } from './backend.js';
 import type { Tunnel } from './tunnel.js';
 
 export interface AgentEndpointTLS {
@@ -71,6 +72,20 @@ interface SessionState {
   /** Highest stream the agent opened: GOAWAY names it so the calls in flight still finish. */
   lastStreamID: number;
   remoteAddress: string;
+}
+
+/** What an agent's call says about it. */
+interface AgentMetadata {
+  agentID: string;
+  identifiers: AgentIdentifiers;
+  agentWindow: number | undefined;
+}
+
+/** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
+function peerCertSubject(session: Http2Session | undefined): string {
+  const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+  if (!cert?.subject) return '';
+  return `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
 function remoteOf(socket: Socket | TLSSocket | undefined): string {
@@ -263,19 +278,9 @@ export class AgentEndpoint {
     state.closeTimer.unref();
   }
 
-  private reject(stream: ServerHttp2Stream, status: number, message: string, remoteAddress: string): void {
-    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: status, error: message });
-    if (stream.headersSent || stream.destroyed) return;
-    const session = stream.session;
-    if (session !== undefined) this.sessions.get(session)?.pings.headersSent();
-    stream.respond(
-      {
-        ':status': 200,
-        'content-type': 'application/grpc',
-        ...statusTrailers(status, message),
-      },
-      { endStream: true },
-    );
+  private refuse(call: IncomingCall, refusal: CallRefusal, remoteAddress: string, state: SessionState | undefined): void {
+    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
+    if (call.refuse(refusal)) state?.pings.headersSent();
   }
 
   private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -286,87 +291,66 @@ export class AgentEndpoint {
     stream.on('error', (err) => {
       this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
     });
-    if (this.closing !== undefined) {
-      this.reject(stream, GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down', remoteAddress);
+    const call = new IncomingCall(stream, headers, rawHeaders);
+    const meta = this.admit(call);
+    if ('code' in meta) {
+      this.refuse(call, meta, remoteAddress, state);
       return;
     }
-    const path = headers[':path'];
-    if (path !== AGENT_CONNECT_PATH) {
-      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}; this port serves ${AGENT_CONNECT_PATH}`, remoteAddress);
-      return;
-    }
-    const contentType = String(headers['content-type'] ?? '');
-    if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
-      this.reject(stream, GrpcStatus.INVALID_ARGUMENT, 'expected a gRPC call (POST, content-type application/grpc)', remoteAddress);
-      return;
-    }
-    if (headers['grpc-encoding'] !== undefined && headers['grpc-encoding'] !== 'identity') {
-      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(headers['grpc-encoding'])} is not supported`, remoteAddress);
-      return;
-    }
-    const ids = metadataValues(rawHeaders, 'agentid');
+    // Flow control only when the agent announced its window and we offer one.
+    const flow =
+      meta.agentWindow !== undefined && this.opts.connWindow > 0
+        ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow }
+        : undefined;
+    // Headers go out at once, before any packet: agents block reading them.
+    const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
+    if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
+    call.accept(responseMetadata);
+    state?.pings.headersSent();
+    const link = new ServerPacketCall(stream, { maxMessageSize: this.opts.maxMessageSize, writeTracker: state?.pings });
+    const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };
+    const backend = this.tunnel.attachAgent(info, link);
+    if (backend.closed || session === undefined) return;
+    this.serve(session, link, backend);
+  }
+
+  /** Whether we take this call now, and the agent's metadata if so. */
+  private admit(call: IncomingCall): AgentMetadata | CallRefusal {
+    if (this.closing !== undefined) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down' };
+    return call.check([AGENT_CONNECT_PATH]) ?? this.readAgentMetadata(call);
+  }
+
+  private readAgentMetadata(call: IncomingCall): AgentMetadata | CallRefusal {
+    const ids = call.metadata('agentid');
     if (ids.length !== 1 || ids[0] === '') {
-      this.reject(
-        stream,
-        GrpcStatus.INVALID_ARGUMENT,
-        `expected one agent ID in the "agentid" metadata, got ${ids.length === 1 ? 'an empty one' : ids.length}`,
-        remoteAddress,
-      );
-      return;
+      const got = ids.length === 1 ? 'an empty one' : String(ids.length);
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one agent ID in the "agentid" metadata, got ${got}` };
     }
     const agentID = ids[0]!;
-    const idValues = metadataValues(rawHeaders, 'agentidentifiers');
+    const idValues = call.metadata('agentidentifiers');
     if (idValues.length > 1) {
-      this.reject(
-        stream,
-        GrpcStatus.INVALID_ARGUMENT,
-        `expected at most one "agentidentifiers" metadata value, got ${idValues.length}`,
-        remoteAddress,
-      );
-      return;
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected at most one "agentidentifiers" metadata value, got ${idValues.length}` };
     }
     const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
       this.log.warn('ignoring unknown agent identifier key', { agentID, key });
     });
+    return { agentID, identifiers, agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)) };
+  }
 
-    // Flow control only when the agent announced its window and we offer one.
-    const agentWindow = parseConnWindow(metadataValues(rawHeaders, CONN_WINDOW_HEADER));
-    const flow =
-      agentWindow !== undefined && this.opts.connWindow > 0
-        ? { sendWindow: agentWindow, receiveWindow: this.opts.connWindow }
-        : undefined;
-
-    // Headers go out at once, before any packet: agents block reading them.
-    const responseHeaders: http2.OutgoingHttpHeaders = {
-      ':status': 200,
-      'content-type': 'application/grpc',
-      serverid: this.opts.serverID,
-      servercount: String(this.opts.serverCount),
-    };
-    if (flow !== undefined) responseHeaders[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
-    stream.respond(responseHeaders, { waitForTrailers: true });
-    state?.pings.headersSent();
-
-    const tlsSocket = session?.socket as TLSSocket | undefined;
-    const cert = tlsSocket?.getPeerCertificate();
-    const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
-    const link = new ServerPacketCall(stream, {
-      maxMessageSize: this.opts.maxMessageSize,
-      writeTracker: state?.pings,
-    });
-    const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
-    if (backend.closed || session === undefined) return;
+  /** Reads the agent's packets into the tunnel until the call ends. */
+  private serve(session: Http2Session, link: ServerPacketCall, backend: Backend): void {
     let sessionStreams = this.streams.get(session);
     if (sessionStreams === undefined) {
       sessionStreams = new Set();
       this.streams.set(session, sessionStreams);
     }
-    sessionStreams.add(link);
+    const streams = sessionStreams;
+    streams.add(link);
     link.start({
       onPacket: (p) => this.tunnel.handlePacket(backend, p),
       onClose: (reason) => {
-        sessionStreams.delete(link);
-        if (sessionStreams.size === 0) this.streams.delete(session);
+        streams.delete(link);
+        if (streams.size === 0) this.streams.delete(session);
         this.tunnel.detachAgent(backend, reason);
       },
     });
