@@ -22,7 +22,7 @@ import { EndpointConn } from './endpoint-conn.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { metadataValues } from '../grpc/metadata.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
-import { describeGrpcStatus } from '../grpc/status.js';
+import { responseRefusal, startCall } from '../grpc/client-call-head.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
@@ -134,26 +134,10 @@ export class ServerConnection {
     if (target === undefined) {
       return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${this.address} is not host:port`));
     }
-    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
-    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
-    const session = http2.connect(`https://${authority}`, {
-      ca: this.opts.tls.ca,
-      cert: this.opts.tls.cert,
-      key: this.opts.tls.key,
-      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
-      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
-      ALPNProtocols: ['h2'],
-      maxSessionMemory: 64,
-      settings: { initialWindowSize: receiveWindow, enablePush: false },
-    });
+    const session = this.connectSession(target);
     this.session = session;
-    const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
-
     return new Promise<ServerIdentity>((resolve, reject) => {
       let settled = false;
-      /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
-      let securedAt: number | undefined;
       const settle = (err: Error | undefined, id?: ServerIdentity): void => {
         if (settled) return;
         settled = true;
@@ -172,47 +156,12 @@ export class ServerConnection {
         timeoutMs,
       );
       timer.unref();
+      this.watchSession(session, () => settled, fail);
 
-      session.on('error', (err) => {
-        if (!settled) fail(errorMessage(err));
-        else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
-      });
-      session.once('connect', () => {
-        securedAt = performance.now();
-        try {
-          session.setLocalWindowSize(receiveWindow * 4);
-        } catch (err: unknown) {
-          this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
-        }
-        this.startKeepalive(session);
-      });
-      session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-      session.once('close', () => {
-        if (!settled) {
-          if (securedAt === undefined) fail('the connection closed during the TLS handshake');
-          else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
-            fail(
-              "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
-                'client certificate (issued by a CA other than the one the server was given)',
-            );
-          } else fail('the connection closed before the server answered the call');
-        }
-        this.close('connection closed');
-      });
-
-      const headers: http2.OutgoingHttpHeaders = {
-        ':method': 'POST',
-        ':path': AGENT_CONNECT_PATH,
-        'content-type': 'application/grpc',
-        te: 'trailers',
-        'user-agent': 'yurt-tunnel-agent',
-        agentid: this.opts.agentID,
-      };
-      if (this.opts.identifiers !== '') headers.agentidentifiers = this.opts.identifiers;
-      if (connWindow > 0) headers[CONN_WINDOW_HEADER] = String(connWindow);
+      const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
       let stream: ClientHttp2Stream;
       try {
-        stream = session.request(headers);
+        stream = startCall(session, AGENT_CONNECT_PATH, this.callMetadata(connWindow), 'yurt-tunnel-agent');
       } catch (err: unknown) {
         fail(errorMessage(err));
         return;
@@ -221,38 +170,102 @@ export class ServerConnection {
         if (!settled) fail(errorMessage(err));
       });
       stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
-        const status = h['grpc-status'] as string | undefined;
-        if (Number(h[':status']) !== 200 || status !== undefined) {
-          // A trailers-only answer: the server refused the call.
-          fail(`refused the call (HTTP ${String(h[':status'])}, ${describeGrpcStatus(status, h['grpc-message'] as string | undefined)})`);
+        const refusal = responseRefusal(h);
+        if (refusal !== undefined) {
+          fail(`refused the call (${refusal})`);
           return;
         }
-        const ids = metadataValues(raw, 'serverid');
-        const counts = metadataValues(raw, 'servercount');
-        const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
-        if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
-          settle(
-            new ServerConnectionError(
-              'YT_ERR_BAD_HEADERS',
-              `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
-                `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
-            ),
-          );
+        const identity = this.identityFrom(raw, connWindow);
+        if (identity instanceof Error) {
+          settle(identity);
           return;
         }
-        const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
-        const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
-        // Upstream: a count of 0 means "unknown", treated as 1.
-        this.identity = { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+        this.identity = identity;
         const link = new ClientPacketCall(stream);
         this.link = link;
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
         this.sweepTimer.unref();
-        settle(undefined, this.identity);
+        settle(undefined, identity);
       });
     });
   }
+
+  /** The HTTP/2 connection, over mutual TLS that checks the server's name. */
+  private connectSession(target: { host: string; port: number }): ClientHttp2Session {
+    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
+    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+    const session = http2.connect(`https://${authority}`, {
+      ca: this.opts.tls.ca,
+      cert: this.opts.tls.cert,
+      key: this.opts.tls.key,
+      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
+      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
+      ALPNProtocols: ['h2'],
+      maxSessionMemory: 64,
+      settings: { initialWindowSize: receiveWindow, enablePush: false },
+    });
+    session.once('connect', () => {
+      try {
+        session.setLocalWindowSize(receiveWindow * 4);
+      } catch (err: unknown) {
+        this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+      }
+      this.startKeepalive(session);
+    });
+    session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
+    return session;
+  }
+
+  /** Reports errors and an early close of the connection, saying what most likely went wrong. */
+  private watchSession(session: ClientHttp2Session, settled: () => boolean, fail: (text: string) => void): void {
+    /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
+    let securedAt: number | undefined;
+    session.once('connect', () => (securedAt = performance.now()));
+    session.on('error', (err) => {
+      if (!settled()) fail(errorMessage(err));
+      else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
+    });
+    session.once('close', () => {
+      if (!settled()) {
+        if (securedAt === undefined) fail('the connection closed during the TLS handshake');
+        else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
+          fail(
+            "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
+              'client certificate (issued by a CA other than the one the server was given)',
+          );
+        } else fail('the connection closed before the server answered the call');
+      }
+      this.close('connection closed');
+    });
+  }
+
+  private callMetadata(connWindow: number): Record<string, string> {
+    const md: Record<string, string> = { agentid: this.opts.agentID };
+    if (this.opts.identifiers !== '') md.agentidentifiers = this.opts.identifiers;
+    if (connWindow > 0) md[CONN_WINDOW_HEADER] = String(connWindow);
+    return md;
+  }
+
+  /** The server's identity from its response metadata. */
+  private identityFrom(raw: string[], connWindow: number): ServerIdentity | ServerConnectionError {
+    const ids = metadataValues(raw, 'serverid');
+    const counts = metadataValues(raw, 'servercount');
+    const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
+    if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
+      return new ServerConnectionError(
+        'YT_ERR_BAD_HEADERS',
+        `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
+          `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
+      );
+    }
+    const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
+    const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
+    // Upstream: a count of 0 means "unknown", treated as 1.
+    return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+  }
+
 
   private startKeepalive(session: ClientHttp2Session): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
