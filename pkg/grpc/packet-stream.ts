@@ -65,14 +65,21 @@ export abstract class GrpcPacketStream implements PacketLink {
   /** Starts reading packets. */
   start(handlers: GrpcPacketStreamHandlers): void {
     this.handlers = handlers;
-    this.stream.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.stream.on('data', this.onData);
     this.stream.on('drain', () => this.flushDrainWaiters());
   }
 
   /** The peer sent bytes that are not a packet: end the call, saying why. */
   protected abstract onProtocolError(err: ProtocolError): void;
 
-  private onData(chunk: Buffer): void {
+  /** Stops reading the call: no more packets, and HTTP/2 grants the peer no more window. */
+  protected stopReading(): void {
+    this.stream.off('data', this.onData);
+    this.gate.clear();
+    this.stream.pause();
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
     let packets: Packet[];
     try {
       packets = this.deframer.push(chunk).map(decodePacket);
@@ -84,7 +91,7 @@ export abstract class GrpcPacketStream implements PacketLink {
       if (this.ended) return;
       this.handlers?.onPacket(p);
     }
-  }
+  };
 
   sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
     if (this.ended) {

@@ -2,13 +2,15 @@
 // `AgentService/Connect`): the shared packet framing plus what a gRPC server
 // owes its client, the call's status in the trailers.
 
-import type { ServerHttp2Stream } from 'node:http2';
+import { constants, type ServerHttp2Stream } from 'node:http2';
 import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
 import { GrpcStatus, statusTrailers } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
 export class ServerPacketCall extends GrpcPacketStream {
   private status: { code: number; message: string } | undefined;
+  /** After the trailers, reset the stream so the peer stops sending (we stopped reading). */
+  private resetAfterTrailers = false;
 
   constructor(
     private readonly serverStream: ServerHttp2Stream,
@@ -24,6 +26,9 @@ export class ServerPacketCall extends GrpcPacketStream {
       const s = this.status ?? { code: GrpcStatus.OK, message: '' };
       stream.sendTrailers(statusTrailers(s.code, s.message));
       this.writeTracker?.headersSent();
+      // RST_STREAM NO_ERROR after a complete response tells the client to stop sending (RFC 9113 §8.1).
+      // (On the next turn: a reset in the same turn would drop the trailers.)
+      if (this.resetAfterTrailers) setImmediate(() => stream.close(constants.NGHTTP2_NO_ERROR));
     });
     // The agent half-closed: the call is over; answer with OK.
     stream.on('end', () => this.end(GrpcStatus.OK, '', 'agent ended the stream'));
@@ -39,7 +44,14 @@ export class ServerPacketCall extends GrpcPacketStream {
     return this.serverStream.session?.destroyed ? 'connection closed' : 'stream closed';
   }
 
+  /**
+   * What follows a malformed or oversized message cannot be read as messages:
+   * stop reading at once (no more window for the peer), end with a status,
+   * and reset the stream.
+   */
   protected onProtocolError(err: ProtocolError): void {
+    this.stopReading();
+    this.resetAfterTrailers = true;
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
   }
 
@@ -62,7 +74,7 @@ export class ServerPacketCall extends GrpcPacketStream {
     this.finish(reason);
     const stream = this.serverStream;
     if (!stream.closed && !stream.destroyed) {
-      stream.resume();
+      if (!this.resetAfterTrailers) stream.resume();
       stream.end();
       // A peer that never reads its trailers must not hold the stream.
       const timer = setTimeout(() => stream.close(), 5000);

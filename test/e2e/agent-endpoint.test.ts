@@ -408,3 +408,31 @@ test('a silent agent link is dropped by the server\'s keepalive; a silent server
   assert.ok(performance.now() - frozenAt < 3000);
   assert.ok(agent.log.find('tunnel server did not answer a keepalive ping').length >= 1, 'the agent noticed by its own pings');
 });
+
+test('a message whose prefix claims 2 GiB ends the call with RESOURCE_EXHAUSTED and a reset; the server stops reading', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const agent = await rawAgent(h, server.agentAddress, 'bloater');
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const closed = new Promise<void>((resolve) => agent.call.once('close', resolve));
+  let isClosed = false;
+  void closed.then(() => (isClosed = true));
+  agent.call.write(Buffer.from([0, 0x80, 0, 0, 0])); // 2 GiB
+  // Then keep sending, as a client that believes its message is going through.
+  const chunk = Buffer.alloc(64 * 1024, 7);
+  let written = 0;
+  const limit = 256 * 1024 * 1024;
+  for (let sent = 0; sent < limit && !isClosed && agent.call.writable; sent += chunk.length) {
+    const more = agent.call.write(chunk, (err) => {
+      if (!err) written += chunk.length;
+    });
+    if (!more) await Promise.race([once(agent.call, 'drain').catch(() => {}), closed]);
+  }
+  await closed;
+  const trailers = await agent.trailers;
+  assert.equal(trailers['grpc-status'], '8');
+  assert.match(String(trailers['grpc-message']), /2147483648/);
+  assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_NO_ERROR, 'the server reset the stream after its status');
+  assert.ok(written < 32 * 1024 * 1024, `the server took only about a window's worth, not everything (${written} bytes)`);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
+});
