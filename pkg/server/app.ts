@@ -52,6 +52,8 @@ export interface ServerOptions {
   enableDNSController: boolean;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
+  /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
+  maxAgentStreams?: number;
   logger: Logger;
   metricsRegistry?: Registry;
 }
@@ -125,6 +127,7 @@ export class TunnelServer {
       serverCount: opts.serverCount,
       keepaliveTimeMs: opts.keepaliveTimeMs,
       keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+      maxStreamsPerAgent: opts.maxAgentStreams,
       logger: log,
     });
     const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });

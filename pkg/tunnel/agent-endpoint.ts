@@ -57,8 +57,19 @@ export interface AgentEndpointOptions {
    * Default 1 MiB.
    */
   connWindow?: number;
+  /**
+   * Concurrent Connect calls one agent may hold, counted both by its client
+   * certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED.
+   * Default 4 (an agent needs one per server replica it reaches through this one address).
+   */
+  maxStreamsPerAgent?: number;
   logger?: Logger;
 }
+
+export const DEFAULT_MAX_STREAMS_PER_AGENT = 4;
+
+/** HTTP/2 streams one agent connection may open at once (refused calls count until answered). */
+const MAX_CONCURRENT_STREAMS = 16;
 
 /** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
 const TOO_MANY_PINGS_GRACE_MS = 1000;
@@ -79,6 +90,8 @@ interface AgentMetadata {
   agentID: string;
   identifiers: AgentIdentifiers;
   agentWindow: number | undefined;
+  /** What the per-agent stream limit counts this call under. */
+  identityKeys: string[];
 }
 
 /** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
@@ -110,6 +123,10 @@ export class AgentEndpoint {
   private readonly remoteAddresses = new WeakMap<object, string>();
   /** Live agent calls, by the connection they ride on. */
   private readonly streams = new Map<Http2Session, Set<ServerPacketCall>>();
+  /** Open Connect calls by agent identity: "cert:<sha256 fingerprint>" and "id:<agentID>". */
+  private readonly streamsByIdentity = new Map<string, number>();
+  /** Calls refused because their agent already held `maxStreamsPerAgent` (for metrics). */
+  refusedForStreamLimit = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -130,7 +147,11 @@ export class AgentEndpoint {
       connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
       maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
       connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
+      maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
     };
+    if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
+      throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
+    }
     if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
     }
@@ -145,7 +166,10 @@ export class AgentEndpoint {
       ALPNProtocols: ['h2'],
       allowHTTP1: false,
       maxSessionMemory: 64,
-      settings: { initialWindowSize: this.opts.streamWindowSize, maxConcurrentStreams: 100 },
+      settings: {
+        initialWindowSize: this.opts.streamWindowSize,
+        maxConcurrentStreams: Math.max(MAX_CONCURRENT_STREAMS, this.opts.maxStreamsPerAgent),
+      },
     });
     this.server.on('connection', (socket: Socket) => {
       // Control packets are small and latency-bound; Nagle would hold them back.
@@ -311,7 +335,24 @@ export class AgentEndpoint {
     const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };
     const backend = this.tunnel.attachAgent(info, link);
     if (backend.closed || session === undefined) return;
-    this.serve(session, link, backend);
+    this.serve(session, link, backend, meta.identityKeys);
+  }
+
+  /** Identity keys over their limit, if any. */
+  private overStreamLimit(keys: readonly string[]): { key: string; open: number } | undefined {
+    for (const key of keys) {
+      const open = this.streamsByIdentity.get(key) ?? 0;
+      if (open >= this.opts.maxStreamsPerAgent) return { key, open };
+    }
+    return undefined;
+  }
+
+  private countStreams(keys: readonly string[], delta: 1 | -1): void {
+    for (const key of keys) {
+      const n = (this.streamsByIdentity.get(key) ?? 0) + delta;
+      if (n <= 0) this.streamsByIdentity.delete(key);
+      else this.streamsByIdentity.set(key, n);
+    }
   }
 
   /** Whether we take this call now, and the agent's metadata if so. */
@@ -334,11 +375,26 @@ export class AgentEndpoint {
     const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
       this.log.warn('ignoring unknown agent identifier key', { agentID, key });
     });
-    return { agentID, identifiers, agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)) };
+    const fingerprint = (call.stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate().fingerprint256;
+    const identityKeys = [`id:${agentID}`];
+    if (fingerprint !== undefined && fingerprint !== '') identityKeys.push(`cert:${fingerprint}`);
+    const over = this.overStreamLimit(identityKeys);
+    if (over !== undefined) {
+      this.refusedForStreamLimit++;
+      const by = over.key.startsWith('id:') ? `agentID ${agentID}` : `the client certificate of agent ${agentID}`;
+      return {
+        code: GrpcStatus.RESOURCE_EXHAUSTED,
+        message:
+          `too many Connect streams: ${by} already holds ${over.open} (limit ${this.opts.maxStreamsPerAgent}, ` +
+          'the server flag --max-agent-streams); close one or raise the limit',
+      };
+    }
+    return { agentID, identifiers, agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)), identityKeys };
   }
 
   /** Reads the agent's packets into the tunnel until the call ends. */
-  private serve(session: Http2Session, link: ServerPacketCall, backend: Backend): void {
+  private serve(session: Http2Session, link: ServerPacketCall, backend: Backend, identityKeys: readonly string[]): void {
+    this.countStreams(identityKeys, 1);
     let sessionStreams = this.streams.get(session);
     if (sessionStreams === undefined) {
       sessionStreams = new Set();
@@ -351,6 +407,7 @@ export class AgentEndpoint {
       onClose: (reason) => {
         streams.delete(link);
         if (streams.size === 0) this.streams.delete(session);
+        this.countStreams(identityKeys, -1);
         this.tunnel.detachAgent(backend, reason);
       },
     });

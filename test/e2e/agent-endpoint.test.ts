@@ -436,3 +436,28 @@ test('a message whose prefix claims 2 GiB ends the call with RESOURCE_EXHAUSTED 
   assert.ok(written < 32 * 1024 * 1024, `the server took only about a window's worth, not everything (${written} bytes)`);
   await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });
+
+test('one agent holds at most maxStreamsPerAgent Connect streams; more get RESOURCE_EXHAUSTED saying why', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { maxStreamsPerAgent: 2 } });
+  const first = upstreamAgent(h, server.agentAddress, 'edge-1');
+  const second = upstreamAgent(h, server.agentAddress, 'edge-1');
+  await Promise.all([first.headers, second.headers]);
+  await waitFor('both registered', () => server.tunnel.registry.all().length === 2);
+  const third = upstreamAgent(h, server.agentAddress, 'edge-1');
+  const s = await third.status;
+  assert.equal(s.code, 8);
+  assert.match(s.details, /^too many Connect streams: .* already holds 2 \(limit 2, the server flag --max-agent-streams\)/);
+  assert.equal(server.endpoint.refusedForStreamLimit, 1);
+  assert.equal(server.log.find('agent call rejected').length, 1);
+  // The same certificate under another agentID is counted too.
+  const impostor = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'edge-9']], tls: agentTLS('edge-1') });
+  assert.equal((await impostor.status).code, 8);
+  assert.equal(server.tunnel.registry.all().length, 2);
+  // A stream that ends frees its place.
+  first.close();
+  await waitFor('first gone', () => server.tunnel.registry.all().length === 1);
+  const fourth = upstreamAgent(h, server.agentAddress, 'edge-1');
+  await fourth.headers;
+  await waitFor('fourth registered', () => server.tunnel.registry.all().length === 2);
+});

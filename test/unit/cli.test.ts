@@ -91,6 +91,7 @@ const SERVER_FLAGS = [
   '--proxy-strategy',
   '--dial-timeout',
   '--server-count',
+  '--max-agent-streams',
   '--cert-dir',
   '--cert-ips',
   '--cert-dns-names',
