@@ -181,7 +181,7 @@ export class ServerConnection {
           return;
         }
         this.identity = identity;
-        const link = new ClientPacketCall(stream);
+        const link = new ClientPacketCall(stream, { logger: this.log });
         this.link = link;
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);

@@ -3,13 +3,16 @@
 // reads, the call's status in the trailers, and cancellation.
 
 import { constants, type ClientHttp2Stream } from 'node:http2';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers } from './packet-stream.js';
+import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
 import { describeGrpcStatus } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
 export class ClientPacketCall extends GrpcPacketStream {
-  constructor(private readonly clientStream: ClientHttp2Stream) {
-    super(clientStream);
+  constructor(
+    private readonly clientStream: ClientHttp2Stream,
+    opts: GrpcPacketStreamOptions = {},
+  ) {
+    super(clientStream, opts);
   }
 
   override start(handlers: GrpcPacketStreamHandlers): void {
@@ -31,6 +34,10 @@ export class ClientPacketCall extends GrpcPacketStream {
 
   protected onProtocolError(err: ProtocolError): void {
     this.cancel(`server sent a malformed message: ${err.message}`);
+  }
+
+  protected onInternalError(message: string): void {
+    this.cancel(message);
   }
 
   /** Ends the call from our side (RST_STREAM CANCEL), for `reason`. */

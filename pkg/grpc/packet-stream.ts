@@ -12,7 +12,9 @@ import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.
 import { ProtocolError } from '../protocol/errors.js';
 import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
+import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
+import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
 
 export interface GrpcPacketStreamHandlers {
@@ -26,6 +28,8 @@ export interface GrpcPacketStreamOptions {
   sendBufferLimit?: number;
   /** Largest gRPC message accepted. Default 4 MiB (Go's default). */
   maxMessageSize?: number;
+  /** Where an error thrown by a packet handler is logged (with its stack) before the call is failed. */
+  logger?: Logger;
   /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
   writeTracker?: WriteTracker;
 }
@@ -45,6 +49,7 @@ export abstract class GrpcPacketStream implements PacketLink {
   private readonly onWritten: (() => void) | undefined;
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   private handlers: GrpcPacketStreamHandlers | undefined;
+  private readonly log: Logger | undefined;
   private ended = false;
 
   constructor(
@@ -54,6 +59,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.deframer = new GrpcDeframer(opts.maxMessageSize);
     this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
     this.writeTracker = opts.writeTracker;
+    this.log = opts.logger;
     const tracker = opts.writeTracker;
     this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
@@ -72,6 +78,9 @@ export abstract class GrpcPacketStream implements PacketLink {
   /** The peer sent bytes that are not a packet: end the call, saying why. */
   protected abstract onProtocolError(err: ProtocolError): void;
 
+  /** A packet handler threw: end the call as failed on our side (it is logged already). */
+  protected abstract onInternalError(message: string): void;
+
   /** Stops reading the call: no more packets, and HTTP/2 grants the peer no more window. */
   protected stopReading(): void {
     this.stream.off('data', this.onData);
@@ -89,7 +98,15 @@ export abstract class GrpcPacketStream implements PacketLink {
     }
     for (const p of packets) {
       if (this.ended) return;
-      this.handlers?.onPacket(p);
+      try {
+        this.handlers?.onPacket(p);
+      } catch (err: unknown) {
+        // The boundary: a handler's bug fails this call, never the process.
+        this.log?.error('internal error handling a packet; ending the call', { packetType: p.type, ...errorFields(err) });
+        this.stopReading();
+        this.onInternalError(`internal error handling a ${p.type} packet`);
+        return;
+      }
     }
   };
 

@@ -55,6 +55,11 @@ export class ServerPacketCall extends GrpcPacketStream {
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
   }
 
+  protected onInternalError(message: string): void {
+    this.resetAfterTrailers = true;
+    this.end(GrpcStatus.INTERNAL, message);
+  }
+
   /** Runs `cb` once the HTTP/2 stream is closed (at once if it is). */
   onceClosed(cb: () => void): void {
     if (this.serverStream.closed || this.serverStream.destroyed) cb();

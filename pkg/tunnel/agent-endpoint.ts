@@ -17,6 +17,7 @@ import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identi
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
+import { guardStreamHandler } from '../grpc/error-boundary.js';
 import { IncomingCall, type CallRefusal } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -190,8 +191,9 @@ export class AgentEndpoint {
     this.server.on('session', (session) => this.onSession(session));
     this.server.on(
       'stream',
-      (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
+      guardStreamHandler(this.log, (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
         this.onStream(stream, headers, rawHeaders),
+      ),
     );
     this.server.on('unknownProtocol', (socket: TLSSocket) => {
       this.log.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
@@ -331,7 +333,11 @@ export class AgentEndpoint {
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     call.accept(responseMetadata);
     state?.pings.headersSent();
-    const link = new ServerPacketCall(stream, { maxMessageSize: this.opts.maxMessageSize, writeTracker: state?.pings });
+    const link = new ServerPacketCall(stream, {
+      maxMessageSize: this.opts.maxMessageSize,
+      writeTracker: state?.pings,
+      logger: this.log.child({ agentID: meta.agentID }),
+    });
     const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };
     const backend = this.tunnel.attachAgent(info, link);
     if (backend.closed || session === undefined) return;

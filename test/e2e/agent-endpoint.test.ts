@@ -461,3 +461,40 @@ test('one agent holds at most maxStreamsPerAgent Connect streams; more get RESOU
   await fourth.headers;
   await waitFor('fourth registered', () => server.tunnel.registry.all().length === 2);
 });
+
+test('an error thrown by a call or packet handler fails only that call (INTERNAL, logged with its stack); the server keeps serving', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const tunnel = server.tunnel;
+  // A faulty tunnel: a bug in the packet path.
+  const handlePacket = tunnel.handlePacket.bind(tunnel);
+  tunnel.handlePacket = () => {
+    throw new Error('injected packet-handler bug');
+  };
+  const agent = upstreamAgent(h, server.agentAddress);
+  await waitFor('registration', () => tunnel.registry.agentCount === 1);
+  agent.call.write({ type: 'DIAL_RSP', dialResponse: { error: '', connectID: '1', random: '1' } });
+  const s1 = await agent.status;
+  assert.equal(s1.code, 13);
+  assert.equal(s1.details, 'internal error handling a DIAL_RSP packet');
+  const logged = server.log.find('internal error handling a packet')[0];
+  assert.match(String(logged?.fields.stack), /injected packet-handler bug\n\s+at /);
+  await waitFor('the agent gone', () => tunnel.registry.agentCount === 0);
+  tunnel.handlePacket = handlePacket;
+
+  // A bug while accepting a call.
+  const attachAgent = tunnel.attachAgent.bind(tunnel);
+  tunnel.attachAgent = () => {
+    throw new Error('injected accept bug');
+  };
+  const second = upstreamAgent(h, server.agentAddress);
+  const s2 = await second.status;
+  assert.equal(s2.code, 13, 'the headers were out; the stream is reset with INTERNAL_ERROR');
+  assert.match(String(server.log.find('internal error handling a gRPC call')[0]?.fields.stack), /injected accept bug/);
+  tunnel.attachAgent = attachAgent;
+
+  // Still serving.
+  const third = upstreamAgent(h, server.agentAddress);
+  await third.headers;
+  await waitFor('registration', () => tunnel.registry.agentCount === 1);
+});
