@@ -18,6 +18,7 @@ import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
+import { DialLimit } from './dial-limit.js';
 import { EndpointConn } from './endpoint-conn.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { metadataValues } from '../grpc/metadata.js';
@@ -68,6 +69,8 @@ export interface ServerConnectionOptions {
    */
   connWindow?: number;
   connHighWaterMark?: number;
+  /** Dials running at once; share one across links to bound the whole agent. Default: 256 for this link. */
+  dialLimit?: DialLimit;
   logger?: Logger;
 }
 
@@ -107,7 +110,9 @@ export class ServerConnection {
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
 
+  private readonly dialLimit: DialLimit;
   constructor(opts: ServerConnectionOptions) {
+    this.dialLimit = opts.dialLimit ?? new DialLimit();
     this.opts = opts;
     this.address = opts.address;
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
@@ -364,11 +369,17 @@ export class ServerConnection {
       fail(`dial ${address}: dial ID ${random} is already in progress`);
       return;
     }
+    const limit = this.dialLimit;
+    if (!limit.tryTake()) {
+      fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
+      return;
+    }
     const abort = new AbortController();
     this.dials.set(random, abort);
     this.opts.dialer.dial(address, abort.signal).then(
       (socket) => {
         this.dials.delete(random);
+        limit.release();
         if (abort.signal.aborted || this.closed || this.link === undefined) {
           socket.destroy();
           return;
@@ -403,6 +414,7 @@ export class ServerConnection {
       },
       (err: unknown) => {
         this.dials.delete(random);
+        limit.release();
         // A cancelled dial needs no answer: the server has forgotten it.
         if (abort.signal.aborted || this.closed) return;
         fail(errorMessage(err));

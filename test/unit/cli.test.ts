@@ -100,6 +100,7 @@ const SERVER_FLAGS = [
 
 const AGENT_FLAGS = [
   '--node-name',
+  '--max-concurrent-dials',
   '--node-ip',
   '--tunnelserver-addr',
   '--ca-file',
