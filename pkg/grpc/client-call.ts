@@ -36,6 +36,10 @@ export class ClientPacketCall extends GrpcPacketStream {
     this.cancel(`server sent a malformed message: ${err.message}`);
   }
 
+  protected onOverloaded(message: string): void {
+    this.cancel(message);
+  }
+
   protected onInternalError(message: string): void {
     this.cancel(message);
   }

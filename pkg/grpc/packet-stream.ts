@@ -28,6 +28,14 @@ export interface GrpcPacketStreamOptions {
   sendBufferLimit?: number;
   /** Largest gRPC message accepted. Default 4 MiB (Go's default). */
   maxMessageSize?: number;
+  /**
+   * Bytes of control packets (everything but DATA) that may wait to be
+   * written; a peer that lets more pile up is not reading and is cut off.
+   * Default 1 MiB.
+   */
+  controlBufferLimit?: number;
+  /** Called for each control packet refused because the peer does not read (for metrics). */
+  onControlRefused?: () => void;
   /** Where an error thrown by a packet handler is logged (with its stack) before the call is failed. */
   logger?: Logger;
   /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
@@ -50,6 +58,12 @@ export abstract class GrpcPacketStream implements PacketLink {
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   private handlers: GrpcPacketStreamHandlers | undefined;
   private readonly log: Logger | undefined;
+  private readonly controlBufferLimit: number;
+  private readonly onControlRefused: (() => void) | undefined;
+  /** Control bytes handed to HTTP/2 and not yet written out. */
+  private controlQueued = 0;
+  /** Control packets refused because the peer did not read. */
+  refusedControlPackets = 0;
   private ended = false;
 
   constructor(
@@ -60,6 +74,8 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
     this.writeTracker = opts.writeTracker;
     this.log = opts.logger;
+    this.controlBufferLimit = opts.controlBufferLimit ?? 1024 * 1024;
+    this.onControlRefused = opts.onControlRefused;
     const tracker = opts.writeTracker;
     this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
@@ -77,6 +93,9 @@ export abstract class GrpcPacketStream implements PacketLink {
 
   /** The peer sent bytes that are not a packet: end the call, saying why. */
   protected abstract onProtocolError(err: ProtocolError): void;
+
+  /** The peer lets control packets pile up unread: cut the call now. */
+  protected abstract onOverloaded(message: string): void;
 
   /** A packet handler threw: end the call as failed on our side (it is logged already). */
   protected abstract onInternalError(message: string): void;
@@ -130,8 +149,22 @@ export abstract class GrpcPacketStream implements PacketLink {
   sendControl(packet: KnownPacket): boolean {
     if (this.ended) return false;
     const body = encodePacket(packet);
+    const size = GRPC_FRAME_HEADER_SIZE + body.length;
+    if (this.controlQueued + size > this.controlBufferLimit) {
+      this.refusedControlPackets++;
+      this.onControlRefused?.();
+      this.log?.warn('the peer does not read its call; cutting it off', { queuedControlBytes: this.controlQueued, packetType: packet.type });
+      this.onOverloaded(
+        `the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`,
+      );
+      return false;
+    }
+    this.controlQueued += size;
     this.writeTracker?.writeQueued();
-    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), this.onWritten);
+    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), () => {
+      this.controlQueued -= size;
+      this.onWritten?.();
+    });
     return true;
   }
 

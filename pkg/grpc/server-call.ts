@@ -55,6 +55,13 @@ export class ServerPacketCall extends GrpcPacketStream {
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
   }
 
+  /** A peer that does not read cannot take a status either: reset the stream at once. */
+  protected onOverloaded(message: string): void {
+    this.finish(message);
+    this.stopReading();
+    if (!this.serverStream.destroyed && !this.serverStream.closed) this.serverStream.close(constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  }
+
   protected onInternalError(message: string): void {
     this.resetAfterTrailers = true;
     this.end(GrpcStatus.INTERNAL, message);

@@ -64,6 +64,8 @@ export interface AgentEndpointOptions {
    * Default 4 (an agent needs one per server replica it reaches through this one address).
    */
   maxStreamsPerAgent?: number;
+  /** Bytes of control packets that may wait unwritten on one agent call before it is cut off. Default 1 MiB. */
+  controlBufferLimit?: number;
   logger?: Logger;
 }
 
@@ -128,6 +130,8 @@ export class AgentEndpoint {
   private readonly streamsByIdentity = new Map<string, number>();
   /** Calls refused because their agent already held `maxStreamsPerAgent` (for metrics). */
   refusedForStreamLimit = 0;
+  /** Control packets refused because an agent did not read its call (for metrics). */
+  refusedControlPackets = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -149,6 +153,7 @@ export class AgentEndpoint {
       maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
       connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
       maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
+      controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
     };
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
       throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
@@ -336,6 +341,8 @@ export class AgentEndpoint {
     const link = new ServerPacketCall(stream, {
       maxMessageSize: this.opts.maxMessageSize,
       writeTracker: state?.pings,
+      controlBufferLimit: this.opts.controlBufferLimit,
+      onControlRefused: () => this.refusedControlPackets++,
       logger: this.log.child({ agentID: meta.agentID }),
     });
     const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };

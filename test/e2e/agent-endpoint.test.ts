@@ -498,3 +498,29 @@ test('an error thrown by a call or packet handler fails only that call (INTERNAL
   await third.headers;
   await waitFor('registration', () => tunnel.registry.agentCount === 1);
 });
+
+test('an agent that does not read while provoking control packets is cut off, not buffered without end', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { controlBufferLimit: 64 * 1024 } });
+  const agent = await rawAgent(h, server.agentAddress, 'deaf');
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  agent.call.pause(); // reads nothing from now on: no window for the server
+  agent.call.removeAllListeners('data');
+  const closed = new Promise<void>((resolve) => agent.call.once('close', resolve));
+  let isClosed = false;
+  void closed.then(() => (isClosed = true));
+  // Each DATA for an unknown connectID makes the server answer with CLOSE_REQ.
+  for (let batch = 0; batch < 40 && !isClosed; batch++) {
+    const frames: Buffer[] = [];
+    for (let i = 1; i <= 1000; i++) {
+      const body = encodePacket({ type: 'DATA', connectID: BigInt(batch * 1000 + i), error: '', data: Buffer.alloc(0) });
+      frames.push(grpcFrameHeader(body.length), body);
+    }
+    if (!agent.call.write(Buffer.concat(frames))) await Promise.race([once(agent.call, 'drain').catch(() => {}), closed]);
+  }
+  await closed;
+  assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  assert.equal(server.endpoint.refusedControlPackets, 1);
+  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
+});
