@@ -24,6 +24,7 @@ import { ClientPacketCall } from '../grpc/client-call.js';
 import { metadataValues } from '../grpc/metadata.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
 import { responseRefusal, startCall } from '../grpc/client-call-head.js';
+import { Keepalive } from '../grpc/keepalive.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
@@ -107,8 +108,7 @@ export class ServerConnection {
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
-  private keepaliveTimer: NodeJS.Timeout | undefined;
-  private pingTimer: NodeJS.Timeout | undefined;
+  private keepaliveLoop: Keepalive | undefined;
 
   private readonly dialLimit: DialLimit;
   constructor(opts: ServerConnectionOptions) {
@@ -274,27 +274,17 @@ export class ServerConnection {
 
   private startKeepalive(session: ClientHttp2Session): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
-    const schedule = (): void => {
-      this.keepaliveTimer = setTimeout(() => {
-        if (session.destroyed) return;
-        this.pingTimer = setTimeout(() => {
-          this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
-          this.close(`no answer to a keepalive ping within ${timeoutMs} ms`);
-        }, timeoutMs);
-        this.pingTimer.unref();
-        const sent = session.ping((err) => {
-          clearTimeout(this.pingTimer);
-          if (!err) schedule();
-        });
-        if (!sent) {
-          clearTimeout(this.pingTimer);
-          schedule();
-        }
-      }, this.keepalive.timeMs);
-      this.keepaliveTimer.unref();
-    };
-    schedule();
+    this.keepaliveLoop = new Keepalive(session, {
+      intervalMs: () => this.keepalive.timeMs,
+      timeoutMs,
+      onTimeout: () => {
+        this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
+        this.close(`no answer to a keepalive ping within ${timeoutMs} ms`);
+      },
+    });
+    this.keepaliveLoop.start();
   }
+
 
   private onGoaway(code: number, data: Buffer | undefined): void {
     const text = data?.toString() ?? '';
@@ -438,8 +428,7 @@ export class ServerConnection {
     if (this.closedReason !== undefined) return;
     this.closedReason = reason;
     clearInterval(this.sweepTimer);
-    clearTimeout(this.keepaliveTimer);
-    clearTimeout(this.pingTimer);
+    this.keepaliveLoop?.stop();
     this.link?.cancel(reason);
     for (const d of this.dials.values()) d.abort();
     this.dials.clear();

@@ -18,6 +18,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { guardStreamHandler } from '../grpc/error-boundary.js';
+import { Keepalive } from '../grpc/keepalive.js';
 import { IncomingCall, type CallRefusal } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -78,8 +79,7 @@ const MAX_CONCURRENT_STREAMS = 16;
 const TOO_MANY_PINGS_GRACE_MS = 1000;
 
 interface SessionState {
-  keepaliveTimer?: NodeJS.Timeout;
-  pingTimeout?: NodeJS.Timeout;
+  keepalive?: Keepalive;
   /** grpc-go's ping enforcement, fed by our writes on this connection. */
   pings: PingPolicy;
   closeTimer?: NodeJS.Timeout;
@@ -241,38 +241,27 @@ export class AgentEndpoint {
       this.log.verbose(2, 'agent connection error', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
     });
     session.once('close', () => {
-      clearInterval(state.keepaliveTimer);
-      clearTimeout(state.pingTimeout);
+      state.keepalive?.stop();
       clearTimeout(state.closeTimer);
       this.sessions.delete(session);
     });
-    state.keepaliveTimer = setInterval(() => this.keepalive(session, state), this.opts.keepaliveTimeMs);
-    state.keepaliveTimer.unref();
+    this.startKeepalive(session, state);
   }
 
-  private keepalive(session: Http2Session, state: SessionState): void {
-    if (session.destroyed || state.pingTimeout !== undefined) return;
-    state.pingTimeout = setTimeout(() => {
-      this.log.warn('agent connection did not answer a keepalive ping; closing it', {
-        remoteAddress: state.remoteAddress,
-        timeoutMs: this.opts.keepaliveTimeoutMs,
-      });
-      for (const s of this.streams.get(session) ?? []) s.abort(`no answer to a keepalive ping within ${this.opts.keepaliveTimeoutMs} ms`);
-      session.destroy();
-    }, this.opts.keepaliveTimeoutMs);
-    state.pingTimeout.unref();
-    const sent = session.ping((err) => {
-      clearTimeout(state.pingTimeout);
-      state.pingTimeout = undefined;
-      if (err && !session.destroyed) {
-        this.log.verbose(2, 'keepalive ping failed', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
-      }
+  private startKeepalive(session: Http2Session, state: SessionState): void {
+    const timeoutMs = this.opts.keepaliveTimeoutMs;
+    state.keepalive = new Keepalive(session, {
+      intervalMs: () => this.opts.keepaliveTimeMs,
+      timeoutMs,
+      onTimeout: () => {
+        this.log.warn('agent connection did not answer a keepalive ping; closing it', { remoteAddress: state.remoteAddress, timeoutMs });
+        for (const s of this.streams.get(session) ?? []) s.abort(`no answer to a keepalive ping within ${timeoutMs} ms`);
+        session.destroy();
+      },
     });
-    if (!sent) {
-      clearTimeout(state.pingTimeout);
-      state.pingTimeout = undefined;
-    }
+    state.keepalive.start();
   }
+
 
   /**
    * grpc-go's ping policy (pkg/grpc/ping-policy.ts). On too many pings the
