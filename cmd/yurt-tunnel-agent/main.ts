@@ -5,7 +5,8 @@ import { Command } from 'commander';
 import { TunnelAgent } from '../../pkg/agent/app.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { onShutdownSignals } from '../common/signals.js';
-import { durationOption, packageVersion, parseIP, parseLogFormat, parseNonNegativeInt } from '../common/flags.js';
+import { durationOption, packageVersion, parseIP, parseLogFormat, parseNonNegativeInt, parsePositiveInt } from '../common/flags.js';
+import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
 interface AgentFlags {
   nodeName?: string;
@@ -22,6 +23,7 @@ interface AgentFlags {
   syncInterval: number;
   syncIntervalCap: number;
   drainTimeout: number;
+  maxConcurrentDials: number;
   v: number;
   logFormat: 'text' | 'json';
 }
@@ -54,6 +56,12 @@ const program = new Command('yurt-tunnel-agent')
   .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s'))
   .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s'))
   .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
+  .option(
+    '--max-concurrent-dials <n>',
+    'dials to destinations running at once; a dial beyond this is refused at once (the client gets 502)',
+    parsePositiveInt,
+    DEFAULT_MAX_CONCURRENT_DIALS,
+  )
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {
@@ -73,6 +81,7 @@ const program = new Command('yurt-tunnel-agent')
       syncIntervalMs: flags.syncInterval,
       syncIntervalCapMs: flags.syncIntervalCap,
       drainTimeoutMs: flags.drainTimeout,
+      maxConcurrentDials: flags.maxConcurrentDials,
       logger,
     });
     onShutdownSignals(async (signal) => {

@@ -6,6 +6,7 @@ import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { DEFAULT_CERT_DIR, DEFAULT_PROXIER_UDS, TunnelServer } from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
+import { DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { onShutdownSignals } from '../common/signals.js';
 import {
@@ -39,6 +40,7 @@ interface ServerFlags {
   dialTimeout: number;
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
+  maxAgentStreams: number;
   serverId?: string;
   certDir: string;
   certIps: string[];
@@ -99,6 +101,12 @@ const program = new Command('yurt-tunnel-server')
     'strict' as AgentIdentityCheck,
   )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
+  .option(
+    '--max-agent-streams <n>',
+    'concurrent Connect streams one agent may hold, counted by its client certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED',
+    parsePositiveInt,
+    DEFAULT_MAX_STREAMS_PER_AGENT,
+  )
   .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
   .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
   .option('--cert-ips <list>', 'comma list of IPs added to the serving certificate', parseIPList, [])
@@ -128,6 +136,7 @@ const program = new Command('yurt-tunnel-server')
       dialTimeoutMs: flags.dialTimeout,
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
+      maxAgentStreams: flags.maxAgentStreams,
       serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
       certDir: flags.certDir,
       certIPs: flags.certIps,

@@ -7,6 +7,7 @@ import type { Logger } from '../log/logger.js';
 import { formatAgentIdentifiers, IDENTIFIER_KEYS, emptyIdentifiers } from '../protocol/identifiers.js';
 import { AllowList } from './allow-list.js';
 import { ClientSet } from './client-set.js';
+import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 
 export interface AgentOptions {
@@ -27,6 +28,8 @@ export interface AgentOptions {
   syncIntervalCapMs: number;
   /** How long a draining agent waits for its connections before exiting. */
   drainTimeoutMs: number;
+  /** Dials the agent runs at once (all links together). Default 256. */
+  maxConcurrentDials?: number;
   logger: Logger;
 }
 
@@ -91,6 +94,7 @@ export class TunnelAgent {
         dialer: new Dialer({ allowList, timeoutMs: opts.dialTimeoutMs }),
         keepaliveTimeMs: opts.keepaliveTimeMs,
         keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+        dialLimit: new DialLimit(opts.maxConcurrentDials),
         logger: opts.logger,
       },
       syncIntervalMs: opts.syncIntervalMs,

@@ -3,7 +3,7 @@
 // connections made through it.
 //
 // The call is plain gRPC on the wire; we speak it with node:http2 and the
-// shared framing (pkg/mux/grpc-packet-stream.ts) rather than grpc-js, which
+// shared framing (pkg/grpc) rather than grpc-js, which
 // copies every message twice on its way out and hides TLS errors behind
 // "Failed to connect".
 
@@ -18,10 +18,13 @@ import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
+import { DialLimit } from './dial-limit.js';
 import { EndpointConn } from './endpoint-conn.js';
-import { describeGrpcStatus, ServerStream } from './server-stream.js';
-
-export const AGENT_CONNECT_PATH = '/AgentService/Connect';
+import { ClientPacketCall } from '../grpc/client-call.js';
+import { metadataValues } from '../grpc/metadata.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import { responseRefusal, startCall } from '../grpc/client-call-head.js';
+import { Keepalive } from '../grpc/keepalive.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
@@ -67,6 +70,8 @@ export interface ServerConnectionOptions {
    */
   connWindow?: number;
   connHighWaterMark?: number;
+  /** Dials running at once; share one across links to bound the whole agent. Default: 256 for this link. */
+  dialLimit?: DialLimit;
   logger?: Logger;
 }
 
@@ -88,12 +93,6 @@ export class ServerConnectionError extends Error {
   }
 }
 
-function rawValues(raw: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) if (raw[i] === name) out.push(raw[i + 1]!);
-  return out;
-}
-
 export class ServerConnection {
   readonly address: string;
   identity: ServerIdentity | undefined;
@@ -102,17 +101,18 @@ export class ServerConnection {
   private readonly verifyName: string;
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
-  private link: ServerStream | undefined;
+  private link: ClientPacketCall | undefined;
   private readonly conns = new ConnTable<EndpointConn>();
   private readonly dials = new Map<bigint, AbortController>();
   private nextConnectID = 1n;
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
-  private keepaliveTimer: NodeJS.Timeout | undefined;
-  private pingTimer: NodeJS.Timeout | undefined;
+  private keepaliveLoop: Keepalive | undefined;
 
+  private readonly dialLimit: DialLimit;
   constructor(opts: ServerConnectionOptions) {
+    this.dialLimit = opts.dialLimit ?? new DialLimit();
     this.opts = opts;
     this.address = opts.address;
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
@@ -139,26 +139,10 @@ export class ServerConnection {
     if (target === undefined) {
       return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${this.address} is not host:port`));
     }
-    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
-    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
-    const session = http2.connect(`https://${authority}`, {
-      ca: this.opts.tls.ca,
-      cert: this.opts.tls.cert,
-      key: this.opts.tls.key,
-      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
-      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
-      ALPNProtocols: ['h2'],
-      maxSessionMemory: 64,
-      settings: { initialWindowSize: receiveWindow, enablePush: false },
-    });
+    const session = this.connectSession(target);
     this.session = session;
-    const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
-
     return new Promise<ServerIdentity>((resolve, reject) => {
       let settled = false;
-      /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
-      let securedAt: number | undefined;
       const settle = (err: Error | undefined, id?: ServerIdentity): void => {
         if (settled) return;
         settled = true;
@@ -177,47 +161,12 @@ export class ServerConnection {
         timeoutMs,
       );
       timer.unref();
+      this.watchSession(session, () => settled, fail);
 
-      session.on('error', (err) => {
-        if (!settled) fail(errorMessage(err));
-        else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
-      });
-      session.once('connect', () => {
-        securedAt = performance.now();
-        try {
-          session.setLocalWindowSize(receiveWindow * 4);
-        } catch (err: unknown) {
-          this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
-        }
-        this.startKeepalive(session);
-      });
-      session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-      session.once('close', () => {
-        if (!settled) {
-          if (securedAt === undefined) fail('the connection closed during the TLS handshake');
-          else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
-            fail(
-              "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
-                'client certificate (issued by a CA other than the one the server was given)',
-            );
-          } else fail('the connection closed before the server answered the call');
-        }
-        this.close('connection closed');
-      });
-
-      const headers: http2.OutgoingHttpHeaders = {
-        ':method': 'POST',
-        ':path': AGENT_CONNECT_PATH,
-        'content-type': 'application/grpc',
-        te: 'trailers',
-        'user-agent': 'yurt-tunnel-agent',
-        agentid: this.opts.agentID,
-      };
-      if (this.opts.identifiers !== '') headers.agentidentifiers = this.opts.identifiers;
-      if (connWindow > 0) headers[CONN_WINDOW_HEADER] = String(connWindow);
+      const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
       let stream: ClientHttp2Stream;
       try {
-        stream = session.request(headers);
+        stream = startCall(session, AGENT_CONNECT_PATH, this.callMetadata(connWindow), 'yurt-tunnel-agent');
       } catch (err: unknown) {
         fail(errorMessage(err));
         return;
@@ -226,62 +175,116 @@ export class ServerConnection {
         if (!settled) fail(errorMessage(err));
       });
       stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
-        const status = h['grpc-status'] as string | undefined;
-        if (Number(h[':status']) !== 200 || status !== undefined) {
-          // A trailers-only answer: the server refused the call.
-          fail(`refused the call (HTTP ${String(h[':status'])}, ${describeGrpcStatus(status, h['grpc-message'] as string | undefined)})`);
+        const refusal = responseRefusal(h);
+        if (refusal !== undefined) {
+          fail(`refused the call (${refusal})`);
           return;
         }
-        const ids = rawValues(raw, 'serverid');
-        const counts = rawValues(raw, 'servercount');
-        const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
-        if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
-          settle(
-            new ServerConnectionError(
-              'YT_ERR_BAD_HEADERS',
-              `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
-                `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
-            ),
-          );
+        const identity = this.identityFrom(raw, connWindow);
+        if (identity instanceof Error) {
+          settle(identity);
           return;
         }
-        const serverWindow = connWindow > 0 ? parseConnWindow(rawValues(raw, CONN_WINDOW_HEADER)) : undefined;
-        const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
-        // Upstream: a count of 0 means "unknown", treated as 1.
-        this.identity = { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
-        const link = new ServerStream(stream);
+        this.identity = identity;
+        const link = new ClientPacketCall(stream, { logger: this.log });
         this.link = link;
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
         this.sweepTimer.unref();
-        settle(undefined, this.identity);
+        settle(undefined, identity);
       });
     });
   }
 
+  /** The HTTP/2 connection, over mutual TLS that checks the server's name. */
+  private connectSession(target: { host: string; port: number }): ClientHttp2Session {
+    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
+    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+    const session = http2.connect(`https://${authority}`, {
+      ca: this.opts.tls.ca,
+      cert: this.opts.tls.cert,
+      key: this.opts.tls.key,
+      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
+      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
+      ALPNProtocols: ['h2'],
+      maxSessionMemory: 64,
+      settings: { initialWindowSize: receiveWindow, enablePush: false },
+    });
+    session.once('connect', () => {
+      try {
+        session.setLocalWindowSize(receiveWindow * 4);
+      } catch (err: unknown) {
+        this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+      }
+      this.startKeepalive(session);
+    });
+    session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
+    return session;
+  }
+
+  /** Reports errors and an early close of the connection, saying what most likely went wrong. */
+  private watchSession(session: ClientHttp2Session, settled: () => boolean, fail: (text: string) => void): void {
+    /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
+    let securedAt: number | undefined;
+    session.once('connect', () => (securedAt = performance.now()));
+    session.on('error', (err) => {
+      if (!settled()) fail(errorMessage(err));
+      else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
+    });
+    session.once('close', () => {
+      if (!settled()) {
+        if (securedAt === undefined) fail('the connection closed during the TLS handshake');
+        else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
+          fail(
+            "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
+              'client certificate (issued by a CA other than the one the server was given)',
+          );
+        } else fail('the connection closed before the server answered the call');
+      }
+      this.close('connection closed');
+    });
+  }
+
+  private callMetadata(connWindow: number): Record<string, string> {
+    const md: Record<string, string> = { agentid: this.opts.agentID };
+    if (this.opts.identifiers !== '') md.agentidentifiers = this.opts.identifiers;
+    if (connWindow > 0) md[CONN_WINDOW_HEADER] = String(connWindow);
+    return md;
+  }
+
+  /** The server's identity from its response metadata. */
+  private identityFrom(raw: string[], connWindow: number): ServerIdentity | ServerConnectionError {
+    const ids = metadataValues(raw, 'serverid');
+    const counts = metadataValues(raw, 'servercount');
+    const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
+    if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
+      return new ServerConnectionError(
+        'YT_ERR_BAD_HEADERS',
+        `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
+          `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
+      );
+    }
+    const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
+    const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
+    // Upstream: a count of 0 means "unknown", treated as 1.
+    return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+  }
+
+
   private startKeepalive(session: ClientHttp2Session): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
-    const schedule = (): void => {
-      this.keepaliveTimer = setTimeout(() => {
-        if (session.destroyed) return;
-        this.pingTimer = setTimeout(() => {
-          this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
-          this.close(`no answer to a keepalive ping within ${timeoutMs} ms`);
-        }, timeoutMs);
-        this.pingTimer.unref();
-        const sent = session.ping((err) => {
-          clearTimeout(this.pingTimer);
-          if (!err) schedule();
-        });
-        if (!sent) {
-          clearTimeout(this.pingTimer);
-          schedule();
-        }
-      }, this.keepalive.timeMs);
-      this.keepaliveTimer.unref();
-    };
-    schedule();
+    this.keepaliveLoop = new Keepalive(session, {
+      intervalMs: () => this.keepalive.timeMs,
+      timeoutMs,
+      onTimeout: () => {
+        this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
+        this.close(`no answer to a keepalive ping within ${timeoutMs} ms`);
+      },
+    });
+    this.keepaliveLoop.start();
   }
+
 
   private onGoaway(code: number, data: Buffer | undefined): void {
     const text = data?.toString() ?? '';
@@ -356,11 +359,17 @@ export class ServerConnection {
       fail(`dial ${address}: dial ID ${random} is already in progress`);
       return;
     }
+    const limit = this.dialLimit;
+    if (!limit.tryTake()) {
+      fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
+      return;
+    }
     const abort = new AbortController();
     this.dials.set(random, abort);
     this.opts.dialer.dial(address, abort.signal).then(
       (socket) => {
         this.dials.delete(random);
+        limit.release();
         if (abort.signal.aborted || this.closed || this.link === undefined) {
           socket.destroy();
           return;
@@ -395,6 +404,7 @@ export class ServerConnection {
       },
       (err: unknown) => {
         this.dials.delete(random);
+        limit.release();
         // A cancelled dial needs no answer: the server has forgotten it.
         if (abort.signal.aborted || this.closed) return;
         fail(errorMessage(err));
@@ -418,8 +428,7 @@ export class ServerConnection {
     if (this.closedReason !== undefined) return;
     this.closedReason = reason;
     clearInterval(this.sweepTimer);
-    clearTimeout(this.keepaliveTimer);
-    clearTimeout(this.pingTimer);
+    this.keepaliveLoop?.stop();
     this.link?.cancel(reason);
     for (const d of this.dials.values()) d.abort();
     this.dials.clear();

@@ -56,6 +56,8 @@ export interface ServerOptions {
   enableDNSController: boolean;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
+  /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
+  maxAgentStreams?: number;
   logger: Logger;
   metricsRegistry?: Registry;
 }
@@ -206,6 +208,7 @@ export class TunnelServer {
       keepaliveTimeMs: opts.keepaliveTimeMs,
       keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
       identityCheck: opts.agentIdentityCheck,
+      maxStreamsPerAgent: opts.maxAgentStreams,
       logger: log,
     });
     const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });

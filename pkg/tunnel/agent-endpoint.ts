@@ -13,15 +13,19 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../protocol/flow-control.js';
-import { parseAgentIdentifiers } from '../protocol/identifiers.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import type { WriteTracker } from '../mux/grpc-packet-stream.js';
+import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
+import { guardStreamHandler } from '../grpc/error-boundary.js';
+import { Keepalive } from '../grpc/keepalive.js';
+import { IncomingCall, type CallRefusal } from '../grpc/server-call-head.js';
+import { ServerPacketCall } from '../grpc/server-call.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import { GrpcStatus } from '../grpc/status.js';
 import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
-import { AgentStream, GrpcStatus, encodeGrpcMessage } from './agent-stream.js';
+import type { Backend } from './backend.js';
 import type { Tunnel } from './tunnel.js';
-
-export const AGENT_CONNECT_PATH = '/AgentService/Connect';
 
 export interface AgentEndpointTLS {
   cert: string;
@@ -56,33 +60,51 @@ export interface AgentEndpointOptions {
    * Default 1 MiB.
    */
   connWindow?: number;
+  /**
+   * Concurrent Connect calls one agent may hold, counted both by its client
+   * certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED.
+   * Default 4 (an agent needs one per server replica it reaches through this one address).
+   */
+  maxStreamsPerAgent?: number;
+  /** Bytes of control packets that may wait unwritten on one agent call before it is cut off. Default 1 MiB. */
+  controlBufferLimit?: number;
   /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
   identityCheck?: AgentIdentityCheck;
   logger?: Logger;
 }
 
-/** How long the calls' final statuses get to leave before a GOAWAY follows them. */
-const STATUS_FLUSH_MS = 50;
+export const DEFAULT_MAX_STREAMS_PER_AGENT = 4;
 
-/** Go closes a connection after more than this many ping strikes. */
-const MAX_PING_STRIKES = 2;
+/** HTTP/2 streams one agent connection may open at once (refused calls count until answered). */
+const MAX_CONCURRENT_STREAMS = 16;
+
+/** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
+const TOO_MANY_PINGS_GRACE_MS = 1000;
 
 interface SessionState {
-  keepaliveTimer?: NodeJS.Timeout;
-  pingTimeout?: NodeJS.Timeout;
-  lastPingAt: number;
-  pingStrikes: number;
-  /**
-   * grpc-go forgives a ping when any DATA or HEADERS frame was written since
-   * the previous one. Node does not report frames, so: a message whose write
-   * completed since the last ping, or one still being written (its frames are
-   * going out now), counts as our traffic.
-   */
-  writtenSinceLastPing: boolean;
-  writesInProgress: number;
-  /** GOAWAY too_many_pings has been sent: the connection is closing. */
-  goingAway: boolean;
+  keepalive?: Keepalive;
+  /** grpc-go's ping enforcement, fed by our writes on this connection. */
+  pings: PingPolicy;
+  closeTimer?: NodeJS.Timeout;
+  /** Highest stream the agent opened: GOAWAY names it so the calls in flight still finish. */
+  lastStreamID: number;
   remoteAddress: string;
+}
+
+/** What an agent's call says about it. */
+interface AgentMetadata {
+  agentID: string;
+  identifiers: AgentIdentifiers;
+  agentWindow: number | undefined;
+  /** What the per-agent stream limit counts this call under. */
+  identityKeys: string[];
+}
+
+/** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
+function peerCertSubject(session: Http2Session | undefined): string {
+  const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+  if (!cert?.subject) return '';
+  return `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
 function remoteOf(socket: Socket | TLSSocket | undefined): string {
@@ -97,23 +119,6 @@ function tlsParent(socket: TLSSocket): object {
   return (socket as unknown as { _parent?: object })._parent ?? socket;
 }
 
-/** All values of a header in rawHeaders, whose names arrive lower-case over HTTP/2. */
-function headerValues(rawHeaders: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) if (rawHeaders[i] === name) out.push(rawHeaders[i + 1]!);
-  return out;
-}
-
-function trafficOf(state: SessionState): WriteTracker {
-  return {
-    queued: () => state.writesInProgress++,
-    written: () => {
-      state.writesInProgress--;
-      state.writtenSinceLastPing = true;
-    },
-  };
-}
-
 export class AgentEndpoint {
   private readonly opts: Required<Omit<AgentEndpointOptions, 'host' | 'logger'>> & { host: string };
   private readonly log: Logger;
@@ -123,7 +128,13 @@ export class AgentEndpoint {
   /** Peer address of each raw connection, still known after its TLS socket is gone. */
   private readonly remoteAddresses = new WeakMap<object, string>();
   /** Live agent calls, by the connection they ride on. */
-  private readonly streams = new Map<Http2Session, Set<AgentStream>>();
+  private readonly streams = new Map<Http2Session, Set<ServerPacketCall>>();
+  /** Open Connect calls by agent identity: "cert:<sha256 fingerprint>" and "id:<agentID>". */
+  private readonly streamsByIdentity = new Map<string, number>();
+  /** Calls refused because their agent already held `maxStreamsPerAgent` (for metrics). */
+  refusedForStreamLimit = 0;
+  /** Control packets refused because an agent did not read its call (for metrics). */
+  refusedControlPackets = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -144,8 +155,13 @@ export class AgentEndpoint {
       connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
       maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
       connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
+      maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
       identityCheck: opts.identityCheck ?? 'strict',
+      controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
     };
+    if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
+      throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
+    }
     if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
     }
@@ -160,7 +176,10 @@ export class AgentEndpoint {
       ALPNProtocols: ['h2'],
       allowHTTP1: false,
       maxSessionMemory: 64,
-      settings: { initialWindowSize: this.opts.streamWindowSize, maxConcurrentStreams: 100 },
+      settings: {
+        initialWindowSize: this.opts.streamWindowSize,
+        maxConcurrentStreams: Math.max(MAX_CONCURRENT_STREAMS, this.opts.maxStreamsPerAgent),
+      },
     });
     this.server.on('connection', (socket: Socket) => {
       // Control packets are small and latency-bound; Nagle would hold them back.
@@ -181,8 +200,9 @@ export class AgentEndpoint {
     this.server.on('session', (session) => this.onSession(session));
     this.server.on(
       'stream',
-      (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
+      guardStreamHandler(this.log, (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
         this.onStream(stream, headers, rawHeaders),
+      ),
     );
     this.server.on('unknownProtocol', (socket: TLSSocket) => {
       this.log.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
@@ -208,18 +228,10 @@ export class AgentEndpoint {
     return this.server.address() as AddressInfo;
   }
 
-  /** Replaces the TLS certificate and CA without dropping connections. */
-  setTLS(tls: AgentEndpointTLS): void {
-    this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca });
-  }
-
   private onSession(session: Http2Session): void {
     const state: SessionState = {
-      lastPingAt: 0,
-      pingStrikes: 0,
-      writtenSinceLastPing: false,
-      writesInProgress: 0,
-      goingAway: false,
+      pings: new PingPolicy({ minTimeMs: this.opts.minPingIntervalMs }),
+      lastStreamID: 0,
       remoteAddress: remoteOf(session.socket as TLSSocket),
     };
     this.sessions.set(session, state);
@@ -233,209 +245,191 @@ export class AgentEndpoint {
       this.log.verbose(2, 'agent connection error', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
     });
     session.once('close', () => {
-      clearInterval(state.keepaliveTimer);
-      clearTimeout(state.pingTimeout);
+      state.keepalive?.stop();
+      clearTimeout(state.closeTimer);
       this.sessions.delete(session);
     });
-    state.keepaliveTimer = setInterval(() => this.keepalive(session, state), this.opts.keepaliveTimeMs);
-    state.keepaliveTimer.unref();
+    this.startKeepalive(session, state);
   }
 
-  private keepalive(session: Http2Session, state: SessionState): void {
-    if (session.destroyed || state.pingTimeout !== undefined) return;
-    state.pingTimeout = setTimeout(() => {
-      this.log.warn('agent connection did not answer a keepalive ping; closing it', {
-        remoteAddress: state.remoteAddress,
-        timeoutMs: this.opts.keepaliveTimeoutMs,
-      });
-      for (const s of this.streams.get(session) ?? []) s.abort(`no answer to a keepalive ping within ${this.opts.keepaliveTimeoutMs} ms`);
-      session.destroy();
-    }, this.opts.keepaliveTimeoutMs);
-    state.pingTimeout.unref();
-    const sent = session.ping((err) => {
-      clearTimeout(state.pingTimeout);
-      state.pingTimeout = undefined;
-      if (err && !session.destroyed) {
-        this.log.verbose(2, 'keepalive ping failed', { remoteAddress: state.remoteAddress, error: errorMessage(err) });
-      }
+  private startKeepalive(session: Http2Session, state: SessionState): void {
+    const timeoutMs = this.opts.keepaliveTimeoutMs;
+    state.keepalive = new Keepalive(session, {
+      intervalMs: () => this.opts.keepaliveTimeMs,
+      timeoutMs,
+      onTimeout: () => {
+        this.log.warn('agent connection did not answer a keepalive ping; closing it', { remoteAddress: state.remoteAddress, timeoutMs });
+        for (const s of this.streams.get(session) ?? []) s.abort(`no answer to a keepalive ping within ${timeoutMs} ms`);
+        session.destroy();
+      },
     });
-    if (!sent) {
-      clearTimeout(state.pingTimeout);
-      state.pingTimeout = undefined;
-    }
+    state.keepalive.start();
   }
+
 
   /**
-   * grpc-go's ping policy (EnforcementPolicy with PermitWithoutStream): a ping
-   * that follows our own traffic resets the strikes; one that comes sooner than
-   * minPingIntervalMs after the previous ping is a strike; more than
-   * MAX_PING_STRIKES strikes end the connection with one GOAWAY too_many_pings.
+   * grpc-go's ping policy (pkg/grpc/ping-policy.ts). On too many pings the
+   * calls in flight end first, with the reason in their status (a Node client
+   * drops its streams the moment it sees a GOAWAY with an error code); then
+   * GOAWAY ENHANCE_YOUR_CALM "too_many_pings", once, and a graceful close.
    */
   private onPing(session: Http2Session, state: SessionState): void {
-    if (state.goingAway) return;
-    const now = Date.now();
-    const previous = state.lastPingAt;
-    state.lastPingAt = now;
-    if (state.writtenSinceLastPing || state.writesInProgress > 0) {
-      state.writtenSinceLastPing = false;
-      state.pingStrikes = 0;
-      return;
-    }
-    if (previous !== 0 && now - previous < this.opts.minPingIntervalMs) state.pingStrikes++;
-    if (state.pingStrikes > MAX_PING_STRIKES) this.goAwayTooManyPings(session, state);
-  }
-
-  /** One GOAWAY, then a graceful close: each call in flight ends with a status that says why. */
-  private goAwayTooManyPings(session: Http2Session, state: SessionState): void {
-    state.goingAway = true;
-    const reason = `too_many_pings: the agent pinged more often than every ${this.opts.minPingIntervalMs} ms without traffic from the server`;
-    this.log.warn('agent pings too often; sending GOAWAY too_many_pings and closing its connection', {
+    if (state.pings.onPing() !== TOO_MANY_PINGS || session.destroyed) return;
+    const message = `${TOO_MANY_PINGS}: the agent pinged more often than every ${this.opts.minPingIntervalMs} ms while we sent nothing`;
+    this.log.warn('agent pings too often; sending GOAWAY too_many_pings', {
       remoteAddress: state.remoteAddress,
       minPingIntervalMs: this.opts.minPingIntervalMs,
-      pingStrikes: state.pingStrikes,
     });
-    // The statuses go out first, then the GOAWAY naming the last call we took,
-    // so a client that tears the connection down on reading it still has them.
-    const calls = [...(this.streams.get(session) ?? [])];
-    let waiting = calls.length;
-    const goAway = (): void => {
-      if (session.destroyed) return;
-      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, session.state.lastProcStreamID ?? 0, Buffer.from('too_many_pings'));
+    const goaway = (): void => {
+      if (session.destroyed || session.closed) return;
+      clearTimeout(state.closeTimer);
+      session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, state.lastStreamID, Buffer.from(TOO_MANY_PINGS));
       session.close();
-      const t = setTimeout(() => session.destroy(), 1000);
-      t.unref();
-      session.once('close', () => clearTimeout(t));
+      state.closeTimer = setTimeout(() => session.destroy(), TOO_MANY_PINGS_GRACE_MS);
+      state.closeTimer.unref();
     };
-    // Trailers handed to HTTP/2 leave with its next write; give them that moment.
-    const afterStatuses = (): void => {
-      if (--waiting > 0) return;
-      const t = setTimeout(goAway, STATUS_FLUSH_MS);
-      t.unref();
-      session.once('close', () => clearTimeout(t));
-    };
-    waiting++;
-    for (const s of calls) {
-      s.end(GrpcStatus.UNAVAILABLE, reason);
-      s.onceStatusSent(afterStatuses);
+    const inFlight = [...(this.streams.get(session) ?? [])];
+    let open = inFlight.length;
+    if (open === 0) return goaway();
+    for (const s of inFlight) {
+      s.onceClosed(() => {
+        if (--open === 0) goaway();
+      });
+      s.end(GrpcStatus.UNAVAILABLE, message);
     }
-    afterStatuses();
+    // A peer that never takes its trailers gets the GOAWAY anyway.
+    state.closeTimer = setTimeout(goaway, TOO_MANY_PINGS_GRACE_MS);
+    state.closeTimer.unref();
   }
 
-  private reject(stream: ServerHttp2Stream, status: number, message: string, remoteAddress: string): void {
-    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: status, error: message });
-    if (stream.headersSent || stream.destroyed) return;
-    stream.respond(
-      {
-        ':status': 200,
-        'content-type': 'application/grpc',
-        'grpc-status': String(status),
-        'grpc-message': encodeGrpcMessage(message),
-      },
-      { endStream: true },
-    );
+  private refuse(call: IncomingCall, refusal: CallRefusal, remoteAddress: string, state: SessionState | undefined): void {
+    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
+    if (call.refuse(refusal)) state?.pings.headersSent();
   }
 
   private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
     const session = stream.session;
     const state = session === undefined ? undefined : this.sessions.get(session);
     const remoteAddress = state?.remoteAddress ?? 'unknown';
+    if (state !== undefined && stream.id !== undefined) state.lastStreamID = Math.max(state.lastStreamID, stream.id);
     stream.on('error', (err) => {
       this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
     });
-    if (this.closing !== undefined) {
-      this.reject(stream, GrpcStatus.UNAVAILABLE, 'yurt-tunnel-server is shutting down', remoteAddress);
+    const call = new IncomingCall(stream, headers, rawHeaders);
+    const meta = this.admit(call);
+    if ('code' in meta) {
+      this.refuse(call, meta, remoteAddress, state);
       return;
     }
-    const path = headers[':path'];
-    if (path !== AGENT_CONNECT_PATH) {
-      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}; this port serves ${AGENT_CONNECT_PATH}`, remoteAddress);
+    // Flow control only when the agent announced its window and we offer one.
+    const flow =
+      meta.agentWindow !== undefined && this.opts.connWindow > 0
+        ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow }
+        : undefined;
+    // Headers go out at once, before any packet: agents block reading them.
+    const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
+    if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
+    call.accept(responseMetadata);
+    state?.pings.headersSent();
+    const link = new ServerPacketCall(stream, {
+      maxMessageSize: this.opts.maxMessageSize,
+      writeTracker: state?.pings,
+      controlBufferLimit: this.opts.controlBufferLimit,
+      onControlRefused: () => this.refusedControlPackets++,
+      logger: this.log.child({ agentID: meta.agentID }),
+    });
+    const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };
+    const backend = this.tunnel.attachAgent(info, link);
+    if (backend.closed) return;
+    if (session === undefined) {
+      // The connection went away while we answered: one removal path, the tunnel's.
+      this.tunnel.detachAgent(backend, 'connection closed before the call was served');
       return;
     }
-    const contentType = String(headers['content-type'] ?? '');
-    if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
-      this.reject(stream, GrpcStatus.INVALID_ARGUMENT, 'expected a gRPC call (POST, content-type application/grpc)', remoteAddress);
-      return;
+    this.serve(session, link, backend, meta.identityKeys);
+  }
+
+  /** Identity keys over their limit, if any. */
+  private overStreamLimit(keys: readonly string[]): { key: string; open: number } | undefined {
+    for (const key of keys) {
+      const open = this.streamsByIdentity.get(key) ?? 0;
+      if (open >= this.opts.maxStreamsPerAgent) return { key, open };
     }
-    if (headers['grpc-encoding'] !== undefined && headers['grpc-encoding'] !== 'identity') {
-      this.reject(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(headers['grpc-encoding'])} is not supported`, remoteAddress);
-      return;
+    return undefined;
+  }
+
+  private countStreams(keys: readonly string[], delta: 1 | -1): void {
+    for (const key of keys) {
+      const n = (this.streamsByIdentity.get(key) ?? 0) + delta;
+      if (n <= 0) this.streamsByIdentity.delete(key);
+      else this.streamsByIdentity.set(key, n);
     }
-    const ids = headerValues(rawHeaders, 'agentid');
+  }
+
+  /** Whether we take this call now, and the agent's metadata if so. */
+  private admit(call: IncomingCall): AgentMetadata | CallRefusal {
+    if (this.closing !== undefined) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down' };
+    return call.check([AGENT_CONNECT_PATH]) ?? this.readAgentMetadata(call);
+  }
+
+  private readAgentMetadata(call: IncomingCall): AgentMetadata | CallRefusal {
+    const ids = call.metadata('agentid');
     if (ids.length !== 1 || ids[0] === '') {
-      this.reject(
-        stream,
-        GrpcStatus.INVALID_ARGUMENT,
-        `expected one agent ID in the "agentid" metadata, got ${ids.length === 1 ? 'an empty one' : ids.length}`,
-        remoteAddress,
-      );
-      return;
+      const got = ids.length === 1 ? 'an empty one' : String(ids.length);
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one agent ID in the "agentid" metadata, got ${got}` };
     }
     const agentID = ids[0]!;
-    const idValues = headerValues(rawHeaders, 'agentidentifiers');
+    const idValues = call.metadata('agentidentifiers');
     if (idValues.length > 1) {
-      this.reject(
-        stream,
-        GrpcStatus.INVALID_ARGUMENT,
-        `expected at most one "agentidentifiers" metadata value, got ${idValues.length}`,
-        remoteAddress,
-      );
-      return;
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected at most one "agentidentifiers" metadata value, got ${idValues.length}` };
     }
     const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
       this.log.warn('ignoring unknown agent identifier key', { agentID, key });
     });
-
-    const tlsSocket = session?.socket as TLSSocket | undefined;
-    const cert = tlsSocket?.getPeerCertificate();
-    const verdict = checkAgentIdentity(cert, agentID, identifiers, this.opts.identityCheck);
+    const peer = (call.stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+    const verdict = checkAgentIdentity(peer, agentID, identifiers, this.opts.identityCheck);
     if (!verdict.ok) {
       this.log.warn('agent refused by the identity check', {
         agentID,
-        remoteAddress,
         identityCheck: this.opts.identityCheck,
         claim: `${verdict.check}=${verdict.claimed}`,
         reason: verdict.reason,
       });
-      this.reject(stream, GrpcStatus.PERMISSION_DENIED, `agent identity check (${this.opts.identityCheck}) failed: ${verdict.reason}`, remoteAddress);
-      return;
+      return { code: GrpcStatus.PERMISSION_DENIED, message: `agent identity check (${this.opts.identityCheck}) failed: ${verdict.reason}` };
     }
+    const fingerprint = peer?.fingerprint256;
+    const identityKeys = [`id:${agentID}`];
+    if (fingerprint !== undefined && fingerprint !== '') identityKeys.push(`cert:${fingerprint}`);
+    const over = this.overStreamLimit(identityKeys);
+    if (over !== undefined) {
+      this.refusedForStreamLimit++;
+      const by = over.key.startsWith('id:') ? `agentID ${agentID}` : `the client certificate of agent ${agentID}`;
+      return {
+        code: GrpcStatus.RESOURCE_EXHAUSTED,
+        message:
+          `too many Connect streams: ${by} already holds ${over.open} (limit ${this.opts.maxStreamsPerAgent}, ` +
+          'the server flag --max-agent-streams); close one or raise the limit',
+      };
+    }
+    return { agentID, identifiers, agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)), identityKeys };
+  }
 
-    // Flow control only when the agent announced its window and we offer one.
-    const agentWindow = parseConnWindow(headerValues(rawHeaders, CONN_WINDOW_HEADER));
-    const flow =
-      agentWindow !== undefined && this.opts.connWindow > 0
-        ? { sendWindow: agentWindow, receiveWindow: this.opts.connWindow }
-        : undefined;
-
-    // Headers go out at once, before any packet: agents block reading them.
-    const responseHeaders: http2.OutgoingHttpHeaders = {
-      ':status': 200,
-      'content-type': 'application/grpc',
-      serverid: this.opts.serverID,
-      servercount: String(this.opts.serverCount),
-    };
-    if (flow !== undefined) responseHeaders[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
-    stream.respond(responseHeaders, { waitForTrailers: true });
-    if (state !== undefined) state.writtenSinceLastPing = true;
-
-    const certSubject = cert?.subject ? `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}` : '';
-    const link = new AgentStream(stream, {
-      maxMessageSize: this.opts.maxMessageSize,
-      traffic: state === undefined ? undefined : trafficOf(state),
-    });
-    const backend = this.tunnel.attachAgent({ agentID, identifiers, remoteAddress, certSubject, flow }, link);
-    if (backend.closed || session === undefined) return;
+  /** Reads the agent's packets into the tunnel until the call ends. */
+  private serve(session: Http2Session, link: ServerPacketCall, backend: Backend, identityKeys: readonly string[]): void {
+    this.countStreams(identityKeys, 1);
     let sessionStreams = this.streams.get(session);
     if (sessionStreams === undefined) {
       sessionStreams = new Set();
       this.streams.set(session, sessionStreams);
     }
-    sessionStreams.add(link);
+    const streams = sessionStreams;
+    streams.add(link);
     link.start({
       onPacket: (p) => this.tunnel.handlePacket(backend, p),
       onClose: (reason) => {
-        sessionStreams.delete(link);
-        if (sessionStreams.size === 0) this.streams.delete(session);
+        streams.delete(link);
+        if (streams.size === 0) this.streams.delete(session);
+        this.countStreams(identityKeys, -1);
         this.tunnel.detachAgent(backend, reason);
       },
     });

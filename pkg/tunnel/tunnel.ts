@@ -5,6 +5,7 @@ import { addAbortListener } from 'node:events';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
+import { GrpcStatus } from '../grpc/status.js';
 import { ConnectionClosedError, DialError, type DialFailureReason } from '../protocol/errors.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
@@ -171,7 +172,7 @@ export class Tunnel {
   attachAgent(info: BackendInfo, link: BackendLink): Backend {
     const backend = new Backend(info, link);
     if (this.closed) {
-      link.end(14, 'tunnel server is shutting down');
+      link.end(GrpcStatus.UNAVAILABLE, 'tunnel server is shutting down');
       backend.closed = true;
       return backend;
     }
@@ -360,7 +361,7 @@ export class Tunnel {
     }
     for (const b of this.registry.all()) {
       this.detachAgent(b, 'tunnel server is shutting down');
-      b.link.end(14, 'tunnel server is shutting down');
+      b.link.end(GrpcStatus.UNAVAILABLE, 'tunnel server is shutting down');
     }
   }
 }

@@ -9,6 +9,9 @@ import { connect as tlsConnect } from 'node:tls';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AllowList } from '../../pkg/agent/allow-list.js';
+import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
+import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import {
@@ -279,24 +282,96 @@ test('of several streams from one agent the oldest serves; a draining agent is u
   assert.equal((await first.next()).dialRequest?.address, '127.0.0.1:3', 'draining, but the only one left');
 });
 
-test('pings more often than the policy allows get GOAWAY too_many_pings', async (t) => {
-  const h = harness(t);
+/** A raw HTTP/2 agent: one Connect call, our codec on its packets, pings under the test's control. */
+async function rawAgent(h: Harness, address: string, agentID = 'pinger') {
   const pki = testPKI();
-  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
-  const session = http2.connect(`https://${server.agentAddress}`, { ca: pki.ca.cert, ...pki.agent('pinger'), servername: 'localhost' });
+  const session = http2.connect(`https://${address}`, { ca: pki.ca.cert, ...pki.agent(agentID, `ipv4=127.0.0.1&host=${agentID}`), servername: 'localhost' });
   h.defer(() => session.destroy());
-  await once(session, 'connect');
   // Node reports a GOAWAY with an error code as a session error too.
   session.on('error', () => {});
-  const goaway = new Promise<[number, Buffer]>((resolve) => session.once('goaway', (code: number, _last: number, data: Buffer) => resolve([code, data])));
-  for (let i = 0; i < 5 && !session.destroyed; i++) {
-    session.ping(() => {});
-    await sleep(20);
-  }
-  const [code, data] = await goaway;
-  assert.equal(code, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-  assert.equal(data.toString(), 'too_many_pings');
+  await once(session, 'connect');
+  const goaways: Array<[number, string]> = [];
+  session.on('goaway', (code: number, _last: number, data?: Buffer) => goaways.push([code, data?.toString() ?? '']));
+  const call = session.request({
+    ':method': 'POST',
+    ':path': '/AgentService/Connect',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+    agentid: agentID,
+    agentidentifiers: `ipv4=127.0.0.1&host=${agentID}`,
+  });
+  call.on('error', () => {});
+  const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => {
+    call.once('trailers', resolve);
+    call.once('close', () => resolve({}));
+  });
+  const deframer = new GrpcDeframer(64 * 1024 * 1024);
+  const packets: Packet[] = [];
+  let received = 0;
+  const onChunk: Array<() => void> = [];
+  call.on('data', (chunk: Buffer) => {
+    received += chunk.length;
+    for (const m of deframer.push(chunk)) packets.push(decodePacket(m));
+    for (const f of onChunk) f();
+  });
+  const send = (p: KnownPacket): void => {
+    const body = encodePacket(p);
+    call.write(Buffer.concat([grpcFrameHeader(body.length), body]));
+  };
+  const ping = (): Promise<void> =>
+    new Promise((resolve) => {
+      if (session.destroyed || !session.ping(() => resolve())) resolve();
+    });
+  return { session, call, goaways, trailers, packets, send, ping, onChunk, received: () => received };
+}
+
+test('a client pinging rapidly while it receives data is forgiven, as by grpc-go (no GOAWAY)', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 30_000 } });
+  const agent = await rawAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const dialing = server.tunnel.dial('127.0.0.1:10250');
+  await waitFor('DIAL_REQ', () => agent.packets.length >= 1);
+  const req = agent.packets[0]!;
+  assert.equal(req.type, 'DIAL_REQ');
+  agent.send({ type: 'DIAL_RSP', error: '', connectID: 7n, random: req.type === 'DIAL_REQ' ? req.random : 0n });
+  const conn = await dialing;
+  conn.on('error', () => {}); // a GOAWAY would fail the assertions below, not the process
+  // Like grpc-go's BDP estimator: a PING on every chunk of DATA that arrives.
+  let pings = 0;
+  agent.onChunk.push(() => {
+    pings++;
+    void agent.ping();
+  });
+  const total = 8 * 1024 * 1024;
+  const chunk = Buffer.alloc(1024 * 1024, 1);
+  for (let i = 0; i < total / chunk.length; i++) conn.write(chunk);
+  await waitFor('all the data', () => agent.received() >= total || agent.goaways.length > 0, 60_000);
+  assert.ok(pings > 3, `the client pinged ${pings} times`);
+  assert.deepEqual(agent.goaways, []);
+  assert.equal(server.log.find('agent pings too often').length, 0);
+  conn.destroy();
+});
+
+test('rapid pings on an idle connection get exactly one GOAWAY too_many_pings; the call ends saying why', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
+  const agent = await rawAgent(h, server.agentAddress);
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const closed = new Promise((resolve) => agent.session.once('close', resolve));
+  // Each ping waits for its ACK; the server keeps answering pings until it closes.
+  for (let i = 0; i < 10 && !agent.session.destroyed; i++) await agent.ping();
+  const trailers = await agent.trailers;
+  assert.equal(trailers['grpc-status'], '14');
+  assert.match(String(trailers['grpc-message']), /^too_many_pings: the agent pinged more often than every 1000 ms/);
+  await closed;
+  assert.deepEqual(
+    agent.goaways.filter(([code]) => code !== http2.constants.NGHTTP2_NO_ERROR),
+    [[http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'too_many_pings']],
+  );
   assert.equal(server.log.find('agent pings too often').length, 1);
+  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^too_many_pings/);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });
 
 test('pings at the policy\'s pace are fine', async (t) => {
@@ -332,4 +407,120 @@ test('a silent agent link is dropped by the server\'s keepalive; a silent server
   await waitFor('the agent to notice', () => agent.log.find('lost connection to tunnel server').length >= 1, 3000);
   assert.ok(performance.now() - frozenAt < 3000);
   assert.ok(agent.log.find('tunnel server did not answer a keepalive ping').length >= 1, 'the agent noticed by its own pings');
+});
+
+test('a message whose prefix claims 2 GiB ends the call with RESOURCE_EXHAUSTED and a reset; the server stops reading', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const agent = await rawAgent(h, server.agentAddress, 'bloater');
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  const closed = new Promise<void>((resolve) => agent.call.once('close', resolve));
+  let isClosed = false;
+  void closed.then(() => (isClosed = true));
+  agent.call.write(Buffer.from([0, 0x80, 0, 0, 0])); // 2 GiB
+  // Then keep sending, as a client that believes its message is going through.
+  const chunk = Buffer.alloc(64 * 1024, 7);
+  let written = 0;
+  const limit = 256 * 1024 * 1024;
+  for (let sent = 0; sent < limit && !isClosed && agent.call.writable; sent += chunk.length) {
+    const more = agent.call.write(chunk, (err) => {
+      if (!err) written += chunk.length;
+    });
+    if (!more) await Promise.race([once(agent.call, 'drain').catch(() => {}), closed]);
+  }
+  await closed;
+  const trailers = await agent.trailers;
+  assert.equal(trailers['grpc-status'], '8');
+  assert.match(String(trailers['grpc-message']), /2147483648/);
+  assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_NO_ERROR, 'the server reset the stream after its status');
+  assert.ok(written < 32 * 1024 * 1024, `the server took only about a window's worth, not everything (${written} bytes)`);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
+});
+
+test('one agent holds at most maxStreamsPerAgent Connect streams; more get RESOURCE_EXHAUSTED saying why', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { maxStreamsPerAgent: 2, identityCheck: 'none' } });
+  const first = upstreamAgent(h, server.agentAddress, 'edge-1');
+  const second = upstreamAgent(h, server.agentAddress, 'edge-1');
+  await Promise.all([first.headers, second.headers]);
+  await waitFor('both registered', () => server.tunnel.registry.all().length === 2);
+  const third = upstreamAgent(h, server.agentAddress, 'edge-1');
+  const s = await third.status;
+  assert.equal(s.code, 8);
+  assert.match(s.details, /^too many Connect streams: .* already holds 2 \(limit 2, the server flag --max-agent-streams\)/);
+  assert.equal(server.endpoint.refusedForStreamLimit, 1);
+  assert.equal(server.log.find('agent call rejected').length, 1);
+  // The same certificate under another agentID is counted too (with the identity check off, as for upstream agents).
+  const impostor = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'edge-9']], tls: agentTLS('edge-1', 'ipv4=127.0.0.1&host=edge-1') });
+  assert.equal((await impostor.status).code, 8);
+  assert.equal(server.tunnel.registry.all().length, 2);
+  // A stream that ends frees its place.
+  first.close();
+  await waitFor('first gone', () => server.tunnel.registry.all().length === 1);
+  const fourth = upstreamAgent(h, server.agentAddress, 'edge-1');
+  await fourth.headers;
+  await waitFor('fourth registered', () => server.tunnel.registry.all().length === 2);
+});
+
+test('an error thrown by a call or packet handler fails only that call (INTERNAL, logged with its stack); the server keeps serving', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const tunnel = server.tunnel;
+  // A faulty tunnel: a bug in the packet path.
+  const handlePacket = tunnel.handlePacket.bind(tunnel);
+  tunnel.handlePacket = () => {
+    throw new Error('injected packet-handler bug');
+  };
+  const agent = upstreamAgent(h, server.agentAddress);
+  await waitFor('registration', () => tunnel.registry.agentCount === 1);
+  agent.call.write({ type: 'DIAL_RSP', dialResponse: { error: '', connectID: '1', random: '1' } });
+  const s1 = await agent.status;
+  assert.equal(s1.code, 13);
+  assert.equal(s1.details, 'internal error handling a DIAL_RSP packet');
+  const logged = server.log.find('internal error handling a packet')[0];
+  assert.match(String(logged?.fields.stack), /injected packet-handler bug\n\s+at /);
+  await waitFor('the agent gone', () => tunnel.registry.agentCount === 0);
+  tunnel.handlePacket = handlePacket;
+
+  // A bug while accepting a call.
+  const attachAgent = tunnel.attachAgent.bind(tunnel);
+  tunnel.attachAgent = () => {
+    throw new Error('injected accept bug');
+  };
+  const second = upstreamAgent(h, server.agentAddress);
+  const s2 = await second.status;
+  assert.equal(s2.code, 13, 'the headers were out; the stream is reset with INTERNAL_ERROR');
+  assert.match(String(server.log.find('internal error handling a gRPC call')[0]?.fields.stack), /injected accept bug/);
+  tunnel.attachAgent = attachAgent;
+
+  // Still serving.
+  const third = upstreamAgent(h, server.agentAddress);
+  await third.headers;
+  await waitFor('registration', () => tunnel.registry.agentCount === 1);
+});
+
+test('an agent that does not read while provoking control packets is cut off, not buffered without end', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { controlBufferLimit: 64 * 1024 } });
+  const agent = await rawAgent(h, server.agentAddress, 'deaf');
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  agent.call.pause(); // reads nothing from now on: no window for the server
+  agent.call.removeAllListeners('data');
+  const closed = new Promise<void>((resolve) => agent.call.once('close', resolve));
+  let isClosed = false;
+  void closed.then(() => (isClosed = true));
+  // Each DATA for an unknown connectID makes the server answer with CLOSE_REQ.
+  for (let batch = 0; batch < 40 && !isClosed; batch++) {
+    const frames: Buffer[] = [];
+    for (let i = 1; i <= 1000; i++) {
+      const body = encodePacket({ type: 'DATA', connectID: BigInt(batch * 1000 + i), error: '', data: Buffer.alloc(0) });
+      frames.push(grpcFrameHeader(body.length), body);
+    }
+    if (!agent.call.write(Buffer.concat(frames))) await Promise.race([once(agent.call, 'drain').catch(() => {}), closed]);
+  }
+  await closed;
+  assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  assert.equal(server.endpoint.refusedControlPackets, 1);
+  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/);
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });

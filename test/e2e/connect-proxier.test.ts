@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { AllowList } from '../../pkg/agent/allow-list.js';
+import { DialLimit } from '../../pkg/agent/dial-limit.js';
 import { harness } from '../support/harness.js';
 import {
   closedPort,
@@ -188,4 +189,27 @@ test('target close ends the client connection after its last bytes', async (t) =
   assert.equal(got.length, payload.length);
   assert.ok(got.equals(payload));
   await waitFor('the server to forget it', () => server.tunnel.establishedCount() === 0, 1000);
+});
+
+test('the agent runs at most --max-concurrent-dials dials; one beyond is refused at once with a reason, and counted', async (t) => {
+  const h = harness(t);
+  const hanging = await startHangingListener(h);
+  const target = await startTCPServer(h, (s) => s.end('hello'));
+  const dialLimit = new DialLimit(1);
+  const { server, agent } = await startTunnel(h, {
+    server: { tunnel: { dialTimeoutMs: 10_000 } },
+    agent: { dialTimeoutMs: 10_000, connection: { dialLimit } },
+  });
+  const pending = connectVia(server.udsPath, `127.0.0.1:${hanging}`);
+  await waitFor('the first dial to run on the agent', () => dialLimit.inFlight === 1);
+  const refused = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+  assert.equal(refused.status, 502);
+  assert.match(refused.rest.toString(), /this agent already runs 1 dials \(--max-concurrent-dials\); try again later/);
+  assert.equal(dialLimit.refused, 1);
+  // The pending dial ends (the client goes away); its slot is free again.
+  const first = await Promise.race([pending, new Promise<undefined>((r) => setImmediate(() => r(undefined)))]);
+  assert.equal(first, undefined, 'the first dial is still pending');
+  await server.proxier.close();
+  await waitFor('the slot freed', () => dialLimit.inFlight === 0 && agent.clients.pendingDialCount === 0, 15_000);
+  await pending.catch(() => undefined);
 });

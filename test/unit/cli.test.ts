@@ -91,6 +91,7 @@ const SERVER_FLAGS = [
   '--proxy-strategy',
   '--dial-timeout',
   '--server-count',
+  '--max-agent-streams',
   '--cert-dir',
   '--cert-ips',
   '--cert-dns-names',
@@ -99,6 +100,7 @@ const SERVER_FLAGS = [
 
 const AGENT_FLAGS = [
   '--node-name',
+  '--max-concurrent-dials',
   '--node-ip',
   '--tunnelserver-addr',
   '--ca-file',

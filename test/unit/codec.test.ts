@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import protobuf from 'protobufjs';
 import { decodePacket, encodeDataHeader, encodePacket } from '../../pkg/protocol/codec.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
-import { GrpcDeframer, grpcFrameHeader } from '../../pkg/protocol/grpc-frame.js';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { PROTO_DIR } from '../support/upstream.js';
 

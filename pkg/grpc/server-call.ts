@@ -1,40 +1,16 @@
-// The server's side of an agent's `AgentService/Connect` call: the shared
-// packet framing plus what a gRPC server owes its client, the call's status in
-// the trailers.
+// The server's side of a streaming gRPC call carrying packets (an agent's
+// `AgentService/Connect`): the shared packet framing plus what a gRPC server
+// owes its client, the call's status in the trailers.
 
-import type { ServerHttp2Stream } from 'node:http2';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from '../mux/grpc-packet-stream.js';
+import { constants, type ServerHttp2Stream } from 'node:http2';
+import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
+import { GrpcStatus, statusTrailers } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
-/** gRPC status codes we send. */
-export const GrpcStatus = {
-  OK: 0,
-  UNKNOWN: 2,
-  INVALID_ARGUMENT: 3,
-  PERMISSION_DENIED: 7,
-  RESOURCE_EXHAUSTED: 8,
-  UNIMPLEMENTED: 12,
-  INTERNAL: 13,
-  UNAVAILABLE: 14,
-  UNAUTHENTICATED: 16,
-} as const;
-
-/**
- * Percent-encodes a grpc-message value as the gRPC spec asks: UTF-8 bytes
- * outside printable ASCII, and '%' itself, become %XX; the rest stays.
- */
-export function encodeGrpcMessage(message: string): string {
-  let out = '';
-  for (const byte of Buffer.from(message, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : '%' + byte.toString(16).toUpperCase().padStart(2, '0');
-  }
-  return out;
-}
-
-export class AgentStream extends GrpcPacketStream {
+export class ServerPacketCall extends GrpcPacketStream {
   private status: { code: number; message: string } | undefined;
-  private trailersSentListeners: Array<() => void> = [];
-  private trailersWritten = false;
+  /** After the trailers, reset the stream so the peer stops sending (we stopped reading). */
+  private resetAfterTrailers = false;
 
   constructor(
     private readonly serverStream: ServerHttp2Stream,
@@ -48,11 +24,11 @@ export class AgentStream extends GrpcPacketStream {
     const stream = this.serverStream;
     stream.on('wantTrailers', () => {
       const s = this.status ?? { code: GrpcStatus.OK, message: '' };
-      const trailers: Record<string, string> = { 'grpc-status': String(s.code) };
-      if (s.message !== '') trailers['grpc-message'] = encodeGrpcMessage(s.message);
-      stream.sendTrailers(trailers);
-      this.trailersWritten = true;
-      for (const fn of this.trailersSentListeners.splice(0)) fn();
+      stream.sendTrailers(statusTrailers(s.code, s.message));
+      this.writeTracker?.headersSent();
+      // RST_STREAM NO_ERROR after a complete response tells the client to stop sending (RFC 9113 §8.1).
+      // (On the next turn: a reset in the same turn would drop the trailers.)
+      if (this.resetAfterTrailers) setImmediate(() => stream.close(constants.NGHTTP2_NO_ERROR));
     });
     // The agent half-closed: the call is over; answer with OK.
     stream.on('end', () => this.end(GrpcStatus.OK, '', 'agent ended the stream'));
@@ -62,20 +38,39 @@ export class AgentStream extends GrpcPacketStream {
     });
   }
 
-  /** Calls `fn` once the call's status has been handed to HTTP/2 (at once if it has, or if it never will be). */
-  onceStatusSent(fn: () => void): void {
-    if (this.trailersWritten || this.serverStream.destroyed || this.serverStream.closed) fn();
-    else this.trailersSentListeners.push(fn);
-  }
-
   private closeReason(): string {
     const code = this.serverStream.rstCode;
     if (code !== undefined && code !== 0) return `stream reset (HTTP/2 error code ${code})`;
     return this.serverStream.session?.destroyed ? 'connection closed' : 'stream closed';
   }
 
+  /**
+   * What follows a malformed or oversized message cannot be read as messages:
+   * stop reading at once (no more window for the peer), end with a status,
+   * and reset the stream.
+   */
   protected onProtocolError(err: ProtocolError): void {
+    this.stopReading();
+    this.resetAfterTrailers = true;
     this.end(err.code === 'YT_ERR_PROTOCOL_TOO_LARGE' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, err.message);
+  }
+
+  /** A peer that does not read cannot take a status either: reset the stream at once. */
+  protected onOverloaded(message: string): void {
+    this.finish(message);
+    this.stopReading();
+    if (!this.serverStream.destroyed && !this.serverStream.closed) this.serverStream.close(constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  }
+
+  protected onInternalError(message: string): void {
+    this.resetAfterTrailers = true;
+    this.end(GrpcStatus.INTERNAL, message);
+  }
+
+  /** Runs `cb` once the HTTP/2 stream is closed (at once if it is). */
+  onceClosed(cb: () => void): void {
+    if (this.serverStream.closed || this.serverStream.destroyed) cb();
+    else this.serverStream.once('close', cb);
   }
 
   /** Drops the call without a status (the connection is dead), for `reason`. */
@@ -91,7 +86,7 @@ export class AgentStream extends GrpcPacketStream {
     this.finish(reason);
     const stream = this.serverStream;
     if (!stream.closed && !stream.destroyed) {
-      stream.resume();
+      if (!this.resetAfterTrailers) stream.resume();
       stream.end();
       // A peer that never reads its trailers must not hold the stream.
       const timer = setTimeout(() => stream.close(), 5000);

@@ -1,7 +1,7 @@
 // gRPC's length-prefixed message framing: 1 byte "compressed" flag, 4 bytes
 // big-endian length, then the message.
 
-import { ProtocolError } from './errors.js';
+import { ProtocolError } from '../protocol/errors.js';
 
 export const GRPC_FRAME_HEADER_SIZE = 5;
 

@@ -1,7 +1,7 @@
 // One `AgentService/Connect` call seen as a stream of packets, over a raw
 // node:http2 stream: gRPC's 5-byte message framing, our protobuf codec, and
-// back-pressure. Shared by the server (agent-stream.ts, which adds status
-// trailers) and the agent (server-stream.ts, which adds cancellation).
+// back-pressure. Shared by the server (server-call.ts, which adds status
+// trailers) and the agent (client-call.ts, which adds cancellation).
 //
 // DATA is written as two pieces — one small buffer holding the gRPC prefix and
 // the packet header, then the payload untouched — so payloads are never copied
@@ -10,10 +10,12 @@
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
 import { ProtocolError } from '../protocol/errors.js';
-import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from '../protocol/grpc-frame.js';
+import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
-import type { PacketLink } from './packet-link.js';
-import { PauseGate } from './pause-gate.js';
+import type { Logger } from '../log/logger.js';
+import type { PacketLink } from '../mux/packet-link.js';
+import { errorFields } from './error-boundary.js';
+import { PauseGate } from '../mux/pause-gate.js';
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -26,25 +28,42 @@ export interface GrpcPacketStreamOptions {
   sendBufferLimit?: number;
   /** Largest gRPC message accepted. Default 4 MiB (Go's default). */
   maxMessageSize?: number;
-  /** Told when a message starts and finishes going out (the server's ping policy forgives pings that follow our traffic). */
-  traffic?: WriteTracker;
+  /**
+   * Bytes of control packets (everything but DATA) that may wait to be
+   * written; a peer that lets more pile up is not reading and is cut off.
+   * Default 1 MiB.
+   */
+  controlBufferLimit?: number;
+  /** Called for each control packet refused because the peer does not read (for metrics). */
+  onControlRefused?: () => void;
+  /** Where an error thrown by a packet handler is logged (with its stack) before the call is failed. */
+  logger?: Logger;
+  /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
+  writeTracker?: WriteTracker;
 }
 
-/** Counts messages queued on a connection and notes when one has been written to the socket. */
+/** Learns when DATA writes are queued and when HTTP/2 has written them out. */
 export interface WriteTracker {
-  queued(): void;
-  /** The message's last byte has left for the socket (an HTTP/2 write's callback). */
-  written(): void;
+  writeQueued(): void;
+  writeDone(): void;
+  headersSent(): void;
 }
 
 export abstract class GrpcPacketStream implements PacketLink {
   private readonly deframer: GrpcDeframer;
   private readonly gate: PauseGate;
   private readonly sendBufferLimit: number;
-  private readonly traffic: WriteTracker | undefined;
+  protected readonly writeTracker: WriteTracker | undefined;
   private readonly onWritten: (() => void) | undefined;
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   private handlers: GrpcPacketStreamHandlers | undefined;
+  private readonly log: Logger | undefined;
+  private readonly controlBufferLimit: number;
+  private readonly onControlRefused: (() => void) | undefined;
+  /** Control bytes handed to HTTP/2 and not yet written out. */
+  private controlQueued = 0;
+  /** Control packets refused because the peer did not read. */
+  refusedControlPackets = 0;
   private ended = false;
 
   constructor(
@@ -53,9 +72,12 @@ export abstract class GrpcPacketStream implements PacketLink {
   ) {
     this.deframer = new GrpcDeframer(opts.maxMessageSize);
     this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
-    this.traffic = opts.traffic;
-    const traffic = opts.traffic;
-    this.onWritten = traffic === undefined ? undefined : () => traffic.written();
+    this.writeTracker = opts.writeTracker;
+    this.log = opts.logger;
+    this.controlBufferLimit = opts.controlBufferLimit ?? 1024 * 1024;
+    this.onControlRefused = opts.onControlRefused;
+    const tracker = opts.writeTracker;
+    this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
       () => stream.pause(),
       () => stream.resume(),
@@ -65,14 +87,27 @@ export abstract class GrpcPacketStream implements PacketLink {
   /** Starts reading packets. */
   start(handlers: GrpcPacketStreamHandlers): void {
     this.handlers = handlers;
-    this.stream.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.stream.on('data', this.onData);
     this.stream.on('drain', () => this.flushDrainWaiters());
   }
 
   /** The peer sent bytes that are not a packet: end the call, saying why. */
   protected abstract onProtocolError(err: ProtocolError): void;
 
-  private onData(chunk: Buffer): void {
+  /** The peer lets control packets pile up unread: cut the call now. */
+  protected abstract onOverloaded(message: string): void;
+
+  /** A packet handler threw: end the call as failed on our side (it is logged already). */
+  protected abstract onInternalError(message: string): void;
+
+  /** Stops reading the call: no more packets, and HTTP/2 grants the peer no more window. */
+  protected stopReading(): void {
+    this.stream.off('data', this.onData);
+    this.gate.clear();
+    this.stream.pause();
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
     let packets: Packet[];
     try {
       packets = this.deframer.push(chunk).map(decodePacket);
@@ -82,9 +117,17 @@ export abstract class GrpcPacketStream implements PacketLink {
     }
     for (const p of packets) {
       if (this.ended) return;
-      this.handlers?.onPacket(p);
+      try {
+        this.handlers?.onPacket(p);
+      } catch (err: unknown) {
+        // The boundary: a handler's bug fails this call, never the process.
+        this.log?.error('internal error handling a packet; ending the call', { packetType: p.type, ...errorFields(err) });
+        this.stopReading();
+        this.onInternalError(`internal error handling a ${p.type} packet`);
+        return;
+      }
     }
-  }
+  };
 
   sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
     if (this.ended) {
@@ -94,7 +137,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
     writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     const { stream } = this;
-    this.traffic?.queued();
+    this.writeTracker?.writeQueued();
     stream.cork();
     stream.write(header);
     stream.write(data, this.onWritten);
@@ -106,8 +149,22 @@ export abstract class GrpcPacketStream implements PacketLink {
   sendControl(packet: KnownPacket): boolean {
     if (this.ended) return false;
     const body = encodePacket(packet);
-    this.traffic?.queued();
-    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), this.onWritten);
+    const size = GRPC_FRAME_HEADER_SIZE + body.length;
+    if (this.controlQueued + size > this.controlBufferLimit) {
+      this.refusedControlPackets++;
+      this.onControlRefused?.();
+      this.log?.warn('the peer does not read its call; cutting it off', { queuedControlBytes: this.controlQueued, packetType: packet.type });
+      this.onOverloaded(
+        `the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`,
+      );
+      return false;
+    }
+    this.controlQueued += size;
+    this.writeTracker?.writeQueued();
+    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), () => {
+      this.controlQueued -= size;
+      this.onWritten?.();
+    });
     return true;
   }
 

@@ -1,0 +1,64 @@
+// gRPC keepalive over node:http2, for either end of a connection: a PING
+// `intervalMs` after the previous one was answered, and `onTimeout` when one
+// goes unanswered for `timeoutMs`. Both timers are unref'd and cleared by
+// stop(), which the connection's close path calls.
+
+import type { Http2Session } from 'node:http2';
+
+export interface KeepaliveOptions {
+  /** Read before each ping, so that a client can back off (too_many_pings). */
+  intervalMs: () => number;
+  timeoutMs: number;
+  /** The peer did not answer a ping in time; the connection should be dropped. */
+  onTimeout: () => void;
+}
+
+export class Keepalive {
+  private intervalTimer: NodeJS.Timeout | undefined;
+  private timeoutTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly session: Http2Session,
+    private readonly opts: KeepaliveOptions,
+  ) {}
+
+  start(): void {
+    this.schedule();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.intervalTimer);
+    clearTimeout(this.timeoutTimer);
+    this.intervalTimer = undefined;
+    this.timeoutTimer = undefined;
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.intervalTimer = setTimeout(() => this.ping(), this.opts.intervalMs());
+    this.intervalTimer.unref();
+  }
+
+  private ping(): void {
+    const { session } = this;
+    if (this.stopped || session.destroyed) return;
+    this.timeoutTimer = setTimeout(() => {
+      this.timeoutTimer = undefined;
+      if (!this.stopped) this.opts.onTimeout();
+    }, this.opts.timeoutMs);
+    this.timeoutTimer.unref();
+    const sent = session.ping((err) => {
+      clearTimeout(this.timeoutTimer);
+      this.timeoutTimer = undefined;
+      if (!err) this.schedule();
+    });
+    if (!sent) {
+      // Too many pings in flight already; try again later.
+      clearTimeout(this.timeoutTimer);
+      this.timeoutTimer = undefined;
+      this.schedule();
+    }
+  }
+}
