@@ -120,8 +120,17 @@ export abstract class PacketConn extends Duplex {
       this.destroy(err);
       return;
     }
+    // The peer reads nothing more: a write waiting for its credit is dropped
+    // now, or it would hold our end (and _final) until the close timer.
+    this.releaseWaitingWrite();
     this.push(null);
     this.startCloseTimer();
+  }
+
+  private releaseWaitingWrite(): void {
+    const resume = this.waitingForCredit;
+    this.waitingForCredit = undefined;
+    resume?.();
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, cb: (err?: Error | null) => void): void {
@@ -140,7 +149,8 @@ export abstract class PacketConn extends Duplex {
       cb();
       return;
     }
-    if (this.destroyed || this.finalSent) {
+    if (this.destroyed || this.finalSent || this.remoteEnded) {
+      // Nobody will read the rest.
       cb();
       return;
     }

@@ -1,0 +1,50 @@
+// Closing finishes in milliseconds whatever state the connection is in. A
+// client that resets mid-transfer while its target is still sending used to
+// leave the agent's side open until a 10 s timer dropped it, holding the
+// target socket and a megabyte of buffers; under churn that piled up.
+
+import assert from 'node:assert/strict';
+import type { Socket } from 'node:net';
+import { test } from 'node:test';
+import { harness } from '../support/harness.js';
+import { connectVia, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+
+const LIMIT = { timeout: 60_000 };
+
+for (const flowControl of [true, false]) {
+  test(`clients that reset mid-transfer while the target sends: the agent lets go within a second (${flowControl ? 'with' : 'without'} flow control)`, LIMIT, async (t) => {
+    const h = harness(t);
+    const block = Buffer.alloc(64 * 1024, 7);
+    // A target that sends as fast as it is let, forever.
+    const target = await startTCPServer(h, (s: Socket) => {
+      const pump = (): void => {
+        while (!s.destroyed && s.write(block));
+      };
+      s.on('drain', pump);
+      pump();
+    });
+    const { server, agent } = await startTunnel(h, flowControl ? {} : { agent: { connection: { connWindow: 0 } } });
+    // Each client reads a little, then resets, while its target keeps sending.
+    let maxOpen = 0;
+    await Promise.all(
+      Array.from({ length: 30 }, async () => {
+        const c = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+        assert.equal(c.status, 200, c.head);
+        await new Promise<void>((resolve) => {
+          c.socket.once('data', () => {
+            maxOpen = Math.max(maxOpen, agent.clients.connCount);
+            c.socket.destroy();
+            resolve();
+          });
+          c.socket.resume();
+        });
+      }),
+    );
+    assert.ok(maxOpen > 1, 'connections overlapped');
+    const resetAt = performance.now();
+    await waitFor('the agent to drop every connection and target socket', () => agent.clients.connCount === 0 && target.sockets.size === 0, 5000);
+    const tookMs = performance.now() - resetAt;
+    assert.ok(tookMs < 1000, `closing took ${Math.round(tookMs)} ms`);
+    await waitFor('the server tables empty', () => server.tunnel.establishedCount() === 0);
+  });
+}
