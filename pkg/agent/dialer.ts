@@ -67,7 +67,8 @@ export class Dialer {
 
   private connect(address: string, ip: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
     return new Promise((resolve, reject) => {
-      const socket = connect({ host: ip, port, noDelay: true });
+      // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
+      const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true });
       const done = (err?: AgentDialError): void => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);

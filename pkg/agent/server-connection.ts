@@ -15,6 +15,7 @@ import { silentLogger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
 import { splice } from '../mux/splice.js';
 import { errorMessage } from '../protocol/errors.js';
+import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
@@ -69,6 +70,8 @@ export interface ServerConnectionOptions {
    * flow control; 0 does not announce it (upstream behaviour). Default 1 MiB.
    */
   connWindow?: number;
+  /** Announce half-close (CLOSE_WRITE) to the server. Default true. */
+  halfClose?: boolean;
   connHighWaterMark?: number;
   /** Dials running at once; share one across links to bound the whole agent. Default: 256 for this link. */
   dialLimit?: DialLimit;
@@ -81,6 +84,8 @@ export interface ServerIdentity {
   serverCount: number;
   /** Per-connection flow control, when the server agreed to it. */
   flow: FlowWindows | undefined;
+  /** Half-close (CLOSE_WRITE), when the server agreed to it. */
+  halfClose: boolean;
 }
 
 export class ServerConnectionError extends Error {
@@ -250,6 +255,7 @@ export class ServerConnection {
     const md: Record<string, string> = { agentid: this.opts.agentID };
     if (this.opts.identifiers !== '') md.agentidentifiers = this.opts.identifiers;
     if (connWindow > 0) md[CONN_WINDOW_HEADER] = String(connWindow);
+    if (this.opts.halfClose !== false) md[HALF_CLOSE_HEADER] = '1';
     return md;
   }
 
@@ -267,8 +273,9 @@ export class ServerConnection {
     }
     const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
     const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
+    const halfClose = this.opts.halfClose !== false && announcesHalfClose(metadataValues(raw, HALF_CLOSE_HEADER));
     // Upstream: a count of 0 means "unknown", treated as 1.
-    return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow };
+    return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow, halfClose };
   }
 
 
@@ -336,6 +343,10 @@ export class ServerConnection {
         if (this.identity?.flow !== undefined) this.conns.get(p.connectID)?.grantCredit(Number(p.bytes));
         else this.log.warn('ignoring WINDOW_UPDATE: flow control was not negotiated', describePacket(p));
         return;
+      case 'CLOSE_WRITE':
+        if (this.identity?.halfClose === true) this.conns.get(p.connectID)?.remoteEndWrite();
+        else this.log.warn('ignoring CLOSE_WRITE: half-close was not negotiated', describePacket(p));
+        return;
       case 'DIAL_RSP':
       case 'CLOSE_RSP':
       case 'DRAIN':
@@ -378,6 +389,7 @@ export class ServerConnection {
         const conn = new EndpointConn(this.link, connectID, address, {
           highWaterMark: this.opts.connHighWaterMark,
           flow: this.identity?.flow,
+          halfClose: this.identity?.halfClose === true,
         });
         this.conns.add(conn);
         conn.once('close', () => this.conns.remove(conn));

@@ -105,24 +105,33 @@ export class HttpConnectServer {
     const proxyHost = headerValue(head, PROXY_HOST_HEADER);
 
     // While the dial is pending keep reading, so that a client that gives up
-    // (closes or half-closes) is noticed; what it sends meanwhile is kept for
-    // the tunnel, up to a bound, after which reading pauses.
+    // is noticed; what it sends meanwhile is kept for the tunnel, up to a
+    // bound, after which reading pauses. An EOF after bytes for the target is
+    // a half-close (socat, `nc -N`, HTTP/1.0 scripts): the dial goes on, what
+    // was sent is delivered, and the answer comes back. An EOF with nothing
+    // sent is how a caller such as kube-apiserver abandons a dial (a close
+    // and a half-close look the same on a socket): the dial is cancelled.
     const abort = new AbortController();
     const pendingChunks: Buffer[] = early.length > 0 ? [early] : [];
     let pendingBytes = early.length;
+    let clientEnded = false;
     const onData = (chunk: Buffer): void => {
       pendingChunks.push(chunk);
       pendingBytes += chunk.length;
       if (pendingBytes >= this.maxHeadBytes) socket.pause();
     };
+    const onEnd = (): void => {
+      clientEnded = true;
+      if (pendingBytes === 0) abort.abort();
+    };
     const onGone = (): void => abort.abort();
     socket.on('data', onData);
-    socket.once('end', onGone);
+    socket.once('end', onEnd);
     socket.once('close', onGone);
     socket.resume();
     const stopWatching = (): void => {
       socket.off('data', onData);
-      socket.off('end', onGone);
+      socket.off('end', onEnd);
       socket.off('close', onGone);
       socket.pause();
     };
@@ -156,6 +165,8 @@ export class HttpConnectServer {
     }
     socket.write(CONNECTION_ESTABLISHED);
     for (const chunk of pendingChunks) conn.write(chunk);
+    // A client that half-closed during the dial will not end the pipe itself.
+    if (clientEnded || socket.readableEnded) conn.end();
     splice(socket, conn);
   }
 

@@ -10,9 +10,12 @@
 // - without it (upstream peers): the shared link is paused while this
 //   connection's buffer is full, as Konnectivity does.
 //
-// The protocol has no half-close: when either side finishes, the whole
+// Konnectivity has no half-close: when either side finishes, the whole
 // connection ends. Subclasses say which packet announces that (the server
 // sends CLOSE_REQ and waits for CLOSE_RSP; the agent answers with CLOSE_RSP).
+// Between our own ends a negotiated CLOSE_WRITE carries a half-close instead,
+// and against upstream peers the server side can linger after its own end so
+// that the answer to a client that half-closed still comes back.
 
 import { Duplex } from 'node:stream';
 import { ConnectionClosedError } from '../protocol/errors.js';
@@ -30,6 +33,18 @@ export interface PacketConnOptions {
   closeTimeoutMs?: number;
   /** Per-connection flow control, when the link negotiated it. */
   flow?: FlowWindows;
+  /**
+   * Half-close, when the link negotiated it: ending our side sends
+   * CLOSE_WRITE and we keep reading; the peer's CLOSE_WRITE ends our reading
+   * and we keep writing. The connection closes once both directions are done.
+   */
+  halfClose?: boolean;
+  /**
+   * Without half-close: once our side has ended, keep reading what the peer
+   * still sends (the answer to what we sent) until the peer closes or nothing
+   * arrives for this long. Unset: our end closes the connection at once.
+   */
+  lingerAfterEndMs?: number;
 }
 
 export abstract class PacketConn extends Duplex {
@@ -45,6 +60,13 @@ export abstract class PacketConn extends Duplex {
   private holdingLink = false;
   private closeTimer: NodeJS.Timeout | undefined;
   private readonly closeTimeoutMs: number;
+  private readonly halfClose: boolean;
+  /** The peer's CLOSE_WRITE arrived: it sends no more, but still reads. */
+  private peerWriteEnded = false;
+  /** We sent CLOSE_WRITE. */
+  private writeEndSent = false;
+  private readonly lingerAfterEndMs: number | undefined;
+  private lingerTimer: NodeJS.Timeout | undefined;
 
   private readonly flow: FlowWindows | undefined;
   /** Bytes we may still send before the peer grants more. */
@@ -61,7 +83,9 @@ export abstract class PacketConn extends Duplex {
     // With flow control the peer never sends past our window; reading stays
     // below it so that consumption is noticed (in _read) before the window closes.
     const readHwm = flow !== undefined ? Math.max(1, Math.floor(flow.receiveWindow / 2)) : (opts.highWaterMark ?? 256 * 1024);
-    super({ allowHalfOpen: false, readableHighWaterMark: readHwm, writableHighWaterMark: opts.highWaterMark ?? 256 * 1024 });
+    super({ allowHalfOpen: opts.halfClose === true, readableHighWaterMark: readHwm, writableHighWaterMark: opts.highWaterMark ?? 256 * 1024 });
+    this.halfClose = opts.halfClose === true;
+    this.lingerAfterEndMs = opts.halfClose === true ? undefined : opts.lingerAfterEndMs;
     this.link = link;
     this.connectID = connectID;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
@@ -86,7 +110,8 @@ export abstract class PacketConn extends Duplex {
 
   /** Called by the owner for each DATA packet of this connection. */
   deliver(data: Buffer): void {
-    if (this.remoteEnded || this.destroyed || this.readableEnded) return;
+    if (this.remoteEnded || this.peerWriteEnded || this.destroyed || this.readableEnded) return;
+    if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
     const belowMark = this.push(data);
     // With flow control the buffer is bounded by our window; pausing the link
@@ -125,6 +150,13 @@ export abstract class PacketConn extends Duplex {
     this.releaseWaitingWrite();
     this.push(null);
     this.startCloseTimer();
+  }
+
+  /** Called by the owner on CLOSE_WRITE: the peer sends no more, and still reads what we send. */
+  remoteEndWrite(): void {
+    if (!this.halfClose || this.peerWriteEnded || this.remoteEnded) return;
+    this.peerWriteEnded = true;
+    this.push(null);
   }
 
   private releaseWaitingWrite(): void {
@@ -167,6 +199,23 @@ export abstract class PacketConn extends Duplex {
   }
 
   override _final(cb: (err?: Error | null) => void): void {
+    if (this.halfClose && !this.remoteEnded && !this.peerWriteEnded) {
+      // Our direction is done; the peer's goes on until its CLOSE_WRITE.
+      this.writeEndSent = true;
+      this.link.sendControl({ type: 'CLOSE_WRITE', connectID: this.connectID });
+      cb();
+      return;
+    }
+    if (this.lingerAfterEndMs !== undefined && !this.remoteEnded) {
+      // An upstream peer cannot half-close: read its answer until it closes, or it goes quiet.
+      this.lingerTimer = setTimeout(() => {
+        this.lingerTimer = undefined;
+        this.destroy();
+      }, this.lingerAfterEndMs);
+      this.lingerTimer.unref();
+      cb();
+      return;
+    }
     this.sendFinal(null);
     if (this.endsWithFinalPacket) {
       if (!this.remoteEnded) {
@@ -206,6 +255,7 @@ export abstract class PacketConn extends Duplex {
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
     this.sendFinal(err);
     this.waitingForCredit = undefined;
+    clearTimeout(this.lingerTimer);
     if (this.closeTimer !== undefined) {
       clearTimeout(this.closeTimer);
       this.closeTimer = undefined;
@@ -220,7 +270,9 @@ export abstract class PacketConn extends Duplex {
   private sendFinal(err: Error | null): void {
     if (this.finalSent) return;
     this.finalSent = true;
-    const packet = this.finalPacket(this.remoteEnded, err);
+    // Both directions ended by CLOSE_WRITEs: the peer has finished as much as we have.
+    const bothHalvesDone = this.peerWriteEnded && this.writeEndSent;
+    const packet = this.finalPacket(this.remoteEnded || (err === null && bothHalvesDone), err);
     if (packet !== undefined) this.link.sendControl(packet);
   }
 

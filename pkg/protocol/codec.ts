@@ -34,6 +34,8 @@ const FIELD_CLOSE_DIAL = 7;
 const FIELD_DRAIN = 8;
 /** yurt-tunnel extension: WindowUpdate (proto/yurttunnel_ext.proto). */
 const FIELD_WINDOW_UPDATE = 100;
+/** yurt-tunnel extension: CloseWrite (half-close). */
+const FIELD_CLOSE_WRITE = 101;
 
 const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
   DIAL_REQ: FIELD_DIAL_REQUEST,
@@ -44,6 +46,7 @@ const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
   DIAL_CLS: FIELD_CLOSE_DIAL,
   DRAIN: FIELD_DRAIN,
   WINDOW_UPDATE: FIELD_WINDOW_UPDATE,
+  CLOSE_WRITE: FIELD_CLOSE_WRITE,
 };
 
 const INT64_MIN = -(1n << 63n);
@@ -183,6 +186,9 @@ function payloadFields(p: KnownPacket): Field[] {
         { no: 1, kind: 'int64', value: p.connectID },
         { no: 2, kind: 'int64', value: p.bytes },
       ];
+    case 'CLOSE_WRITE':
+      checkInt64(p.connectID, 'connectID');
+      return [{ no: 1, kind: 'int64', value: p.connectID }];
   }
 }
 
@@ -376,6 +382,7 @@ const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
   DIAL_CLS: { 1: 'int64' },
   DRAIN: {},
   WINDOW_UPDATE: { 1: 'int64', 2: 'int64' },
+  CLOSE_WRITE: { 1: 'int64' },
 };
 
 const EMPTY = Buffer.alloc(0);
@@ -400,7 +407,7 @@ export function decodePacket(buf: Buffer): Packet {
     if (no === 1 && wt === WIRE_VARINT) {
       // Enums are int32 on the wire; negative ones arrive sign-extended.
       typeNumber = Number(BigInt.asIntN(32, r.varint64()));
-    } else if (((no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN) || no === FIELD_WINDOW_UPDATE) && wt === WIRE_BYTES) {
+    } else if (((no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN) || no === FIELD_WINDOW_UPDATE || no === FIELD_CLOSE_WRITE) && wt === WIRE_BYTES) {
       const [s, e] = r.lengthDelimited();
       if (no !== payloadField) payloads.length = 0;
       payloadField = no;
@@ -438,5 +445,7 @@ export function decodePacket(buf: Buffer): Packet {
       return { type: name };
     case 'WINDOW_UPDATE':
       return { type: name, connectID: f.i1, bytes: f.i2 };
+    case 'CLOSE_WRITE':
+      return { type: name, connectID: f.i1 };
   }
 }

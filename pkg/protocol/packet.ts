@@ -14,6 +14,7 @@ export const PACKET_TYPE_NUMBERS = {
   DRAIN: 6,
   /** yurt-tunnel extension (proto/yurttunnel_ext.proto), only after both ends announced it. */
   WINDOW_UPDATE: 100,
+  CLOSE_WRITE: 101,
 } as const;
 
 export type PacketTypeName = keyof typeof PACKET_TYPE_NUMBERS;
@@ -66,6 +67,12 @@ export interface WindowUpdatePacket {
   bytes: bigint;
 }
 
+/** The sender will send no more DATA on a connection; it still reads (yurt-tunnel half-close). */
+export interface CloseWritePacket {
+  type: 'CLOSE_WRITE';
+  connectID: bigint;
+}
+
 /** A packet whose type number this implementation does not know. */
 export interface UnknownPacket {
   type: 'UNKNOWN';
@@ -80,7 +87,8 @@ export type KnownPacket =
   | DataPacket
   | CloseDialPacket
   | DrainPacket
-  | WindowUpdatePacket;
+  | WindowUpdatePacket
+  | CloseWritePacket;
 
 export type Packet = KnownPacket | UnknownPacket;
 
@@ -111,6 +119,8 @@ export function describePacket(p: Packet): Record<string, string | number> {
       return { type: p.type };
     case 'WINDOW_UPDATE':
       return { type: p.type, connectID: p.connectID.toString(), bytes: p.bytes.toString() };
+    case 'CLOSE_WRITE':
+      return { type: p.type, connectID: p.connectID.toString() };
     case 'UNKNOWN':
       return { type: p.type, typeNumber: p.typeNumber };
   }

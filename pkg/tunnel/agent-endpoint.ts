@@ -13,6 +13,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../protocol/flow-control.js';
+import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
@@ -70,6 +71,8 @@ export interface AgentEndpointOptions {
   controlBufferLimit?: number;
   /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
   identityCheck?: AgentIdentityCheck;
+  /** Offer half-close (CLOSE_WRITE) to agents that announce it. Default true. */
+  halfClose?: boolean;
   logger?: Logger;
 }
 
@@ -98,6 +101,8 @@ interface AgentMetadata {
   agentWindow: number | undefined;
   /** What the per-agent stream limit counts this call under. */
   identityKeys: string[];
+  /** The agent announced half-close. */
+  halfClose: boolean;
 }
 
 /** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
@@ -157,6 +162,7 @@ export class AgentEndpoint {
       connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
       maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
       identityCheck: opts.identityCheck ?? 'strict',
+      halfClose: opts.halfClose ?? true,
       controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
     };
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
@@ -329,6 +335,8 @@ export class AgentEndpoint {
     // Headers go out at once, before any packet: agents block reading them.
     const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
+    const halfClose = meta.halfClose && this.opts.halfClose;
+    if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
     call.accept(responseMetadata);
     state?.pings.headersSent();
     const link = new ServerPacketCall(stream, {
@@ -338,7 +346,7 @@ export class AgentEndpoint {
       onControlRefused: () => this.refusedControlPackets++,
       logger: this.log.child({ agentID: meta.agentID }),
     });
-    const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow };
+    const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow, halfClose };
     const backend = this.tunnel.attachAgent(info, link);
     if (backend.closed) return;
     if (session === undefined) {
@@ -411,7 +419,13 @@ export class AgentEndpoint {
           'the server flag --max-agent-streams); close one or raise the limit',
       };
     }
-    return { agentID, identifiers, agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)), identityKeys };
+    return {
+      agentID,
+      identifiers,
+      agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)),
+      halfClose: announcesHalfClose(call.metadata(HALF_CLOSE_HEADER)),
+      identityKeys,
+    };
   }
 
   /** Reads the agent's packets into the tunnel until the call ends. */

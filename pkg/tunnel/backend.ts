@@ -23,6 +23,8 @@ export interface BackendInfo {
   certSubject: string;
   /** Per-connection flow control, when the agent announced it. */
   flow?: FlowWindows;
+  /** Half-close (CLOSE_WRITE), when both ends announced it. */
+  halfClose?: boolean;
 }
 
 let nextBackendSerial = 1;
@@ -33,6 +35,7 @@ export class Backend {
   readonly remoteAddress: string;
   readonly certSubject: string;
   readonly flow: FlowWindows | undefined;
+  readonly halfClose: boolean;
   readonly link: BackendLink;
   readonly connectedAt = Date.now();
   /** Distinguishes several streams of one agent in logs. */
@@ -51,6 +54,7 @@ export class Backend {
     this.remoteAddress = info.remoteAddress;
     this.certSubject = info.certSubject;
     this.flow = info.flow;
+    this.halfClose = info.halfClose === true;
     this.link = link;
   }
 

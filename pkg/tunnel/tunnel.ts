@@ -24,6 +24,12 @@ export interface TunnelOptions {
   dialTimeoutMs?: number;
   /** Per-connection buffer each way before back-pressure. Default 256 KiB. */
   connHighWaterMark?: number;
+  /**
+   * With agents that cannot half-close (upstream): how long a connection whose
+   * caller has ended its side keeps waiting for the rest of the answer while
+   * nothing arrives. Default 60 s.
+   */
+  lingerAfterEndMs?: number;
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;
@@ -60,6 +66,7 @@ export class Tunnel {
   private readonly strategies: readonly ProxyStrategy[];
   private readonly dialTimeoutMs: number;
   private readonly connHighWaterMark: number | undefined;
+  private readonly lingerAfterEndMs: number;
   private readonly log: Logger;
   private readonly sweepTimer: NodeJS.Timeout;
   private readonly newDialID: () => bigint;
@@ -70,6 +77,7 @@ export class Tunnel {
     if (this.strategies.length === 0) throw new TypeError('at least one proxy strategy is required');
     this.dialTimeoutMs = opts.dialTimeoutMs ?? 10_000;
     this.connHighWaterMark = opts.connHighWaterMark;
+    this.lingerAfterEndMs = opts.lingerAfterEndMs ?? 60_000;
     this.log = opts.logger ?? silentLogger();
     this.newDialID = opts.newDialID ?? newDialID;
     this.metrics = new TunnelMetrics(
@@ -183,6 +191,7 @@ export class Tunnel {
       remoteAddress: info.remoteAddress,
       identity: info.certSubject,
       flowControl: info.flow !== undefined,
+      halfClose: info.halfClose === true,
       agentStreams: this.registry.streamsOf(info.agentID).length,
     });
     return backend;
@@ -261,6 +270,13 @@ export class Tunnel {
         }
         this.log.warn('ignoring WINDOW_UPDATE from an agent that did not negotiate flow control', { agentID: backend.agentID });
         return;
+      case 'CLOSE_WRITE':
+        if (backend.halfClose) {
+          backend.conns.get(p.connectID)?.remoteEndWrite();
+          return;
+        }
+        this.log.warn('ignoring CLOSE_WRITE from an agent that did not negotiate half-close', { agentID: backend.agentID });
+        return;
       case 'DIAL_REQ':
       case 'CLOSE_REQ':
       case 'UNKNOWN':
@@ -297,7 +313,12 @@ export class Tunnel {
       dial.reject(new DialError(reason, message));
       return;
     }
-    const conn = new TunnelConn(backend, connectID, dial.address, { highWaterMark: this.connHighWaterMark, flow: backend.flow });
+    const conn = new TunnelConn(backend, connectID, dial.address, {
+      highWaterMark: this.connHighWaterMark,
+      flow: backend.flow,
+      halfClose: backend.halfClose,
+      lingerAfterEndMs: this.lingerAfterEndMs,
+    });
     backend.conns.add(conn);
     conn.once('close', () => {
       backend.conns.remove(conn);

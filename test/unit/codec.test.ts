@@ -38,6 +38,8 @@ function toReference(p: KnownPacket): Record<string, unknown> {
       return { type: 6, drain: {} };
     case 'WINDOW_UPDATE':
       return { type: 100, windowUpdate: { connectID: p.connectID.toString(), bytes: p.bytes.toString() } };
+    case 'CLOSE_WRITE':
+      return { type: 101, closeWrite: { connectID: p.connectID.toString() } };
   }
 }
 
@@ -52,7 +54,7 @@ function withoutDefaults(o: Record<string, unknown>): Record<string, unknown> {
 }
 
 function referenceEncode(p: KnownPacket): Buffer {
-  const T = p.type === 'WINDOW_UPDATE' ? ExtPacketType : PacketType;
+  const T = p.type === 'WINDOW_UPDATE' || p.type === 'CLOSE_WRITE' ? ExtPacketType : PacketType;
   return Buffer.from(T.encode(T.fromObject(withoutDefaults(toReference(p)))).finish());
 }
 
@@ -75,6 +77,8 @@ const SAMPLES: KnownPacket[] = [
   { type: 'DRAIN' },
   { type: 'WINDOW_UPDATE', connectID: 3n, bytes: 524_288n },
   { type: 'WINDOW_UPDATE', connectID: MAX, bytes: 1n },
+  { type: 'CLOSE_WRITE', connectID: 7n },
+  { type: 'CLOSE_WRITE', connectID: MAX },
 ];
 
 test('every packet type encodes to the same bytes protobufjs makes from proto/client.proto', () => {
