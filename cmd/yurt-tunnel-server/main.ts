@@ -38,6 +38,7 @@ interface ServerFlags {
   interceptorProxierUds: string;
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
+  stalledConnectionTimeout: number;
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   maxAgentStreams: number;
@@ -92,6 +93,14 @@ const program = new Command('yurt-tunnel-server')
     ['destHost'],
   )
   .addOption(durationOption('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', '10s'))
+  .addOption(
+    durationOption(
+      '--stalled-connection-timeout <duration>',
+      'with agents that lack per-connection flow control (upstream Go agents): how long one connection whose reader stopped ' +
+        'may hold the agent\'s whole stream paused before that connection is closed (YT_ERR_CONN_STALLED)',
+      '5s',
+    ),
+  )
   .option(
     '--agent-identity-check <mode>',
     'what an agent\'s client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every ' +
@@ -134,6 +143,7 @@ const program = new Command('yurt-tunnel-server')
       interceptorProxierUDS: flags.interceptorProxierUds,
       proxyStrategies: flags.proxyStrategy,
       dialTimeoutMs: flags.dialTimeout,
+      stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       maxAgentStreams: flags.maxAgentStreams,

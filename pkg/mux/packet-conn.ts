@@ -18,7 +18,7 @@
 // that the answer to a client that half-closed still comes back.
 
 import { Duplex } from 'node:stream';
-import { ConnectionClosedError } from '../protocol/errors.js';
+import { ConnectionClosedError, ConnectionStalledError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
@@ -45,6 +45,13 @@ export interface PacketConnOptions {
    * arrives for this long. Unset: our end closes the connection at once.
    */
   lingerAfterEndMs?: number;
+  /**
+   * Without flow control a full connection pauses the whole link (as
+   * Konnectivity does); if its reader has not drained it within this long,
+   * the connection is closed (ConnectionStalledError) so the link's other
+   * connections and new dials keep flowing. Unset: no limit.
+   */
+  stallTimeoutMs?: number;
 }
 
 export abstract class PacketConn extends Duplex {
@@ -67,6 +74,8 @@ export abstract class PacketConn extends Duplex {
   private writeEndSent = false;
   private readonly lingerAfterEndMs: number | undefined;
   private lingerTimer: NodeJS.Timeout | undefined;
+  private readonly stallTimeoutMs: number | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
 
   private readonly flow: FlowWindows | undefined;
   /** Bytes we may still send before the peer grants more. */
@@ -86,6 +95,7 @@ export abstract class PacketConn extends Duplex {
     super({ allowHalfOpen: opts.halfClose === true, readableHighWaterMark: readHwm, writableHighWaterMark: opts.highWaterMark ?? 256 * 1024 });
     this.halfClose = opts.halfClose === true;
     this.lingerAfterEndMs = opts.halfClose === true ? undefined : opts.lingerAfterEndMs;
+    this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
     this.link = link;
     this.connectID = connectID;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
@@ -120,7 +130,32 @@ export abstract class PacketConn extends Duplex {
     if (full && !this.holdingLink) {
       this.holdingLink = true;
       this.link.pauseReceive(this);
+      this.startStallTimer();
     }
+  }
+
+  private startStallTimer(): void {
+    if (this.stallTimeoutMs === undefined) return;
+    const ms = this.stallTimeoutMs;
+    this.stallTimer = setTimeout(() => {
+      this.stallTimer = undefined;
+      this.destroy(
+        new ConnectionStalledError(
+          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.readableLength} bytes waited ` +
+            'and the shared link was paused for it; closed so that the link\'s other connections keep flowing',
+        ),
+      );
+    }, ms);
+    this.stallTimer.unref();
+  }
+
+  /** Stops holding the link paused for this connection. */
+  private releaseLink(): void {
+    if (!this.holdingLink) return;
+    this.holdingLink = false;
+    clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    this.link.resumeReceive(this);
   }
 
   /** Called by the owner on WINDOW_UPDATE: the peer allows `bytes` more. */
@@ -229,10 +264,7 @@ export abstract class PacketConn extends Duplex {
   }
 
   override _read(): void {
-    if (this.holdingLink) {
-      this.holdingLink = false;
-      this.link.resumeReceive(this);
-    }
+    this.releaseLink();
     if (this.flow !== undefined && !this.remoteEnded) {
       // Grant back what the reader has consumed, in batches of a quarter window.
       const consumed = this.bytesReceived - this.readableLength - this.granted;
@@ -260,10 +292,7 @@ export abstract class PacketConn extends Duplex {
       clearTimeout(this.closeTimer);
       this.closeTimer = undefined;
     }
-    if (this.holdingLink) {
-      this.holdingLink = false;
-      this.link.resumeReceive(this);
-    }
+    this.releaseLink();
     cb(err);
   }
 

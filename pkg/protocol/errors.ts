@@ -61,6 +61,19 @@ export class DialError extends TunnelError {
   }
 }
 
+/**
+ * A connection whose reader stopped while the link could not hold its data
+ * for it (no per-connection flow control): it was closed so that the agent's
+ * other connections and new dials keep flowing.
+ */
+export class ConnectionStalledError extends TunnelError {
+  override readonly name = 'ConnectionStalledError';
+  readonly code = 'YT_ERR_CONN_STALLED';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
 /** A tunnelled connection that ended abnormally (agent gone, CLOSE_RSP with an error). */
 export class ConnectionClosedError extends TunnelError {
   override readonly name = 'ConnectionClosedError';

@@ -43,6 +43,8 @@ export interface ServerOptions {
   interceptorProxierUDS: string;
   proxyStrategies: ProxyStrategy[];
   dialTimeoutMs: number;
+  /** See TunnelOptions.stalledConnectionTimeoutMs. */
+  stalledConnectionTimeoutMs?: number;
   /** What an agent's certificate must name; default `strict`. */
   agentIdentityCheck?: AgentIdentityCheck;
   serverCount: number;
@@ -159,6 +161,7 @@ export class TunnelServer {
     const tunnel = new Tunnel({
       strategies: opts.proxyStrategies,
       dialTimeoutMs: opts.dialTimeoutMs,
+      stalledConnectionTimeoutMs: opts.stalledConnectionTimeoutMs,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });

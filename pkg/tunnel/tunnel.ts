@@ -6,7 +6,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
 import { GrpcStatus } from '../grpc/status.js';
-import { ConnectionClosedError, DialError, type DialFailureReason } from '../protocol/errors.js';
+import { ConnectionClosedError, ConnectionStalledError, DialError, type DialFailureReason } from '../protocol/errors.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
 import { describePacket, type Packet } from '../protocol/packet.js';
@@ -30,6 +30,12 @@ export interface TunnelOptions {
    * nothing arrives. Default 60 s.
    */
   lingerAfterEndMs?: number;
+  /**
+   * With agents that have no per-connection flow control: how long one
+   * connection's stopped reader may hold the agent's whole stream paused
+   * before that connection is closed. Default 5 s.
+   */
+  stalledConnectionTimeoutMs?: number;
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;
@@ -67,6 +73,7 @@ export class Tunnel {
   private readonly dialTimeoutMs: number;
   private readonly connHighWaterMark: number | undefined;
   private readonly lingerAfterEndMs: number;
+  private readonly stalledConnectionTimeoutMs: number;
   private readonly log: Logger;
   private readonly sweepTimer: NodeJS.Timeout;
   private readonly newDialID: () => bigint;
@@ -78,6 +85,7 @@ export class Tunnel {
     this.dialTimeoutMs = opts.dialTimeoutMs ?? 10_000;
     this.connHighWaterMark = opts.connHighWaterMark;
     this.lingerAfterEndMs = opts.lingerAfterEndMs ?? 60_000;
+    this.stalledConnectionTimeoutMs = opts.stalledConnectionTimeoutMs ?? 5000;
     this.log = opts.logger ?? silentLogger();
     this.newDialID = opts.newDialID ?? newDialID;
     this.metrics = new TunnelMetrics(
@@ -318,10 +326,20 @@ export class Tunnel {
       flow: backend.flow,
       halfClose: backend.halfClose,
       lingerAfterEndMs: this.lingerAfterEndMs,
+      stallTimeoutMs: this.stalledConnectionTimeoutMs,
     });
     backend.conns.add(conn);
     conn.once('close', () => {
       backend.conns.remove(conn);
+      if (conn.errored instanceof ConnectionStalledError) {
+        this.log.verbose(2, 'closed a stalled connection', {
+          agentID: backend.agentID,
+          dialAddress: dial.address,
+          connectID: connectID.toString(),
+          reason: conn.errored.code,
+          error: conn.errored.message,
+        });
+      }
       if (this.log.enabled(3)) {
         this.log.verbose(3, 'connection closed', {
           agentID: backend.agentID,

@@ -278,3 +278,23 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   assert.equal((await readExactly(again.socket, 13, again.rest)).toString(), 'after restart');
   again.socket.destroy();
 });
+
+test('a stalled reader behind a Go agent is closed after --stalled-connection-timeout; the agent\'s other dials flow', SKIP, async (t) => {
+  const h = harness(t);
+  const server = await startOurServer(h, ['--stalled-connection-timeout', '1s']);
+  const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');
+  await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1');
+  await server.proc.waitForLine(/agent connected agentID=edge-1/);
+  const source = await startSource(h, 512 * MiB);
+  const stalled = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(stalled.status, 200, stalled.head);
+  stalled.socket.pause();
+  const echo = await startEchoServer(h);
+  const other = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(other.status, 200, other.head);
+  other.socket.write('flowing');
+  assert.equal((await readExactly(other.socket, 7, other.rest)).toString(), 'flowing');
+  other.socket.destroy();
+  await server.proc.waitForLine(/closed a stalled connection .*reason=YT_ERR_CONN_STALLED/);
+  stalled.socket.destroy();
+});
