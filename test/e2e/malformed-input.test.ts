@@ -1,0 +1,163 @@
+// Every listener of the real server process gets a corpus of malformed input:
+// both master ports, the CONNECT proxier's socket and the agent port. Each
+// item gets an answer or a closed connection, never a crash; afterwards every
+// listener still serves, and the process is alive.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { connect, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { harness, type Harness } from '../support/harness.js';
+import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
+import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
+
+const LIMIT = { timeout: 120_000 };
+
+type Dial = () => Promise<Socket>;
+
+/** Writes `bytes` (then optionally closes its side) and waits for the answer or the close, at most 1 s; returns what came back. */
+async function poke(h: Harness, dial: Dial, bytes: Buffer | string, endAfter = false): Promise<string> {
+  let socket: Socket;
+  try {
+    socket = await dial();
+  } catch (err: unknown) {
+    return `dial failed: ${String(err)}`;
+  }
+  h.defer(() => socket.destroy());
+  let got = '';
+  socket.on('data', (c: Buffer) => (got += c.toString('latin1')));
+  socket.on('error', () => {});
+  if (endAfter) socket.end(bytes);
+  else socket.write(bytes);
+  await Promise.race([new Promise((r) => socket.once('close', r)), new Promise((r) => setTimeout(r, 1000).unref())]);
+  socket.destroy();
+  return got;
+}
+
+const CRLF = '\r\n';
+const httpCorpus: Array<[string, string | Buffer, boolean?]> = [
+  ['bad percent-encoding in the pod path', `GET /exec/%zz/pod?command=sh HTTP/1.1${CRLF}Host: 10.0.0.1:10250${CRLF}${CRLF}`],
+  ['bad percent-encoding in X-Forwarded-Uri', `GET /x HTTP/1.1${CRLF}Host: 10.0.0.1:10250${CRLF}X-Forwarded-Uri: /api/v1/nodes/%E0%A4%A/proxy/x${CRLF}${CRLF}`],
+  ['empty Host', `GET / HTTP/1.1${CRLF}Host: ${CRLF}${CRLF}`],
+  ['Host "["', `GET / HTTP/1.1${CRLF}Host: [${CRLF}${CRLF}`],
+  ['Host with port 99999', `GET / HTTP/1.1${CRLF}Host: 10.0.0.1:99999${CRLF}${CRLF}`],
+  ['a 16 KiB Host', `GET / HTTP/1.1${CRLF}Host: ${'a'.repeat(16 * 1024)}${CRLF}${CRLF}`],
+  ['two Host headers', `GET / HTTP/1.1${CRLF}Host: a:1${CRLF}Host: b:2${CRLF}${CRLF}`],
+  ['non-ASCII Host', Buffer.from(`GET / HTTP/1.1${CRLF}Host: \xff\xfe\xe9:10250${CRLF}${CRLF}`, 'latin1')],
+  ['control bytes in a header', Buffer.from(`GET / HTTP/1.1${CRLF}Host: a:1${CRLF}X-Bad: \x00\x01\x02${CRLF}${CRLF}`, 'latin1')],
+  ['bad X-Tunnel-Proxy-Dest', `GET / HTTP/1.1${CRLF}Host: 10.0.0.1:10250${CRLF}X-Tunnel-Proxy-Dest: ::::${CRLF}${CRLF}`],
+  ['Upgrade without Connection', `GET /exec/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Upgrade: websocket${CRLF}${CRLF}`],
+  ['bogus WebSocket handshake', `GET /exec/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: websocket${CRLF}Sec-WebSocket-Key: !!${CRLF}${CRLF}`],
+  ['SPDY upgrade to a node with no agent', `POST /portForward/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`],
+  ['an upgrade and an immediate close', `GET /attach/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`, true],
+  ['a body shorter than its Content-Length', `POST /run/ns/pod/c HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Content-Length: 100000${CRLF}${CRLF}abc`, true],
+  ['chunked garbage', `POST / HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Transfer-Encoding: chunked${CRLF}${CRLF}zz${CRLF}garbage${CRLF}`],
+  ['an absurd method', `FROBNICATE / HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}${CRLF}`],
+  ['HTTP/0.9', `GET /${CRLF}`],
+  ['a 100 KiB header', `GET / HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}X-Big: ${'b'.repeat(100 * 1024)}${CRLF}${CRLF}`],
+  ['binary garbage', Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 131 + 7) % 256))],
+  ['a head that stops halfway', `GET /containerLogs/ns/pod/c HTTP/1.1${CRLF}Host: 127.0`, true],
+];
+
+const proxierCorpus: Array<[string, string | Buffer, boolean?]> = [
+  ['garbage', Buffer.from(Array.from({ length: 2048 }, (_, i) => (i * 37) % 256))],
+  ['CONNECT without a port', `CONNECT 127.0.0.1 HTTP/1.1${CRLF}${CRLF}`],
+  ['CONNECT to port 0', `CONNECT 127.0.0.1:0 HTTP/1.1${CRLF}${CRLF}`],
+  ['CONNECT to port 99999', `CONNECT 127.0.0.1:99999 HTTP/1.1${CRLF}${CRLF}`],
+  ['CONNECT to "[::1"', `CONNECT [::1:80 HTTP/1.1${CRLF}${CRLF}`],
+  ['CONNECT with spaces', `CONNECT a b c:1 HTTP/1.1${CRLF}${CRLF}`],
+  ['CONNECT to a 10 KiB host', `CONNECT ${'h'.repeat(10 * 1024)}:80 HTTP/1.1${CRLF}${CRLF}`],
+  ['a head over the limit', `CONNECT 127.0.0.1:1 HTTP/1.1${CRLF}X: ${'x'.repeat(70 * 1024)}${CRLF}${CRLF}`],
+  ['a close mid-head', `CONNECT 127.0.0.1:1 HT`, true],
+  ['a bad X-Tunnel-Proxy-Host', `CONNECT 127.0.0.1:1 HTTP/1.1${CRLF}X-Tunnel-Proxy-Host: ${'\u00ff'.repeat(10)}${CRLF}${CRLF}`],
+];
+
+test('a corpus of malformed input to every listener of the real server: answers or closes, and every listener still serves', LIMIT, async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  const udsPath = join(dir, 'proxier.sock');
+  const agentPort = await closedPort();
+  const server = startProcess(h, SERVER_BIN, [
+    '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
+    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--v', '2',
+  ]);
+  const started = await server.waitForLine(/yurt-tunnel-server started/);
+  const securePort = Number(/securePort=(\d+)/.exec(started)![1]);
+  const insecurePort = Number(/insecurePort=(\d+)/.exec(started)![1]);
+  const [ca, cert, key] = await Promise.all(
+    ['ca.crt', 'tunnel-proxy-client.crt', 'tunnel-proxy-client.key'].map((f) => readFile(join(certDir, f), 'utf8')),
+  );
+  const tlsDial = (port: number, extra: ConnectionOptions = {}): Dial => async () => {
+    const s = tlsConnect({ host: '127.0.0.1', port, ca, cert, key, servername: 'localhost', ...extra });
+    s.on('error', () => {});
+    await once(s, 'secureConnect');
+    return s;
+  };
+  const tcpDial = (port: number): Dial => async () => {
+    const s = connect(port, '127.0.0.1');
+    await once(s, 'connect');
+    return s;
+  };
+  const udsDial: Dial = async () => {
+    const s = connect(udsPath);
+    await once(s, 'connect');
+    return s;
+  };
+
+  const answers: string[] = [];
+  for (const [name, bytes, endAfter] of httpCorpus) {
+    for (const [port, dial] of [['insecure', tcpDial(insecurePort)], ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })]] as const) {
+      const got = await poke(h, dial, bytes, endAfter === true);
+      answers.push(`${port} ${name}: ${got.split(CRLF)[0] ?? ''}`);
+      assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the ${port} port:\n${server.lines.join('\n')}`);
+    }
+  }
+  // The malformed percent-encodings are 400s that say so.
+  assert.ok(answers.includes('insecure bad percent-encoding in the pod path: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+  assert.ok(answers.includes('secure bad percent-encoding in X-Forwarded-Uri: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+  // TLS-level garbage on the secure port: half a ClientHello, plain HTTP, no client certificate.
+  await poke(h, tcpDial(securePort), Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]), true);
+  await poke(h, tcpDial(securePort), `GET / HTTP/1.1${CRLF}Host: x${CRLF}${CRLF}`);
+  await poke(h, tlsDial(securePort, { cert: undefined, key: undefined }), `GET / HTTP/1.1${CRLF}Host: x${CRLF}${CRLF}`);
+
+  for (const [name, bytes, endAfter] of proxierCorpus) {
+    const got = await poke(h, udsDial, bytes, endAfter === true);
+    answers.push(`proxier ${name}: ${got.split(CRLF)[0] ?? ''}`);
+    assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the proxier:\n${server.lines.join('\n')}`);
+  }
+  assert.ok(answers.includes('proxier CONNECT without a port: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+
+  // The agent port: garbage, TLS without a client certificate, HTTP/1.1 over TLS, an HTTP/2 preface then garbage frames.
+  const agentTLS = { cert, key, ALPNProtocols: ['h2'] };
+  await poke(h, tcpDial(agentPort), Buffer.from('garbage that is not TLS\r\n\r\n'));
+  await poke(h, tlsDial(agentPort, { cert: undefined, key: undefined, ALPNProtocols: ['h2'] }), 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+  await poke(h, tlsDial(agentPort, { ...agentTLS, ALPNProtocols: ['http/1.1'] }), `GET / HTTP/1.1${CRLF}Host: x${CRLF}${CRLF}`);
+  await poke(h, tlsDial(agentPort, agentTLS), Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 4, 0xff, 0xff, 0, 0, 0, 9, 1, 2, 3, 4, 0, 0, 0, 0, 1, 0, 0, 0, 0])]));
+  assert.equal(server.child.exitCode, null, server.lines.join('\n'));
+
+  // Every listener still serves: a real agent joins, a CONNECT echoes, both master ports answer.
+  const agentDir = join(dir, 'agent');
+  const issued = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', certDir, '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', agentDir]);
+  assert.equal(issued.code, 0, issued.output);
+  const agent = startProcess(h, AGENT_BIN, [
+    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+    '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
+  ]);
+  await agent.waitForLine(/connected to tunnel server/);
+  const echo = await startEchoServer(h);
+  const res = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200, res.head);
+  res.socket.write('alive');
+  assert.equal((await readExactly(res.socket, 5, res.rest)).toString(), 'alive');
+  res.socket.destroy();
+  for (const [port, dial] of [['insecure', tcpDial(insecurePort)], ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })]] as const) {
+    const got = await poke(h, dial, `GET /healthz HTTP/1.1${CRLF}Host: 127.0.0.9:10250${CRLF}Connection: close${CRLF}${CRLF}`);
+    assert.match(got, /^HTTP\/1\.1 503 /, `${port}: ${got}`);
+  }
+  assert.equal(server.lines.filter((l) => /uncaught|unhandled/i.test(l)).length, 0, server.lines.join('\n'));
+  assert.equal(server.child.exitCode, null);
+});
