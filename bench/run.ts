@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
+import { findGoBinaries, startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
 
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
 const PARALLEL_BYTES = 64 * 1024 * 1024;
@@ -157,6 +158,53 @@ async function smallGets(port: number, host: string, tls: { ca: string; cert: st
   return { rate, samples: samples.sort((a, b) => a - b) };
 }
 
+interface PathFigures {
+  bulk: number;
+  rttP50: number;
+  rttP99: number;
+  connP50: number;
+  flows4: number;
+}
+
+/** The core figures of one path, measured as for the main table (fewer rounds for new connections). */
+async function measurePath(dial: Dial): Promise<PathFigures> {
+  const bulk: number[] = [];
+  for (let i = 0; i < RUNS; i++) bulk.push(BULK_BYTES / (await bulkOnce(dial, BULK_BYTES)) / MiB);
+  const r = (await rtt(dial, RTT_ROUNDS)).sort((a, b) => a - b);
+  const c = (await newConnections(dial, CONN_ROUNDS)).sort((a, b) => a - b);
+  const p = await parallel(dial, 4, PARALLEL_BYTES);
+  return { bulk: median(bulk), rttP50: percentile(r, 50), rttP99: percentile(r, 99), connP50: percentile(c, 50), flows4: p.total / MiB };
+}
+
+/** Konnectivity's Go server and agent, and the Go agent behind our server, beside direct and ours. */
+function printReferenceTable(paths: Array<[string, PathFigures]>): void {
+  const [, direct] = paths[0]!;
+  const metrics: Array<[string, keyof PathFigures, string, number, boolean]> = [
+    ['bulk throughput', 'bulk', 'MiB/s', 1, true],
+    ['RTT p50', 'rttP50', 'µs', 0, false],
+    ['RTT p99', 'rttP99', 'µs', 0, false],
+    ['new connection p50', 'connP50', 'ms', 3, false],
+    ['4 flows, together', 'flows4', 'MiB/s', 1, true],
+  ];
+  const header = ['metric', ...paths.map(([name]) => name)];
+  const body = metrics.map(([label, key, unit, digits, higher]) => [
+    label,
+    ...paths.map(([, f], i) => {
+      const v = `${f[key].toFixed(digits)} ${unit}`;
+      if (i === 0) return v;
+      const ratio = higher ? f[key] / direct[key] : direct[key] / f[key];
+      return `${v} (${(ratio * 100).toFixed(1)} %)`;
+    }),
+  ]);
+  const all = [header, ...body];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
+  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+  console.log('\n' + line(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const r of body) console.log(line(r));
+  console.log('\n(in brackets: the ratio to direct, as in the table above)');
+}
+
 async function main(): Promise<void> {
   const children: ChildProcess[] = [];
   const verbose = VERBOSE ? ['--v', '3'] : [];
@@ -218,6 +266,27 @@ async function main(): Promise<void> {
     row('GET through master port, p99', percentile(gd.samples, 99), percentile(gm.samples, 99), 'ms', 3, false);
 
     printTable();
+
+    const go = findGoBinaries();
+    if (typeof go === 'string') {
+      console.log(`\nKonnectivity rows left out: ${go}`);
+    } else {
+      console.log('\nthe same figures for the Konnectivity v0.30 Go peers on this machine ...');
+      const goChildren: ChildProcess[] = [];
+      try {
+        const goUds = await startGoPair(goChildren, go, local.certDir, local.dir);
+        const goHost = await startGoAgentOnOurs(goChildren, go, local.certDir, local.dir, local.agentPort);
+        const figures: Array<[string, PathFigures]> = [
+          ['direct', { bulk: median(bulkDirect), rttP50: percentile(rd, 50), rttP99: percentile(rd, 99), connP50: percentile(cd, 50), flows4: pd.total / MiB }],
+          ['yurt-tunnel', { bulk: median(bulkTunnel), rttP50: percentile(rt, 50), rttP99: percentile(rt, 99), connP50: percentile(ct, 50), flows4: pt.total / MiB }],
+          ['Konnectivity (Go server + Go agent)', await measurePath(() => dialThroughProxier({ udsPath: goUds, address }))],
+          ['Go agent behind our server', await measurePath(() => dialThroughProxier({ udsPath: uds, address, proxyHost: goHost }))],
+        ];
+        printReferenceTable(figures);
+      } finally {
+        await stopAll(goChildren);
+      }
+    }
   } finally {
     await local.stop();
     for (const c of children) c.kill('SIGTERM');

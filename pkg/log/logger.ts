@@ -99,49 +99,6 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   return new WinstonLogger(w, opts.verbosity ?? 0, opts.fields ?? {});
 }
 
-export interface LogRecord {
-  level: 'error' | 'warn' | 'info';
-  message: string;
-  fields: LogFields;
-}
-
-/** A logger that keeps records in memory, for tests that check what was logged. */
-export class MemoryLogger implements Logger {
-  readonly records: LogRecord[];
-  constructor(
-    private readonly verbosity = 10,
-    private readonly fields: LogFields = {},
-    sink: LogRecord[] = [],
-  ) {
-    this.records = sink;
-  }
-  private add(level: LogRecord['level'], message: string, fields?: LogFields): void {
-    this.records.push({ level, message, fields: { ...this.fields, ...fields } });
-  }
-  error(message: string, fields?: LogFields): void {
-    this.add('error', message, fields);
-  }
-  warn(message: string, fields?: LogFields): void {
-    this.add('warn', message, fields);
-  }
-  info(message: string, fields?: LogFields): void {
-    this.add('info', message, fields);
-  }
-  verbose(level: number, message: string, fields?: LogFields): void {
-    if (level <= this.verbosity) this.add('info', message, fields);
-  }
-  enabled(level: number): boolean {
-    return level <= this.verbosity;
-  }
-  child(fields: LogFields): Logger {
-    return new MemoryLogger(this.verbosity, { ...this.fields, ...fields }, this.records);
-  }
-  /** Records whose message contains `text`. */
-  find(text: string): LogRecord[] {
-    return this.records.filter((r) => r.message.includes(text));
-  }
-}
-
 /** A logger that drops everything. */
 export function silentLogger(): Logger {
   return createLogger({ stream: new Writable({ write: (_c, _e, cb) => cb() }), verbosity: -1 });

@@ -4,14 +4,14 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { test } from 'node:test';
 import { KubeletTLSError } from '../../pkg/interceptor/kubelet-connector.js';
-import { localhostProxy, parsePortList } from '../../pkg/interceptor/middleware/localhost-proxy.js';
+import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
 import { connectRequest, ProxierError } from '../../pkg/interceptor/proxier-dialer.js';
 import { HttpError, pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
-import { MemoryLogger } from '../../pkg/log/logger.js';
+import { MemoryLogger } from '../support/memory-logger.js';
 
 const edge1: NodeInfo = { name: 'edge-1', addresses: ['10.0.0.5'], kubeletPort: 10250 };
 const edge6: NodeInfo = { name: 'edge-6', addresses: ['fd00::6'] };
@@ -111,12 +111,6 @@ test('localhost proxy: listed ports go to the node\'s loopback, the node chosen 
   // The set is read per request: a reload applies at once.
   ports.clear();
   assert.deepEqual(run({ dialAddress: '10.0.0.5:10266' }), { dialAddress: '10.0.0.5:10266', proxyHost: undefined });
-});
-
-test('localhost-proxy-ports parsing: trims, keeps valid ports, reports the rest', () => {
-  const bad: string[] = [];
-  assert.deepEqual([...parsePortList(' 10266, 10267 ,,abc,0,70000,10266', (e) => bad.push(e))], [10266, 10267]);
-  assert.deepEqual(bad, ['abc', '0', '70000']);
 });
 
 test('metrics path classes are bounded', () => {

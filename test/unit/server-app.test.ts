@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MemoryLogger } from '../../pkg/log/logger.js';
+import { MemoryLogger } from '../support/memory-logger.js';
 import { TunnelServer, clusterAvailable, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';

@@ -29,16 +29,3 @@ export function localhostProxy(ports: () => ReadonlySet<number>, resolver: NodeR
     ctx.dialAddress = joinAddress(isIP(dest.host) === 6 ? '::1' : '127.0.0.1', dest.port);
   };
 }
-
-/** Parses "10266, 10267": trims, drops non-numbers and out-of-range values (reported to `onInvalid`). */
-export function parsePortList(text: string, onInvalid?: (entry: string) => void): Set<number> {
-  const ports = new Set<number>();
-  for (const raw of text.split(',')) {
-    const entry = raw.trim();
-    if (entry === '') continue;
-    const n = Number(entry);
-    if (/^\d+$/.test(entry) && n >= 1 && n <= 65535) ports.add(n);
-    else onInvalid?.(entry);
-  }
-  return ports;
-}

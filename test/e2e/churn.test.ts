@@ -1,0 +1,94 @@
+// Churn: many connections ending every way a connection ends — a normal
+// close, the target closing first, the client resetting mid-transfer, the
+// client giving up while the dial is pending — and afterwards every table is
+// empty, every socket closed, and nothing waits on a timer. CHURN_CONNECTIONS
+// sets the count (default 20,000).
+
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { harness } from '../support/harness.js';
+import { connectVia, startHangingListener, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+
+const TOTAL = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
+const CONCURRENCY = 200;
+
+test(`churn: ${TOTAL} connections ending every way leave every table empty and nothing open`, { timeout: 300_000 }, async (t) => {
+  const h = harness(t);
+  const block = Buffer.alloc(16 * 1024, 3);
+  // First byte from the client says how the target behaves: 'e' echo, 'c' answer then close first, 's' stream until gone.
+  const target = await startTCPServer(h, (s: Socket) => {
+    s.once('data', (first: Buffer) => {
+      const mode = String.fromCharCode(first[0]!);
+      if (mode === 'c') s.end('bye');
+      else if (mode === 's') {
+        const pump = (): void => {
+          while (!s.destroyed && s.writable && s.write(block));
+        };
+        s.on('drain', pump);
+        pump();
+      } else {
+        s.write(first);
+        s.pipe(s);
+      }
+    });
+  });
+  const hanging = await startHangingListener(h);
+  const { server, agent } = await startTunnel(h, { agent: { dialTimeoutMs: 60_000 } });
+  const counts = { normal: 0, targetFirst: 0, reset: 0, cancelled: 0 };
+
+  const one = async (i: number): Promise<void> => {
+    switch (i % 4) {
+      case 0: {
+        const r = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+        r.socket.write('e-hello');
+        await new Promise<void>((resolve) => r.socket.once('data', () => resolve()).resume());
+        r.socket.end();
+        await new Promise((resolve) => r.socket.once('close', resolve));
+        counts.normal++;
+        return;
+      }
+      case 1: {
+        const r = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+        r.socket.write('c');
+        r.socket.resume();
+        await new Promise((resolve) => r.socket.once('close', resolve));
+        counts.targetFirst++;
+        return;
+      }
+      case 2: {
+        const r = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+        r.socket.write('s');
+        await new Promise<void>((resolve) => r.socket.once('data', () => resolve()).resume());
+        r.socket.destroy();
+        counts.reset++;
+        return;
+      }
+      default: {
+        // Gives up while the agent's dial to a listener that never accepts is pending.
+        const s = connect(server.udsPath);
+        s.on('error', () => {});
+        s.write(`CONNECT 127.0.0.1:${hanging} HTTP/1.1\r\nHost: x\r\n\r\n`);
+        await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount > 0, 10_000);
+        s.destroy();
+        counts.cancelled++;
+      }
+    }
+  };
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < TOTAL) await one(next++);
+    }),
+  );
+  assert.deepEqual(counts, { normal: TOTAL / 4, targetFirst: TOTAL / 4, reset: TOTAL / 4, cancelled: TOTAL / 4 });
+  await waitFor('every table empty', () =>
+    server.tunnel.pendingDialCount === 0 &&
+    server.tunnel.establishedCount() === 0 &&
+    agent.clients.connCount === 0 &&
+    agent.clients.pendingDialCount === 0 &&
+    target.sockets.size === 0,
+    10_000,
+  );
+  // The harness then checks that no socket, handle or ref'd timer is left.
+});
