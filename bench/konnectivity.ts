@@ -5,45 +5,11 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { accessSync, constants } from 'node:fs';
-import { createServer } from 'node:net';
-import { join, resolve } from 'node:path';
-import { REPO_ROOT } from '../hack/local-tunnel.js';
+import { join } from 'node:path';
+import { freeLowPort, goAgentArgs, goServerArgs, type KonnectivityBinaries } from '../hack/konnectivity.js';
 import { writeAgentCertificate } from '../pkg/certs/local-store.js';
 
-export interface GoBinaries {
-  proxyServer: string;
-  proxyAgent: string;
-}
-
-/** The Go binaries, or a one-line reason why their rows are left out. */
-export function findGoBinaries(): GoBinaries | string {
-  const dir = process.env.KONNECTIVITY_BIN_DIR ?? resolve(REPO_ROOT, '../shared/konnectivity');
-  const bins = { proxyServer: join(dir, 'proxy-server'), proxyAgent: join(dir, 'proxy-agent') };
-  try {
-    for (const b of Object.values(bins)) accessSync(b, constants.X_OK);
-  } catch {
-    return `no Konnectivity binaries in ${dir} (KONNECTIVITY_BIN_DIR)`;
-  }
-  return bins;
-}
-
-/** A free loopback port below 32768 (the Go server refuses agent ports above 32767). */
-async function lowPort(): Promise<number> {
-  for (let i = 0; i < 50; i++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const s = createServer();
-    const ok = await new Promise<boolean>((r) => {
-      s.once('error', () => r(false));
-      s.listen(port, '127.0.0.1', () => r(true));
-    });
-    if (ok) {
-      await new Promise((r) => s.close(r));
-      return port;
-    }
-  }
-  throw new Error('no free port below 32768');
-}
+export { findKonnectivity as findGoBinaries } from '../hack/konnectivity.js';
 
 function start(children: ChildProcess[], bin: string, args: string[], ready: RegExp): Promise<void> {
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,43 +27,24 @@ function start(children: ChildProcess[], bin: string, args: string[], ready: Reg
   });
 }
 
-async function goAgent(children: ChildProcess[], bins: GoBinaries, certDir: string, dir: string, serverPort: number, agentID: string): Promise<void> {
-  const files = await writeAgentCertificate({ certDir, nodeName: agentID, nodeIPs: ['127.0.0.1'], outDir: join(dir, agentID) });
-  await start(
-    children,
-    bins.proxyAgent,
-    [
-      '--proxy-server-host=127.0.0.1', `--proxy-server-port=${serverPort}`,
-      `--ca-cert=${files.caFile}`, `--agent-cert=${files.certFile}`, `--agent-key=${files.keyFile}`,
-      `--agent-id=${agentID}`, `--agent-identifiers=host=${agentID}&ipv4=127.0.0.1`,
-      '--health-server-host=127.0.0.1', `--health-server-port=${await lowPort()}`, `--admin-server-port=${await lowPort()}`,
-    ],
-    /"Start serving"/,
-  );
+async function goAgent(children: ChildProcess[], bins: KonnectivityBinaries, certDir: string, dir: string, serverPort: number, agentID: string): Promise<void> {
+  await writeAgentCertificate({ certDir, nodeName: agentID, nodeIPs: ['127.0.0.1'], outDir: join(dir, agentID) });
+  const args = goAgentArgs(join(dir, agentID), serverPort, agentID, `host=${agentID}&ipv4=127.0.0.1`, await freeLowPort(), await freeLowPort());
+  await start(children, bins.proxyAgent, args, /"Start serving"/);
 }
 
 /** The Go server (HTTP CONNECT on a Unix socket in `dir`) with one Go agent; resolves with the socket path. */
-export async function startGoPair(children: ChildProcess[], bins: GoBinaries, certDir: string, dir: string): Promise<string> {
+export async function startGoPair(children: ChildProcess[], bins: KonnectivityBinaries, certDir: string, dir: string): Promise<string> {
   const udsPath = join(dir, 'konnectivity.sock');
-  const agentPort = await lowPort();
-  await start(
-    children,
-    bins.proxyServer,
-    [
-      '--mode=http-connect', `--uds-name=${udsPath}`, '--server-port=0',
-      '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
-      '--health-bind-address=127.0.0.1', `--health-port=${await lowPort()}`, `--admin-port=${await lowPort()}`,
-      `--cluster-cert=${join(certDir, 'tunnel-server.crt')}`, `--cluster-key=${join(certDir, 'tunnel-server.key')}`,
-      `--cluster-ca-cert=${join(certDir, 'ca.crt')}`,
-    ],
-    /Starting agent server for tunnel connections/,
-  );
+  const ports = { agentPort: await freeLowPort(), healthPort: await freeLowPort(), adminPort: await freeLowPort() };
+  await start(children, bins.proxyServer, goServerArgs(certDir, udsPath, ports), /Starting agent server for tunnel connections/);
+  const agentPort = ports.agentPort;
   await goAgent(children, bins, certDir, dir, agentPort, 'go-pair');
   return udsPath;
 }
 
 /** A Go agent joining our server at `agentPort`, reached with X-Tunnel-Proxy-Host `go-agent`. */
-export async function startGoAgentOnOurs(children: ChildProcess[], bins: GoBinaries, certDir: string, dir: string, agentPort: number): Promise<string> {
+export async function startGoAgentOnOurs(children: ChildProcess[], bins: KonnectivityBinaries, certDir: string, dir: string, agentPort: number): Promise<string> {
   await goAgent(children, bins, certDir, dir, agentPort, 'go-agent');
   return 'go-agent';
 }

@@ -10,7 +10,7 @@ import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
-import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs } from '../support/konnectivity.js';
+import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs } from '../../hack/konnectivity.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 

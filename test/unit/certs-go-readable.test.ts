@@ -14,7 +14,7 @@ import forge from 'node-forge';
 import { CA_CERT_FILE, CA_KEY_FILE, ensureLocalServerCertificates, writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { createCA, invalidPrintableStrings, issueCertificate, type CertKeyPair } from '../../pkg/certs/pki.js';
 import { harness } from '../support/harness.js';
-import { findKonnectivity } from '../support/konnectivity.js';
+import { findKonnectivity } from '../../hack/konnectivity.js';
 import { startProcess } from '../support/processes.js';
 import { closedPort, tempDir } from '../support/tunnel.js';
 

@@ -1,11 +1,12 @@
-// The real Konnectivity Go binaries (shared/konnectivity/): where they are,
-// and a reason to skip when they are not. KONNECTIVITY_BIN_DIR overrides the
-// folder, as envtest's KUBEBUILDER_ASSETS does for the control plane.
+// The real Konnectivity Go binaries (shared/konnectivity/), for the interop
+// tests and the bench: where they are (KONNECTIVITY_BIN_DIR overrides the
+// folder, as envtest's KUBEBUILDER_ASSETS does for the control plane), a
+// reason to skip when they are not, free ports they accept, their arguments.
 
 import { accessSync, constants } from 'node:fs';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
-import { repoRoot } from './upstream.js';
+import { REPO_ROOT } from './local-tunnel.js';
 
 export interface KonnectivityBinaries {
   proxyServer: string;
@@ -13,7 +14,7 @@ export interface KonnectivityBinaries {
 }
 
 export function konnectivityDir(): string {
-  return process.env.KONNECTIVITY_BIN_DIR ?? resolve(repoRoot(), '../shared/konnectivity');
+  return process.env.KONNECTIVITY_BIN_DIR ?? resolve(REPO_ROOT, '../shared/konnectivity');
 }
 
 /** The binaries, or a one-line reason why the tests that need them skip. */
