@@ -89,7 +89,14 @@ export class HttpConnectServer {
         return;
       }
       // Bytes the client pipelined after the head belong to the tunnel.
-      void this.serve(socket, result.head, buffered.subarray(result.length));
+      // The boundary of one client: whatever goes wrong serving it ends that client, logged with its stack.
+      this.serve(socket, result.head, buffered.subarray(result.length)).catch((err: unknown) => {
+        this.log.error('internal error serving a CONNECT client; its connection was closed', {
+          error: errorMessage(err),
+          stack: err instanceof Error ? err.stack : undefined,
+        });
+        socket.destroy();
+      });
     };
     socket.on('data', onData);
     socket.on('end', onEnd);
