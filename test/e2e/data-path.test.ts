@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { harness } from '../support/harness.js';
-import { connectVia, readExactly, startEchoServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startEchoServer, startTCPServer, startTunnel, waitFor, waitForSteady } from '../support/tunnel.js';
 
 /** Writes `data` in 64 KiB pieces, honouring back-pressure. */
 async function writeAll(socket: Socket, data: Buffer): Promise<void> {
@@ -121,9 +121,8 @@ test('a reader that stops reading makes the sender wait; memory does not grow', 
   const { server } = await startTunnel(h);
   const res = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
   assert.equal(res.status, 200);
-  await sleep(500);
-  const stalledAt = written;
-  await sleep(500);
+  const stalledAt = await waitForSteady('the blocked target', () => written);
+  await sleep(300);
   // Bounded: socket buffers + per-connection buffers + the HTTP/2 windows, not the 100s of MiB a loop makes in a second.
   assert.equal(written, stalledAt, 'the target is blocked while nobody reads');
   assert.ok(written < 64 * 1024 * 1024, `target wrote ${written} bytes before being stopped`);

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CONN_WINDOW_HEADER } from '../../pkg/protocol/flow-control.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
-import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor, waitForSteady } from '../support/tunnel.js';
 import { scriptedAgent, scriptedServer } from '../support/upstream.js';
 
 test('a reader that stops does not stall the other connections of its agent', async (t) => {
@@ -28,8 +28,7 @@ test('a reader that stops does not stall the other connections of its agent', as
   // A connection whose client never reads.
   const stalled = await connectVia(server.udsPath, `127.0.0.1:${firehose.port}`);
   assert.equal(stalled.status, 200);
-  await sleep(300);
-  const stalledAt = streamed;
+  const stalledAt = await waitForSteady('the stalled firehose', () => streamed);
 
   // Meanwhile new connections open and answer at once, many times over.
   const started = performance.now();

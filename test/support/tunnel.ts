@@ -36,6 +36,27 @@ export async function waitFor(what: string, cond: () => boolean, timeoutMs = 500
   }
 }
 
+/**
+ * Waits until `value()` has stopped changing for `quietMs` (a pipeline whose
+ * buffers have filled); fails after `timeoutMs`. Returns the settled value.
+ */
+export async function waitForSteady(what: string, value: () => number, quietMs = 300, timeoutMs = 10_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  let last = value();
+  let since = Date.now();
+  for (;;) {
+    await sleep(20);
+    const now = value();
+    if (now !== last) {
+      last = now;
+      since = Date.now();
+    } else if (Date.now() - since >= quietMs) {
+      return now;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} to settle (still at ${now})`);
+  }
+}
+
 export interface TestServer {
   tunnel: Tunnel;
   endpoint: AgentEndpoint;
