@@ -1,4 +1,5 @@
-// Interop with the real Konnectivity v0.30 Go binaries, both ways. A grpc-js
+// Interop with the real Konnectivity v0.30 Go binaries (shared/konnectivity/
+// proxy-server and proxy-agent, found by hack/konnectivity.ts), both ways. A grpc-js
 // peer built from our .proto files proves the bytes; these prove the
 // behaviour around them: Go's x509 parser, grpc-go's BDP pings and keepalive
 // policy, Go's HTTP/2 flow control, the Go agent's sync loop.
