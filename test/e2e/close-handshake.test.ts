@@ -4,25 +4,17 @@
 // target socket and a megabyte of buffers; under churn that piled up.
 
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
 import { test } from 'node:test';
 import { harness } from '../support/harness.js';
-import { connectVia, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+import { connectVia, startFirehose, startTunnel, waitFor } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 60_000 };
 
 for (const flowControl of [true, false]) {
   test(`clients that reset mid-transfer while the target sends: the agent lets go within a second (${flowControl ? 'with' : 'without'} flow control)`, LIMIT, async (t) => {
     const h = harness(t);
-    const block = Buffer.alloc(64 * 1024, 7);
     // A target that sends as fast as it is let, forever.
-    const target = await startTCPServer(h, (s: Socket) => {
-      const pump = (): void => {
-        while (!s.destroyed && s.write(block));
-      };
-      s.on('drain', pump);
-      pump();
-    });
+    const target = await startFirehose(h);
     const { server, agent } = await startTunnel(h, flowControl ? {} : { agent: { connection: { connWindow: 0 } } });
     // Each client reads a little, then resets, while its target keeps sending.
     let maxOpen = 0;

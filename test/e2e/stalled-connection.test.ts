@@ -5,23 +5,15 @@
 // closed (YT_ERR_CONN_STALLED) and the rest flows again.
 
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
 import { test } from 'node:test';
 import { harness } from '../support/harness.js';
-import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startServer, startFirehose, waitFor } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 60_000 };
 
 test('a stalled reader behind an agent without flow control is closed after the limit; new dials and other connections flow', LIMIT, async (t) => {
   const h = harness(t);
-  const block = Buffer.alloc(64 * 1024, 1);
-  const firehose = await startTCPServer(h, (s: Socket) => {
-    const pump = (): void => {
-      while (!s.destroyed && s.write(block));
-    };
-    s.on('drain', pump);
-    pump();
-  });
+  const firehose = await startFirehose(h);
   const echo = await startEchoServer(h);
   const server = await startServer(h, { tunnel: { stalledConnectionTimeoutMs: 500, dialTimeoutMs: 5000 } });
   // connWindow 0: the agent announces no flow control, as an upstream agent.

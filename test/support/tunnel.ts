@@ -256,6 +256,18 @@ export async function startTCPServer(h: Harness, onConnection: (s: Socket) => vo
   return { server, port: (server.address() as AddressInfo).port, sockets };
 }
 
+/** A target that sends 64 KiB blocks to every connection as fast as it is let, until the connection goes. */
+export function startFirehose(h: Harness): Promise<{ server: Server; port: number; sockets: Set<Socket> }> {
+  const block = Buffer.alloc(64 * 1024, 7);
+  return startTCPServer(h, (s) => {
+    const pump = (): void => {
+      while (!s.destroyed && s.write(block));
+    };
+    s.on('drain', pump);
+    pump();
+  });
+}
+
 /** An echo server: every byte comes back; closes when the client closes. */
 export function startEchoServer(h: Harness): Promise<{ server: Server; port: number; sockets: Set<Socket> }> {
   return startTCPServer(h, (s) => s.pipe(s));
