@@ -1,9 +1,7 @@
-// How the master server finds nodes and pods. The Kubernetes integration
-// answers from informers; without a cluster, the connected agents are the only
-// source: an agent's `host` identifiers name its node and its `ipv4`/`ipv6`
-// identifiers are the node's addresses.
-
-import type { BackendRegistry } from '../tunnel/backend-registry.js';
+// How the master server finds nodes and pods. The resolvers are built outside
+// the interceptor and handed to it: in local mode from the connected agents
+// (pkg/server/agent-node-resolver.ts), in cluster mode from Node and Pod
+// informers (pkg/kube/node-resolver.ts) with the agents as a fallback.
 
 export interface NodeInfo {
   name: string;
@@ -23,34 +21,42 @@ export interface NodeResolver {
   nodesByIP(ip: string): NodeInfo[];
   /** The node a pod runs on, or undefined if unknown (or no pods are known). */
   podNode(namespace: string, pod: string): NodeInfo | undefined;
+  /** Where unknown names were looked for, for error messages: "no connected agent advertises it". */
+  readonly unknownNodeHint?: string;
 }
 
-/** Local mode: nodes are what the connected agents advertise; pods are unknown. */
-export class AgentNodeResolver implements NodeResolver {
-  constructor(private readonly registry: BackendRegistry) {}
+/** Asks each resolver in turn; the first that knows answers. */
+export class NodeResolverChain implements NodeResolver {
+  readonly unknownNodeHint: string;
+
+  constructor(private readonly resolvers: NodeResolver[]) {
+    this.unknownNodeHint = resolvers
+      .map((r) => r.unknownNodeHint)
+      .filter((hint) => hint !== undefined)
+      .join(', and ');
+  }
 
   node(name: string): NodeInfo | undefined {
-    for (const b of this.registry.all()) {
-      if (b.identifiers.host.includes(name) || b.agentID === name) return this.info(name, b.identifiers.ipv4, b.identifiers.ipv6);
+    for (const r of this.resolvers) {
+      const found = r.node(name);
+      if (found !== undefined) return found;
     }
     return undefined;
   }
 
   nodesByIP(ip: string): NodeInfo[] {
-    const found = new Map<string, NodeInfo>();
-    for (const b of this.registry.all()) {
-      if (!b.identifiers.ipv4.includes(ip) && !b.identifiers.ipv6.includes(ip)) continue;
-      const name = b.identifiers.host[0] ?? b.agentID;
-      if (!found.has(name)) found.set(name, this.info(name, b.identifiers.ipv4, b.identifiers.ipv6));
+    for (const r of this.resolvers) {
+      const found = r.nodesByIP(ip);
+      if (found.length > 0) return found;
     }
-    return [...found.values()];
+    return [];
   }
 
-  podNode(): NodeInfo | undefined {
+  podNode(namespace: string, pod: string): NodeInfo | undefined {
+    for (const r of this.resolvers) {
+      const found = r.podNode(namespace, pod);
+      if (found !== undefined) return found;
+    }
     return undefined;
-  }
-
-  private info(name: string, ipv4: string[], ipv6: string[]): NodeInfo {
-    return { name, addresses: [...ipv4, ...ipv6] };
   }
 }

@@ -12,7 +12,7 @@ import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
-import { AgentNodeResolver } from '../interceptor/node-resolver.js';
+import { AgentNodeResolver } from './agent-node-resolver.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';

@@ -80,7 +80,7 @@ test('trace: a Host that is a node name; IPv6 addresses are bracketed; unknown n
   assert.deepEqual(traced({ dialAddress: 'edge-1:10250' }), { dialAddress: '10.0.0.5:10250', proxyHost: 'edge-1' });
   assert.deepEqual(traced({ dialAddress: 'edge-6:10250' }), { dialAddress: '[fd00::6]:10250', proxyHost: 'edge-6' });
   assert.throws(() => traced({ dialAddress: 'ghost:10250' }), { status: 400, message: 'node "ghost" is not known to the tunnel server: no connected agent advertises it' });
-  assert.throws(() => traced({ dialAddress: 'bare:10250' }), { status: 400, message: 'node "bare" has no known address: its agent advertises no ipv4 or ipv6 identifier' });
+  assert.throws(() => traced({ dialAddress: 'bare:10250' }), { status: 400, message: 'node "bare" has no known address (no InternalIP, and its agent advertises no ipv4 or ipv6 identifier)' });
 });
 
 test('trace: a caller\'s own X-Tunnel-Proxy-Host is kept', () => {

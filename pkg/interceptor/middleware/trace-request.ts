@@ -22,7 +22,7 @@ const NODE_PROXY = /^\/api\/v1\/nodes\/([^/?]+)\/proxy(?:[/?]|$)/;
 function routeTo(ctx: RequestContext, node: NodeInfo, port: number): void {
   const address = node.addresses[0];
   if (address === undefined) {
-    throw new HttpError(400, `node "${node.name}" has no known address: its agent advertises no ipv4 or ipv6 identifier`);
+    throw new HttpError(400, `node "${node.name}" has no known address (no InternalIP, and its agent advertises no ipv4 or ipv6 identifier)`);
   }
   ctx.dialAddress = joinAddress(address, port);
   ctx.proxyHost ??= node.name;
@@ -45,6 +45,10 @@ function parseProxiedNode(segment: string): { name: string; port: number | undef
   return { name: parts[0]!, port };
 }
 
+function unknownHint(resolver: NodeResolver): string {
+  return resolver.unknownNodeHint ?? 'no connected agent advertises it';
+}
+
 export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
   return (ctx) => {
     const target = splitAddress(ctx.dialAddress);
@@ -65,7 +69,7 @@ export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
     if (proxied !== null) {
       const { name, port } = parseProxiedNode(proxied[1]!);
       const node = resolver.node(name);
-      if (node === undefined) throw new HttpError(400, `node "${name}" is not known to the tunnel server: no connected agent advertises it`);
+      if (node === undefined) throw new HttpError(400, `node "${name}" is not known to the tunnel server: ${unknownHint(resolver)}`);
       routeTo(ctx, node, port ?? node.kubeletPort ?? DEFAULT_KUBELET_PORT);
       return;
     }
@@ -81,7 +85,7 @@ export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
     if (isIP(target.host) === 0) {
       const node = resolver.node(target.host);
       if (node === undefined) {
-        throw new HttpError(400, `node "${target.host}" is not known to the tunnel server: no connected agent advertises it`);
+        throw new HttpError(400, `node "${target.host}" is not known to the tunnel server: ${unknownHint(resolver)}`);
       }
       routeTo(ctx, node, target.port);
       return;
