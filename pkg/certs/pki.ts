@@ -125,13 +125,7 @@ export function issueCertificate(ca: CertKeyPair, req: CertificateRequest): Cert
   validity(cert, req.validityDays ?? 365);
   cert.setSubject(subject(req.commonName, req.organizations));
   cert.setIssuer(reusableName(caCert.subject.attributes));
-  const altNames = [
-    ...(req.dnsNames ?? []).map((value) => ({ type: 2, value })),
-    ...(req.ips ?? []).map((ip) => {
-      if (isIP(ip) === 0) throw new TypeError(`not an IP address: ${JSON.stringify(ip)}`);
-      return { type: 7, ip };
-    }),
-  ];
+  const altNames = subjectAltNames(req.dnsNames, req.ips);
   const extensions: object[] = [
     { name: 'basicConstraints', cA: false, critical: true },
     {
@@ -159,6 +153,7 @@ export interface CertificateSummary {
   organizations: string[];
   dnsNames: string[];
   ips: string[];
+  notBefore: Date;
   notAfter: Date;
 }
 
@@ -173,7 +168,7 @@ export function describeCertificate(certPem: string): CertificateSummary {
   }
   const commonName = /^CN=(.*)$/m.exec(x.subject)?.[1] ?? '';
   const organizations = [...x.subject.matchAll(/^O=(.*)$/gm)].map((m) => m[1]!);
-  return { commonName, organizations, dnsNames, ips, notAfter: new Date(x.validTo) };
+  return { commonName, organizations, dnsNames, ips, notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo) };
 }
 
 function normalizeIP(ip: string): string {
@@ -187,4 +182,36 @@ export function sameAddressSet(a: readonly string[], b: readonly string[]): bool
   const na = new Set(a.map(normalizeIP));
   const nb = new Set(b.map(normalizeIP));
   return na.size === nb.size && [...na].every((v) => nb.has(v));
+}
+
+/** What a certificate signing request asks for. */
+export interface SigningRequest {
+  commonName: string;
+  organizations?: readonly string[];
+  dnsNames?: readonly string[];
+  ips?: readonly string[];
+}
+
+function subjectAltNames(dnsNames: readonly string[] = [], ips: readonly string[] = []): object[] {
+  return [
+    ...dnsNames.map((value) => ({ type: 2, value })),
+    ...ips.map((ip) => {
+      if (isIP(ip) === 0) throw new TypeError(`not an IP address: ${JSON.stringify(ip)}`);
+      return { type: 7, ip };
+    }),
+  ];
+}
+
+/** A new RSA key and a PKCS#10 request for it, names written as Go reads them. */
+export function createSigningRequest(req: SigningRequest): { csr: string; key: string } {
+  const { privateKey, publicKey, keyPem } = newKeyPair();
+  const csr = forge.pki.createCertificationRequest();
+  csr.publicKey = publicKey;
+  csr.setSubject(subject(req.commonName, req.organizations));
+  const altNames = subjectAltNames(req.dnsNames, req.ips);
+  if (altNames.length > 0) {
+    csr.setAttributes([{ name: 'extensionRequest', extensions: [{ name: 'subjectAltName', altNames }] }]);
+  }
+  csr.sign(privateKey, forge.md.sha256.create());
+  return { csr: forge.pki.certificationRequestToPem(csr), key: keyPem };
 }

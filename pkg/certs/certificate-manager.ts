@@ -1,0 +1,219 @@
+// Keeps one certificate valid: loads it from its store, asks its source (the
+// cluster's CSR API) for a new one when there is none, when the stored one is
+// unusable, when the wanted names changed, and at 70–90 % of its lifetime
+// (jittered, so replicas do not all renew at once). Whoever serves or dials
+// with it subscribes to onRotated and swaps it in without a restart.
+
+import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import type { Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
+import type { PemFileStore } from './pem-file-store.js';
+import { createSigningRequest, describeCertificate, sameAddressSet, type CertKeyPair, type CertificateSummary } from './pki.js';
+
+export type KeyUsage = 'digital signature' | 'key encipherment' | 'server auth' | 'client auth';
+
+export interface CertificateTemplate {
+  commonName: string;
+  organizations: string[];
+  dnsNames: string[];
+  ips: string[];
+  signerName: string;
+  usages: KeyUsage[];
+}
+
+/** Where new certificates come from (pkg/kube's CsrSigner). */
+export interface CertificateSource {
+  readonly description: string;
+  sign(
+    req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number },
+    signal?: AbortSignal,
+  ): Promise<string>;
+}
+
+export interface CertificateManagerOptions {
+  /** What the certificate is for, in log lines and the CSR's name: `yurttunnel-server`. */
+  name: string;
+  store: PemFileStore;
+  source: CertificateSource;
+  /** The certificate wanted now; asked again on every check. */
+  template(): CertificateTemplate;
+  expirationSeconds?: number;
+  backoff?: BackoffOptions;
+  random?: () => number;
+  logger: Logger;
+}
+
+const MAX_TIMER_MS = 2 ** 31 - 1;
+const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 1000, factor: 2, jitter: 0.5, capMs: 5 * 60_000 };
+
+/** When to renew: a random point between 70 % and 90 % of the lifetime. */
+export function rotationDeadline(notBefore: Date, notAfter: Date, random: () => number = Math.random): Date {
+  const lifetime = notAfter.getTime() - notBefore.getTime();
+  return new Date(notBefore.getTime() + lifetime * (0.7 + 0.2 * random()));
+}
+
+/** Why `have` is not the certificate `want` describes, or undefined if it is. */
+export function templateMismatch(have: CertificateSummary, want: CertificateTemplate): string | undefined {
+  if (have.commonName !== want.commonName) return `common name ${have.commonName}, want ${want.commonName}`;
+  const sameSet = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && a.every((x) => b.includes(x));
+  if (!sameSet([...new Set(have.organizations)], [...new Set(want.organizations)])) {
+    return `organizations ${have.organizations.join(',')}, want ${want.organizations.join(',')}`;
+  }
+  if (!sameSet([...new Set(have.dnsNames)], [...new Set(want.dnsNames)])) return `DNS names ${have.dnsNames.join(',')}, want ${want.dnsNames.join(',')}`;
+  if (!sameAddressSet(have.ips, want.ips)) return `IP addresses ${have.ips.join(',')}, want ${want.ips.join(',')}`;
+  return undefined;
+}
+
+export class CertificateManager {
+  private pair: CertKeyPair | undefined;
+  private summary: CertificateSummary | undefined;
+  private deadline: Date | undefined;
+  private readonly listeners: ((pair: CertKeyPair) => void)[] = [];
+  private readyWaiters: { resolve: (p: CertKeyPair) => void; reject: (e: Error) => void }[] = [];
+  private readonly backoff: Backoff;
+  private readonly random: () => number;
+  private readonly log: Logger;
+  private timer: NodeJS.Timeout | undefined;
+  private obtaining: Promise<void> | undefined;
+  private readonly abort = new AbortController();
+  private stopped = false;
+
+  constructor(private readonly opts: CertificateManagerOptions) {
+    this.backoff = new Backoff(opts.backoff ?? DEFAULT_BACKOFF);
+    this.random = opts.random ?? Math.random;
+    this.log = opts.logger.child({ certificate: opts.name });
+  }
+
+  current(): CertKeyPair | undefined {
+    return this.pair;
+  }
+
+  /** When the current certificate will be renewed. */
+  rotationDeadline(): Date | undefined {
+    return this.deadline;
+  }
+
+  onRotated(listener: (pair: CertKeyPair) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /** Loads the stored certificate; starts obtaining a new one in the background when it is not usable. Never throws. */
+  async start(): Promise<void> {
+    const stored = await this.opts.store.load();
+    if (stored.kind === 'unusable') {
+      this.log.warn('the stored certificate is unusable; requesting a new one', { path: stored.path, problem: stored.problem });
+    } else if (stored.kind === 'found') {
+      const summary = describeCertificate(stored.pair.cert);
+      this.install(stored.pair, summary);
+      this.log.info('loaded the stored certificate', { path: stored.path, notAfter: summary.notAfter.toISOString() });
+    } else {
+      this.log.info('no stored certificate; requesting one', { path: stored.path, from: this.opts.source.description });
+    }
+    this.check('start');
+  }
+
+  /** Resolves with a certificate as soon as there is one. */
+  ready(): Promise<CertKeyPair> {
+    if (this.pair !== undefined) return Promise.resolve(this.pair);
+    if (this.stopped) return Promise.reject(new Error(`certificate ${this.opts.name}: stopped before one was issued`));
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  /** Renews now if the certificate is missing, expiring, or no longer matches the template. */
+  check(trigger: string): void {
+    if (this.stopped) return;
+    const reason = this.renewReason();
+    if (reason !== undefined) this.renew(`${reason} (${trigger})`);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.abort.abort(new Error('certificate manager stopped'));
+    await this.obtaining;
+    for (const w of this.readyWaiters.splice(0)) w.reject(new Error(`certificate ${this.opts.name}: stopped before one was issued`));
+  }
+
+  private renewReason(): string | undefined {
+    if (this.summary === undefined) return 'no certificate';
+    if (this.deadline !== undefined && Date.now() >= this.deadline.getTime()) return 'past its rotation deadline';
+    const mismatch = templateMismatch(this.summary, this.opts.template());
+    return mismatch === undefined ? undefined : `the wanted names changed: ${mismatch}`;
+  }
+
+  private renew(reason: string): void {
+    if (this.obtaining !== undefined) return;
+    this.log.info('renewing the certificate', { reason });
+    this.obtaining = this.obtain().finally(() => {
+      this.obtaining = undefined;
+    });
+  }
+
+  private async obtain(): Promise<void> {
+    this.backoff.reset();
+    while (!this.stopped) {
+      const want = this.opts.template();
+      try {
+        const { csr, key } = createSigningRequest(want);
+        const cert = await this.opts.source.sign(
+          {
+            namePrefix: `${this.opts.name}-`,
+            csr,
+            signerName: want.signerName,
+            usages: want.usages,
+            ...(this.opts.expirationSeconds !== undefined ? { expirationSeconds: this.opts.expirationSeconds } : {}),
+          },
+          this.abort.signal,
+        );
+        if (this.stopped) return;
+        const pair = { cert, key };
+        const path = await this.opts.store.save(pair);
+        const summary = describeCertificate(cert);
+        this.install(pair, summary);
+        this.log.info('certificate rotated', { path, notAfter: summary.notAfter.toISOString(), renewAt: this.deadline?.toISOString() });
+        for (const listener of this.listeners) listener(pair);
+        // The template may have changed while we waited for the signer.
+        if (templateMismatch(summary, this.opts.template()) === undefined) return;
+      } catch (err: unknown) {
+        if (this.stopped) return;
+        const delay = this.backoff.next();
+        this.log.warn('could not obtain a certificate; retrying', { error: errorMessage(err), retryInMs: Math.round(delay) });
+        await this.pause(delay);
+      }
+    }
+  }
+
+  private pause(ms: number): Promise<void> {
+    const signal = this.abort.signal;
+    return new Promise((resolve) => {
+      const onAbort = (): void => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      }, ms);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  private install(pair: CertKeyPair, summary: CertificateSummary): void {
+    this.pair = pair;
+    this.summary = summary;
+    this.deadline = rotationDeadline(summary.notBefore, summary.notAfter, this.random);
+    for (const w of this.readyWaiters.splice(0)) w.resolve(pair);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    clearTimeout(this.timer);
+    if (this.stopped || this.deadline === undefined) return;
+    const wait = Math.max(0, Math.min(this.deadline.getTime() - Date.now(), MAX_TIMER_MS));
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (Date.now() >= this.deadline!.getTime()) this.check('rotation deadline');
+      else this.schedule();
+    }, wait);
+  }
+}
