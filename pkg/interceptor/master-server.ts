@@ -8,7 +8,7 @@
 // interceptor, which carries it through the tunnel.
 
 import { createServer as createHTTPServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createHTTPSServer } from 'node:https';
+import { createServer as createHTTPSServer, type Server as HTTPSServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
@@ -113,6 +113,14 @@ export class MasterServer {
       else socket.destroy();
     });
     this.servers.push({ server, name, host, port });
+  }
+
+  /** Serves a new certificate (and caller CA) on the secure port from the next handshake on. */
+  setTLS(tls: { cert: string; key: string; clientCA: string }): void {
+    const secure = this.servers.find((s) => s.name === 'secure');
+    if (secure === undefined) return;
+    (secure.server as HTTPSServer).setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.clientCA, minVersion: 'TLSv1.2' });
+    this.opts.logger.info('serving certificate replaced on the secure master port for new connections');
   }
 
   async start(): Promise<void> {

@@ -2,17 +2,20 @@
 // endpoint and the CONNECT proxier, in that order; stop() undoes all of it.
 
 import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import type { Registry } from 'prom-client';
-import { ensureLocalServerCertificates, type LocalCertificates } from '../certs/local-store.js';
+import { ensureLocalServerCertificates } from '../certs/local-store.js';
+import type { CertKeyPair } from '../certs/pki.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
+import { NodeResolverChain } from '../interceptor/node-resolver.js';
+import { serverKubeConfigSource } from '../kube/client.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
+import { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
@@ -62,6 +65,8 @@ export interface ServerOptions {
   maxAgentStreams?: number;
   logger: Logger;
   metricsRegistry?: Registry;
+  /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */
+  csrPollMs?: number;
 }
 
 /** The loopback address of `ip`'s family (the insecure port's default, as OpenYurt). */
@@ -108,13 +113,46 @@ export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles>
   return { clientCA, proxyClient, kubeletCA };
 }
 
-/** True when the process can reach a Kubernetes API (a kubeconfig, or running in a pod). */
-export function clusterAvailable(kubeConfig: string | undefined): boolean {
-  if (kubeConfig !== undefined && kubeConfig !== '') return true;
-  return (
-    process.env.KUBERNETES_SERVICE_HOST !== undefined &&
-    existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')
-  );
+/** The certificates the listeners and the kubelet connector use, whichever mode made them. */
+interface ServerCertificates {
+  /** CA bundle of agents' client certificates (and, by default, of callers on the secure port). */
+  ca: string;
+  server: CertKeyPair;
+  proxyClient: CertKeyPair;
+}
+
+async function localCertificates(opts: ServerOptions): Promise<ServerCertificates> {
+  const log = opts.logger;
+  log.info('no cluster configured: running in local certificate mode', { certDir: opts.certDir });
+  const certs = await ensureLocalServerCertificates({
+    certDir: opts.certDir,
+    certIPs: opts.certIPs,
+    certDNSNames: opts.certDNSNames,
+  });
+  if (certs.caReplacedBecause !== undefined) {
+    log.warn(
+      'replaced the local CA: the one in --cert-dir was unreadable to Go clients (Go agents, kube-apiserver, kubectl); ' +
+        'every agent certificate it issued must be issued again with `yurt-tunnel-server issue-agent-cert`',
+      { certDir: opts.certDir, reason: certs.caReplacedBecause },
+    );
+  }
+  if (certs.changed.length > 0) log.info('certificates created', { certDir: opts.certDir, files: certs.changed.join(',') });
+  if (opts.enableDNSController) log.info('DNS controller skipped: local mode has no cluster');
+  if (opts.enableIptables) log.info('iptables manager skipped: local mode has no cluster');
+  return { ca: certs.ca, server: certs.server, proxyClient: certs.proxyClient };
+}
+
+async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions): Promise<ServerCertificates> {
+  const log = opts.logger;
+  if (cluster.serving.current() === undefined || cluster.proxyClient.current() === undefined) {
+    log.info('waiting for the serving and proxy-client certificates (CertificateSigningRequests) before listening', {
+      certDir: opts.certDir,
+    });
+  }
+  const { serving, proxyClient } = await cluster.certificates();
+  if (opts.enableDNSController) log.info('DNS controller not started: it comes in a later version');
+  if (opts.enableIptables) log.info('iptables manager not started: it comes in a later version');
+  return { ca: cluster.clusterCA, server: serving, proxyClient };
 }
 
 export class TunnelServer {
@@ -128,34 +166,35 @@ export class TunnelServer {
     readonly master: MasterServer,
     private readonly connector: KubeletConnector,
     private readonly log: Logger,
+    /** Set in cluster mode. */
+    readonly cluster: ClusterServices | undefined,
   ) {}
 
   static async start(opts: ServerOptions): Promise<TunnelServer> {
     const log = opts.logger;
-    if (clusterAvailable(opts.kubeConfig)) {
-      throw new Error(
-        'a Kubernetes cluster is configured (--kube-config or in-cluster), but cluster mode (certificates by CSR, ' +
-          'DNS controller, iptables manager) is not implemented in this version; run without --kube-config for local mode',
-      );
-    }
+    const source = serverKubeConfigSource(opts.kubeConfig);
     // Everything that can be wrong with the flags' files is found before anything is built or listens.
     const files = await readServerFiles(opts);
-    log.info('no cluster configured: running in local certificate mode', { certDir: opts.certDir });
-    const certs = await ensureLocalServerCertificates({
-      certDir: opts.certDir,
-      certIPs: opts.certIPs,
-      certDNSNames: opts.certDNSNames,
-    });
-    if (certs.caReplacedBecause !== undefined) {
-      log.warn(
-        'replaced the local CA: the one in --cert-dir was unreadable to Go clients (Go agents, kube-apiserver, kubectl); ' +
-          'every agent certificate it issued must be issued again with `yurt-tunnel-server issue-agent-cert`',
-        { certDir: opts.certDir, reason: certs.caReplacedBecause },
-      );
+    let cluster: ClusterServices | undefined;
+    let certs: ServerCertificates;
+    if (source === undefined) {
+      certs = await localCertificates(opts);
+    } else {
+      cluster = await ClusterServices.start({
+        source,
+        certDir: opts.certDir,
+        certIPs: opts.certIPs,
+        certDNSNames: opts.certDNSNames,
+        logger: log,
+        csrPollMs: opts.csrPollMs,
+      });
+      try {
+        certs = await clusterCertificates(cluster, opts);
+      } catch (err: unknown) {
+        await cluster.stop();
+        throw err;
+      }
     }
-    if (certs.changed.length > 0) log.info('certificates created', { certDir: opts.certDir, files: certs.changed.join(',') });
-    if (opts.enableDNSController) log.info('DNS controller skipped: local mode has no cluster');
-    if (opts.enableIptables) log.info('iptables manager skipped: local mode has no cluster');
 
     const serverID = opts.serverID ?? randomUUID();
     const tunnel = new Tunnel({
@@ -167,10 +206,11 @@ export class TunnelServer {
     });
     let server: TunnelServer;
     try {
-      server = TunnelServer.build(serverID, tunnel, certs, files, opts);
+      server = TunnelServer.build(serverID, tunnel, certs, files, opts, cluster);
     } catch (err: unknown) {
       // A component refused its options: nothing listens yet, but the tunnel's timers run.
       await tunnel.close();
+      await cluster?.stop();
       throw err;
     }
     const { agentEndpoint, proxier, master } = server;
@@ -184,6 +224,7 @@ export class TunnelServer {
     }
     log.info('yurt-tunnel-server started', {
       serverID,
+      mode: cluster === undefined ? 'local' : 'cluster',
       agentAddress: `${opts.bindAddress}:${agentEndpoint.address.port}`,
       proxier: opts.interceptorProxierUDS,
       securePort: master.address('secure').port,
@@ -197,9 +238,10 @@ export class TunnelServer {
   private static build(
     serverID: string,
     tunnel: Tunnel,
-    certs: LocalCertificates,
+    certs: ServerCertificates,
     files: ServerFiles,
     opts: ServerOptions,
+    cluster: ClusterServices | undefined,
   ): TunnelServer {
     const log = opts.logger;
     const agentEndpoint = new AgentEndpoint(tunnel, {
@@ -216,9 +258,10 @@ export class TunnelServer {
     });
     const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });
 
-    const kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
+    let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
     const connector = new KubeletConnector({ udsPath: opts.interceptorProxierUDS, tls: () => kubeletTLS, logger: log });
-    const resolver = new AgentNodeResolver(tunnel.registry);
+    const agents = new AgentNodeResolver(tunnel.registry);
+    const resolver = cluster === undefined ? agents : new NodeResolverChain([cluster.resolver, agents]);
     const localhostPorts = new Set(opts.localhostProxyPorts);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
@@ -228,7 +271,20 @@ export class TunnelServer {
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
-    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, master, connector, log);
+    if (cluster !== undefined) {
+      // Rotated certificates go into the listeners and the connector in place: new handshakes use them, open connections stay.
+      const clientCA = files.clientCA ?? certs.ca;
+      cluster.serving.onRotated((pair) => {
+        agentEndpoint.setTLS({ cert: pair.cert, key: pair.key, ca: certs.ca });
+        master.setTLS({ cert: pair.cert, key: pair.key, clientCA });
+      });
+      if (files.proxyClient === undefined) {
+        cluster.proxyClient.onRotated((pair) => {
+          kubeletTLS = { ...pair, kubeletCA: files.kubeletCA };
+        });
+      }
+    }
+    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, master, connector, log, cluster);
   }
 
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */
@@ -239,6 +295,7 @@ export class TunnelServer {
       await this.proxier.close();
       await this.tunnel.close();
       await this.agentEndpoint.close();
+      await this.cluster?.stop();
       this.log.info('yurt-tunnel-server stopped', { serverID: this.serverID });
     })();
     return this.stopping;

@@ -216,6 +216,15 @@ export class AgentEndpoint {
     });
   }
 
+  /**
+   * Serves a new certificate (and client CA) from the next TLS handshake on;
+   * established agent connections keep theirs.
+   */
+  setTLS(tls: AgentEndpointTLS): void {
+    this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca, minVersion: 'TLSv1.2' });
+    this.log.info('serving certificate replaced for new agent connections');
+  }
+
   async start(): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);

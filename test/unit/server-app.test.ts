@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MemoryLogger } from '../support/memory-logger.js';
-import { TunnelServer, clusterAvailable, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
+import { TunnelServer, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
+import { serverKubeConfigSource } from '../../pkg/kube/client.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { tempDir } from '../support/tunnel.js';
@@ -16,12 +17,12 @@ test('the insecure master port defaults to the loopback of the bind address\'s f
 });
 
 test('a kubeconfig means a cluster; no kubeconfig and no pod environment means local mode', () => {
-  assert.equal(clusterAvailable('/etc/kubernetes/admin.conf'), true);
+  assert.deepEqual(serverKubeConfigSource('/etc/kubernetes/admin.conf'), { kind: 'kubeconfig', path: '/etc/kubernetes/admin.conf' });
   const saved = process.env.KUBERNETES_SERVICE_HOST;
   delete process.env.KUBERNETES_SERVICE_HOST;
   try {
-    assert.equal(clusterAvailable(undefined), false);
-    assert.equal(clusterAvailable(''), false);
+    assert.equal(serverKubeConfigSource(undefined), undefined);
+    assert.equal(serverKubeConfigSource(''), undefined);
   } finally {
     if (saved !== undefined) process.env.KUBERNETES_SERVICE_HOST = saved;
   }

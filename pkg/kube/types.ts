@@ -1,0 +1,4 @@
+// The Kubernetes object types other rooms may name, so that only pkg/kube
+// imports @kubernetes/client-node.
+
+export type { V1Node, V1Pod, V1Service } from '@kubernetes/client-node';

@@ -1,0 +1,142 @@
+// What the server runs when it finds a cluster: the Kubernetes client, Node,
+// Pod and tunnel-Service informers, the node resolver they feed, and the
+// serving and proxy-client certificates from CertificateSigningRequests
+// (renewed when the Services change the wanted addresses). The data path does
+// not wait for the informers; it waits only for its certificates, which come
+// from the stores in --cert-dir at once after the first run.
+
+import { readFile } from 'node:fs/promises';
+import type { V1Node, V1Pod, V1Service } from '../kube/types.js';
+import { CertificateManager, type CertificateTemplate } from '../certs/certificate-manager.js';
+import { SERVER_COMMON_NAME, SERVER_ORGANIZATION, PROXY_CLIENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
+import { PemFileStore } from '../certs/pem-file-store.js';
+import type { CertKeyPair } from '../certs/pki.js';
+import type { NodeResolver } from '../interceptor/node-resolver.js';
+import type { Logger } from '../log/logger.js';
+import { createKubeClient, describeSource, type KubeClient, type KubeConfigSource } from '../kube/client.js';
+import { CsrSigner } from '../kube/csr-signer.js';
+import { Informer } from '../kube/informer.js';
+import { InformerNodeResolver, nodeInformer, podPlacementInformer, type PodPlacement } from '../kube/node-resolver.js';
+import { servingNames, TUNNEL_NAMESPACE, TUNNEL_SERVICE_SELECTOR } from '../kube/tunnel-addresses.js';
+
+export const SERVING_CERT_PREFIX = 'yurttunnel-server';
+export const PROXY_CLIENT_CERT_PREFIX = 'yurttunnel-server-proxy-client';
+export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
+export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
+
+export interface ClusterOptions {
+  source: KubeConfigSource;
+  certDir: string;
+  certIPs: string[];
+  certDNSNames: string[];
+  logger: Logger;
+  /** For tests: how often a pending CSR is read. */
+  csrPollMs?: number;
+}
+
+/** The cluster's CA bundle, from the kubeconfig (inline or a file) or the service account. */
+async function clusterCA(client: KubeClient): Promise<string> {
+  const cluster = client.config.getCurrentCluster();
+  if (cluster?.caData !== undefined && cluster.caData !== '') return Buffer.from(cluster.caData, 'base64').toString('utf8');
+  if (cluster?.caFile !== undefined && cluster.caFile !== '') {
+    try {
+      return await readFile(cluster.caFile, 'utf8');
+    } catch (err: unknown) {
+      throw new Error(`cannot read the cluster CA ${cluster.caFile} named by ${describeSource(client.source)}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  throw new Error(`${describeSource(client.source)} has no certificate-authority for the cluster; agents and callers cannot be verified`);
+}
+
+export class ClusterServices {
+  private constructor(
+    readonly client: KubeClient,
+    readonly clusterCA: string,
+    readonly nodes: Informer<V1Node>,
+    readonly pods: Informer<PodPlacement, V1Pod>,
+    readonly services: Informer<V1Service>,
+    readonly resolver: NodeResolver,
+    readonly serving: CertificateManager,
+    readonly proxyClient: CertificateManager,
+  ) {}
+
+  /** Builds the client and starts informers and certificate managers; throws only for a configuration that cannot be read. */
+  static async start(opts: ClusterOptions): Promise<ClusterServices> {
+    const log = opts.logger;
+    const client = createKubeClient(opts.source);
+    const ca = await clusterCA(client);
+    log.info('cluster mode', { apiServer: client.server, config: describeSource(opts.source) });
+    const kubeLog = log.child({ apiServer: client.server });
+    const nodes = nodeInformer(client, kubeLog);
+    const pods = podPlacementInformer(client, kubeLog);
+    const services = new Informer<V1Service>({
+      name: `${TUNNEL_NAMESPACE}/services`,
+      list: (o) => client.core.listNamespacedService({ namespace: TUNNEL_NAMESPACE, ...o }),
+      watchPath: `/api/v1/namespaces/${TUNNEL_NAMESPACE}/services`,
+      labelSelector: TUNNEL_SERVICE_SELECTOR,
+      watch: client.watch,
+      logger: kubeLog,
+    });
+    const signer = new CsrSigner(client, { logger: kubeLog, ...(opts.csrPollMs !== undefined ? { pollMs: opts.csrPollMs } : {}) });
+    let reportedProblems = '';
+    const servingTemplate = (): CertificateTemplate => {
+      const names = servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
+      const problems = names.problems.join('; ');
+      if (problems !== reportedProblems) {
+        reportedProblems = problems;
+        if (problems !== '') log.warn('serving certificate addresses incomplete', { problems });
+      }
+      return {
+        commonName: SERVER_COMMON_NAME,
+        organizations: [SERVER_ORGANIZATION],
+        dnsNames: names.dnsNames,
+        ips: names.ips,
+        signerName: KUBELET_SERVING_SIGNER,
+        usages: ['digital signature', 'key encipherment', 'server auth'],
+      };
+    };
+    const serving = new CertificateManager({
+      name: SERVING_CERT_PREFIX,
+      store: new PemFileStore(opts.certDir, SERVING_CERT_PREFIX),
+      source: signer,
+      template: servingTemplate,
+      logger: log,
+    });
+    const proxyClient = new CertificateManager({
+      name: PROXY_CLIENT_CERT_PREFIX,
+      store: new PemFileStore(opts.certDir, PROXY_CLIENT_CERT_PREFIX),
+      source: signer,
+      template: () => ({
+        commonName: PROXY_CLIENT_COMMON_NAME,
+        organizations: [YURTTUNNEL_ORGANIZATION],
+        dnsNames: [],
+        ips: [],
+        signerName: KUBE_APISERVER_CLIENT_SIGNER,
+        usages: ['digital signature', 'key encipherment', 'client auth'],
+      }),
+      logger: log,
+    });
+    // The wanted serving names follow the tunnel Services (and, for NodePort, the cloud nodes).
+    const recheck = (): void => {
+      if (services.synced() && nodes.synced()) serving.check('tunnel Services or nodes changed');
+    };
+    services.addHandler({ add: recheck, update: recheck, delete: recheck });
+    nodes.addHandler({ update: (old, now) => (old !== now ? recheck() : undefined) });
+    nodes.start();
+    pods.start();
+    services.start();
+    await Promise.all([serving.start(), proxyClient.start()]);
+    const resolver = new InformerNodeResolver(nodes, pods);
+    return new ClusterServices(client, ca, nodes, pods, services, resolver, serving, proxyClient);
+  }
+
+  /** Both certificates, as soon as both exist. */
+  async certificates(): Promise<{ serving: CertKeyPair; proxyClient: CertKeyPair }> {
+    const [serving, proxyClient] = await Promise.all([this.serving.ready(), this.proxyClient.ready()]);
+    return { serving, proxyClient };
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop()]);
+  }
+}
