@@ -2,7 +2,8 @@
 // yurt-tunnel-agent: flags → pkg/agent/app.
 
 import { Command } from 'commander';
-import { TunnelAgent } from '../../pkg/agent/app.js';
+import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
+import { agentKubeConfigSource } from '../../pkg/kube/client.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { onShutdownSignals } from '../common/signals.js';
 import { durationOption, packageVersion, parseIP, parseLogFormat, parseNonNegativeInt, parsePositiveInt } from '../common/flags.js';
@@ -12,9 +13,12 @@ interface AgentFlags {
   nodeName?: string;
   nodeIp?: string;
   tunnelserverAddr?: string;
-  caFile: string;
-  certFile: string;
-  keyFile: string;
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  certDir: string;
+  kubeConfig?: string;
+  apiserverAddr?: string;
   agentIdentifiers?: string;
   allowedDestinations?: string;
   dialTimeout: number;
@@ -28,8 +32,6 @@ interface AgentFlags {
   logFormat: 'text' | 'json';
 }
 
-const DEFAULT_PKI = '/var/lib/yurttunnel-agent/pki';
-
 const program = new Command('yurt-tunnel-agent')
   .description(
     'Edge side of the yurt tunnel: dials out to yurt-tunnel-server, keeps a gRPC stream open, and opens the ' +
@@ -39,9 +41,12 @@ const program = new Command('yurt-tunnel-agent')
   .option('--node-name <name>', 'this node\'s name, used as the agent ID (default: env NODE_NAME)')
   .option('--node-ip <ip>', 'this node\'s IP, advertised and allowed by default (default: env NODE_IP)', parseIP)
   .option('--tunnelserver-addr <host:port>', 'address of yurt-tunnel-server\'s agent port (10262)')
-  .option('--ca-file <path>', 'CA that signs the server\'s certificate', `${DEFAULT_PKI}/ca.crt`)
-  .option('--cert-file <path>', 'this agent\'s client certificate', `${DEFAULT_PKI}/tls.crt`)
-  .option('--key-file <path>', 'this agent\'s client key', `${DEFAULT_PKI}/tls.key`)
+  .option('--cert-dir <dir>', 'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster', DEFAULT_AGENT_CERT_DIR)
+  .option('--ca-file <path>', 'CA that signs the server\'s certificate (default: the cluster CA in cluster mode, else <cert-dir>/ca.crt)')
+  .option('--cert-file <path>', 'this agent\'s client certificate (default: <cert-dir>/tls.crt; without it and with a cluster, one is requested by CSR)')
+  .option('--key-file <path>', 'this agent\'s client key (default: <cert-dir>/tls.key)')
+  .option('--kube-config <path>', 'kubeconfig used to request the client certificate (default: --apiserver-addr, else the kubelet\'s /etc/kubernetes/kubelet.conf when present)')
+  .option('--apiserver-addr <host:port>', 'kube-apiserver address, used with this pod\'s service-account token when no kubeconfig is given')
   .option(
     '--agent-identifiers <query>',
     'what this agent serves, URL-query syntax with keys ipv4, ipv6, host, cidr, default-route (default: ipv4=<node-ip>&host=<node-name>)',
@@ -70,6 +75,8 @@ const program = new Command('yurt-tunnel-agent')
       nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
       nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
       tunnelServerAddr: flags.tunnelserverAddr ?? '',
+      certDir: flags.certDir,
+      kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),
       caFile: flags.caFile,
       certFile: flags.certFile,
       keyFile: flags.keyFile,

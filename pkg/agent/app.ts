@@ -2,6 +2,11 @@
 // policy and identifiers, keep links to the servers; drain on shutdown.
 
 import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { CertificateManager } from '../certs/certificate-manager.js';
+import type { KubeConfigSource } from '../kube/client.js';
+import { startClusterCertificate } from './cluster-certificate.js';
+import type { AgentTLS } from './server-connection.js';
 import { isIP } from 'node:net';
 import type { Logger } from '../log/logger.js';
 import { formatAgentIdentifiers, IDENTIFIER_KEYS, emptyIdentifiers } from '../protocol/identifiers.js';
@@ -14,9 +19,17 @@ export interface AgentOptions {
   nodeName: string;
   nodeIP?: string;
   tunnelServerAddr: string;
-  caFile: string;
-  certFile: string;
-  keyFile: string;
+  /** CA of the server's certificate; default the cluster's CA in cluster mode, else `<certDir>/ca.crt`. */
+  caFile?: string;
+  /** Client certificate and key files; without them, a kubeconfig source means a certificate from the cluster. */
+  certFile?: string;
+  keyFile?: string;
+  /** Where files live: `ca.crt`, `tls.crt`, `tls.key` in file mode, the CSR-issued certificate in cluster mode. */
+  certDir?: string;
+  /** Cluster mode: how the agent reaches the API server to request its certificate. */
+  kubeSource?: KubeConfigSource;
+  /** Cluster mode: how often a pending CSR is read (default 1 s). */
+  csrPollMs?: number;
   /** URL-query identifiers; default `ipv4=<node-ip>&host=<node-name>`. */
   agentIdentifiers?: string;
   /** Comma list for the allow-list; default the node IPs and loopback. */
@@ -54,12 +67,59 @@ export function checkIdentifiers(text: string): void {
   }
 }
 
+export const DEFAULT_AGENT_CERT_DIR = '/var/lib/yurttunnel-agent/pki';
+
+async function readFlagFile(path: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err: unknown) {
+    throw new Error(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * The agent's TLS material: files when a certificate file is given or no
+ * cluster is configured; otherwise a certificate requested from the cluster
+ * (which the agent waits for before it dials).
+ */
+async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; manager?: CertificateManager }> {
+  const certDir = opts.certDir ?? DEFAULT_AGENT_CERT_DIR;
+  const fileMode = opts.certFile !== undefined || opts.keyFile !== undefined || opts.kubeSource === undefined;
+  if (fileMode) {
+    const [ca, cert, key] = await Promise.all([
+      readFlagFile(opts.caFile ?? join(certDir, 'ca.crt')),
+      readFlagFile(opts.certFile ?? join(certDir, 'tls.crt')),
+      readFlagFile(opts.keyFile ?? join(certDir, 'tls.key')),
+    ]);
+    return { tls: { ca, cert, key } };
+  }
+  const { ca, manager } = await startClusterCertificate({
+    source: opts.kubeSource!,
+    certDir,
+    nodeName: opts.nodeName,
+    nodeIPs: opts.nodeIP !== undefined ? [opts.nodeIP] : [],
+    caFile: opts.caFile,
+    csrPollMs: opts.csrPollMs,
+    logger: opts.logger,
+  });
+  if (manager.current() === undefined) opts.logger.info('waiting for the client certificate before dialling the server');
+  try {
+    const pair = await manager.ready();
+    return { tls: { ca, cert: pair.cert, key: pair.key }, manager };
+  } catch (err: unknown) {
+    await manager.stop();
+    throw err;
+  }
+}
+
 export class TunnelAgent {
   private stopping: Promise<void> | undefined;
 
   private constructor(
     readonly clients: ClientSet,
     private readonly opts: AgentOptions,
+    /** Cluster mode's certificate. */
+    private readonly certificate: CertificateManager | undefined,
   ) {}
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
@@ -76,19 +136,11 @@ export class TunnelAgent {
       opts.allowedDestinations !== undefined
         ? AllowList.parse(opts.allowedDestinations)
         : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
-    const [ca, cert, key] = await Promise.all(
-      [opts.caFile, opts.certFile, opts.keyFile].map(async (f) => {
-        try {
-          return await readFile(f, 'utf8');
-        } catch (err: unknown) {
-          throw new Error(`cannot read ${f}: ${(err as Error).message}`);
-        }
-      }),
-    );
+    const credentials = await agentCredentials(opts);
     const clients = new ClientSet({
       connection: {
         address: opts.tunnelServerAddr,
-        tls: { ca: ca!, cert: cert!, key: key! },
+        tls: credentials.tls,
         agentID: opts.nodeName,
         identifiers,
         dialer: new Dialer({ allowList, timeoutMs: opts.dialTimeoutMs }),
@@ -107,8 +159,12 @@ export class TunnelAgent {
       identifiers,
       allowedDestinations: allowList.description,
     });
+    credentials.manager?.onRotated((pair) => {
+      clients.setTLS({ ca: credentials.tls.ca, cert: pair.cert, key: pair.key });
+      opts.logger.info('client certificate rotated; new links use it');
+    });
     clients.start();
-    return new TunnelAgent(clients, opts);
+    return new TunnelAgent(clients, opts, credentials.manager);
   }
 
   /**
@@ -128,7 +184,11 @@ export class TunnelAgent {
 
   /** Closes every link and connection. Idempotent. */
   stop(): Promise<void> {
-    this.stopping ??= this.clients.close().then(() => this.opts.logger.info('yurt-tunnel-agent stopped'));
+    this.stopping ??= (async () => {
+      await this.certificate?.stop();
+      await this.clients.close();
+      this.opts.logger.info('yurt-tunnel-agent stopped');
+    })();
     return this.stopping;
   }
 }

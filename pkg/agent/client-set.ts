@@ -7,7 +7,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { Backoff } from './backoff.js';
-import { ServerConnection, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
+import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
 
 export interface ClientSetOptions {
   connection: ServerConnectionOptions;
@@ -45,6 +45,11 @@ export class ClientSet {
 
   start(): void {
     this.loop ??= this.run();
+  }
+
+  /** Certificates for the next links; links already up keep theirs until they reconnect. */
+  setTLS(tls: AgentTLS): void {
+    this.opts.connection = { ...this.opts.connection, tls };
   }
 
   /** Number of servers currently linked. */
