@@ -75,6 +75,7 @@ export class CertificateManager {
   private readonly log: Logger;
   private timer: NodeJS.Timeout | undefined;
   private obtaining: Promise<void> | undefined;
+  private recheck = false;
   private readonly abort = new AbortController();
   private stopped = false;
 
@@ -142,10 +143,18 @@ export class CertificateManager {
   }
 
   private renew(reason: string): void {
-    if (this.obtaining !== undefined) return;
+    if (this.obtaining !== undefined) {
+      // The request in flight may predate this change: look again when it is done.
+      this.recheck = true;
+      return;
+    }
     this.log.info('renewing the certificate', { reason });
     this.obtaining = this.obtain().finally(() => {
       this.obtaining = undefined;
+      if (this.recheck) {
+        this.recheck = false;
+        this.check('changed during the last request');
+      }
     });
   }
 
@@ -172,7 +181,13 @@ export class CertificateManager {
         this.install(pair, summary);
         this.log.info('certificate rotated', { path, notAfter: summary.notAfter.toISOString(), renewAt: this.deadline?.toISOString() });
         for (const listener of this.listeners) listener(pair);
-        // The template may have changed while we waited for the signer.
+        const altered = templateMismatch(summary, want);
+        if (altered !== undefined) {
+          // Asking again would get the same answer: keep it, and say so.
+          this.log.warn('the signer issued other names than requested', { difference: altered });
+          return;
+        }
+        // The wanted names may have changed while we waited for the signer.
         if (templateMismatch(summary, this.opts.template()) === undefined) return;
       } catch (err: unknown) {
         if (this.stopped) return;

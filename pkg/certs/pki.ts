@@ -215,3 +215,36 @@ export function createSigningRequest(req: SigningRequest): { csr: string; key: s
   csr.sign(privateKey, forge.md.sha256.create());
   return { csr: forge.pki.certificationRequestToPem(csr), key: keyPem };
 }
+
+/**
+ * Signs a PKCS#10 request with `ca`, keeping its subject and SANs: what a
+ * cluster signer does, for a local CA.
+ */
+export function signRequest(
+  ca: CertKeyPair,
+  csrPem: string,
+  opts: { usages: readonly ExtendedKeyUsage[]; lifetimeMs: number; notBefore?: Date },
+): string {
+  const csr = forge.pki.certificationRequestFromPem(csrPem);
+  if (!csr.verify()) throw new Error('the certificate request is not signed by its own key');
+  const caCert = forge.pki.certificateFromPem(ca.cert);
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = csr.publicKey!;
+  cert.serialNumber = serialNumber();
+  const notBefore = opts.notBefore ?? new Date();
+  cert.validity.notBefore = notBefore;
+  cert.validity.notAfter = new Date(notBefore.getTime() + opts.lifetimeMs);
+  cert.setSubject(reusableName(csr.subject.attributes));
+  cert.setIssuer(reusableName(caCert.subject.attributes));
+  const requested = (csr.getAttribute({ name: 'extensionRequest' }) as { extensions?: { name: string }[] } | null)?.extensions ?? [];
+  const extensions: object[] = [
+    { name: 'basicConstraints', cA: false, critical: true },
+    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+    { name: 'extKeyUsage', serverAuth: opts.usages.includes('serverAuth'), clientAuth: opts.usages.includes('clientAuth') },
+    { name: 'authorityKeyIdentifier', keyIdentifier: caCert.generateSubjectKeyIdentifier().getBytes() },
+    ...requested.filter((e) => e.name === 'subjectAltName'),
+  ];
+  cert.setExtensions(extensions);
+  cert.sign(forge.pki.privateKeyFromPem(ca.key), forge.md.sha256.create());
+  return forge.pki.certificateToPem(cert);
+}
