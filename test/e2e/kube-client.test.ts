@@ -1,0 +1,141 @@
+// pkg/kube against a real kube-apiserver (and kube-controller-manager for
+// signing): informers, leader election, certificate signing requests.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { V1Node } from '@kubernetes/client-node';
+import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
+import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
+import { CertificateRequestDenied, CsrSigner } from '../../pkg/kube/csr-signer.js';
+import { nodeInformer } from '../../pkg/kube/node-resolver.js';
+import { LeaderElector } from '../../pkg/kube/leader-election.js';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { harness } from '../support/harness.js';
+import { kubeconfigYAML } from '../support/envtest/pki.js';
+import { MemoryLogger } from '../support/memory-logger.js';
+import { waitFor } from '../support/tunnel.js';
+import { controlPlaneSkipReason, deleteObject, listCSRs, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
+
+const skip = controlPlaneSkipReason();
+if (skip !== undefined) console.log(`# skipping kube-client tests: ${skip}`);
+
+describe('pkg/kube against a real kube-apiserver', { skip }, () => {
+  let cp: ControlPlane;
+  let client: KubeClient;
+
+  before(async () => {
+    cp = await startControlPlane({ controllerManager: true });
+    client = createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig });
+  });
+  after(async () => {
+    await cp?.stop();
+  });
+
+  test('a Node informer lists, then sees adds, updates and deletes; stop() ends its watch', async (t) => {
+    const h = harness(t);
+    await putNode(cp, 'informer-a', { internalIP: '127.0.0.2', kubeletPort: 10250 });
+    const informer = nodeInformer(client, new MemoryLogger());
+    h.defer(() => informer.stop());
+    const events: string[] = [];
+    informer.addHandler({
+      add: (n: V1Node) => events.push(`add ${n.metadata?.name}`),
+      update: (_o: V1Node, n: V1Node) => events.push(`update ${n.metadata?.name}`),
+      delete: (n: V1Node) => events.push(`delete ${n.metadata?.name}`),
+    });
+    informer.start();
+    await informer.waitForSync();
+    assert.equal(informer.get('informer-a')?.status?.addresses?.[0]?.address, '127.0.0.2');
+    assert.deepEqual(events, ['add informer-a']);
+
+    await putNode(cp, 'informer-b', { internalIP: '127.0.0.3', kubeletPort: 10251 });
+    await waitFor('the new node', () => informer.get('informer-b') !== undefined, 10_000);
+    await putNode(cp, 'informer-a', { internalIP: '127.0.0.4', kubeletPort: 10250 });
+    await waitFor('the changed address', () => informer.get('informer-a')?.status?.addresses?.[0]?.address === '127.0.0.4', 10_000);
+    await deleteObject(cp, 'node', 'informer-b');
+    await waitFor('the deletion', () => informer.get('informer-b') === undefined, 10_000);
+    assert.ok(events.includes('add informer-b') && events.includes('update informer-a') && events.includes('delete informer-b'), events.join(', '));
+    await deleteObject(cp, 'node', 'informer-a');
+  });
+
+  test('an informer whose API server is unreachable retries with a log line naming the address, and stops cleanly', async (t) => {
+    const h = harness(t);
+    const log = new MemoryLogger();
+    // The same credentials, pointed at a closed port.
+    const path = join(cp.dir, 'dead.kubeconfig');
+    await writeFile(path, kubeconfigYAML('https://127.0.0.1:1', cp.pki.ca.cert, cp.pki.admin));
+    const dead = createKubeClient({ kind: 'kubeconfig', path });
+    const informer = nodeInformer(dead, log);
+    h.defer(() => informer.stop());
+    informer.start();
+    await waitFor('a retry warning', () => log.records.some((r) => r.message.includes('cannot list/watch')), 10_000);
+    const warning = log.records.find((r) => r.message.includes('cannot list/watch'))!;
+    assert.match(String(warning.fields.error), /ECONNREFUSED|127\.0\.0\.1:1/);
+    assert.equal(informer.synced(), false);
+  });
+
+  test('leader election: one of two candidates leads; when it stops it releases the Lease and the other takes over at once', async (t) => {
+    const h = harness(t);
+    const log = new MemoryLogger();
+    const leading: string[] = [];
+    const elector = (id: string): LeaderElector =>
+      new LeaderElector(client, {
+        namespace: 'kube-system',
+        name: 'tunnel-test-lease',
+        identity: id,
+        leaseDurationMs: 15_000,
+        renewDeadlineMs: 10_000,
+        retryPeriodMs: 200,
+        onStartedLeading: () => leading.push(`+${id}`),
+        onStoppedLeading: () => leading.push(`-${id}`),
+        logger: log,
+      });
+    const a = elector('replica-a');
+    const b = elector('replica-b');
+    h.defer(() => a.stop());
+    h.defer(() => b.stop());
+    a.start();
+    await waitFor('a to lead', () => a.isLeader(), 10_000);
+    b.start();
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(b.isLeader(), false, 'the second candidate waits while the lease is held');
+    const handedOver = Date.now();
+    await a.stop();
+    await waitFor('b to lead', () => b.isLeader(), 5000);
+    assert.ok(Date.now() - handedOver < 5000, 'released, not expired');
+    assert.deepEqual(leading, ['+replica-a', '-replica-a', '+replica-b']);
+    const lease = await client.coordination.readNamespacedLease({ namespace: 'kube-system', name: 'tunnel-test-lease' });
+    assert.equal(lease.spec?.holderIdentity, 'replica-b');
+    assert.equal(lease.spec?.leaseTransitions, 1);
+  });
+
+  test('a CSR is created, waits for approval, and comes back signed by the cluster CA; a denied one fails with the reason', async (t) => {
+    harness(t);
+    const log = new MemoryLogger();
+    const signer = new CsrSigner(client, { pollMs: 200, logger: log });
+    const { csr } = createSigningRequest({ commonName: 'tunnel-agent-client', organizations: ['openyurt:yurttunnel'], dnsNames: ['edge-9'], ips: ['127.0.0.9'] });
+    const signed = signer.sign({ namePrefix: 'kube-client-test-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
+    let name = '';
+    for (let i = 0; i < 50 && name === ''; i++) {
+      name = (await listCSRs(cp)).find((c) => c.metadata.name.startsWith('kube-client-test-'))?.metadata.name ?? '';
+      if (name === '') await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.notEqual(name, '');
+    assert.ok(log.records.some((r) => r.message.includes('waiting for it to be approved')));
+    assert.equal((await cp.kubectl(['certificate', 'approve', name])).code, 0);
+    const pem = await signed;
+    const summary = describeCertificate(pem);
+    assert.equal(summary.commonName, 'tunnel-agent-client');
+    assert.deepEqual(summary.dnsNames, ['edge-9']);
+    assert.deepEqual(summary.ips, ['127.0.0.9']);
+
+    const denied = signer.sign({ namePrefix: 'kube-client-deny-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
+    let deniedName = '';
+    for (let i = 0; i < 50 && deniedName === ''; i++) {
+      deniedName = (await listCSRs(cp)).find((c) => c.metadata.name.startsWith('kube-client-deny-'))?.metadata.name ?? '';
+      if (deniedName === '') await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal((await cp.kubectl(['certificate', 'deny', deniedName])).code, 0);
+    await assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestDenied && /was denied/.test((err as Error).message));
+  });
+});
