@@ -24,8 +24,29 @@ export function statusForDialFailure(code: DialFailureReason): number {
   }
 }
 
-/** A complete response that closes the connection; `reason` becomes the one-line body. */
-export function errorResponse(status: number, reason: string, extraHeaders: Record<string, string> = {}): string {
+/** Longest reason put into a status line. */
+const MAX_STATUS_REASON = 300;
+
+/**
+ * The reason phrase of a CONNECT error: kube-apiserver shows a proxy's
+ * status line to the user (`proxy error ..., code 503: <status line>`) but not
+ * its body, so the cause goes there too.
+ */
+export function statusLineWithReason(status: number, reason: string): string {
+  const text = reason.replace(/[^\t\x20-\x7e]+/g, ' ').slice(0, MAX_STATUS_REASON);
+  return `${STATUS_CODES[status] ?? 'Error'}: ${text}`;
+}
+
+/**
+ * A complete response that closes the connection; `reason` becomes the
+ * one-line body and, with `reasonInStatusLine`, also the status line's phrase.
+ */
+export function errorResponse(
+  status: number,
+  reason: string,
+  extraHeaders: Record<string, string> = {},
+  opts: { reasonInStatusLine?: boolean } = {},
+): string {
   const body = reason.replace(/[\r\n]+/g, ' ') + '\n';
   const headers = {
     'Content-Type': 'text/plain; charset=utf-8',
@@ -34,7 +55,8 @@ export function errorResponse(status: number, reason: string, extraHeaders: Reco
     ...extraHeaders,
   };
   const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\n${lines.join('')}\r\n${body}`;
+  const phrase = opts.reasonInStatusLine === true ? statusLineWithReason(status, reason) : STATUS_CODES[status] ?? 'Error';
+  return `HTTP/1.1 ${status} ${phrase}\r\n${lines.join('')}\r\n${body}`;
 }
 
 /** How long to keep reading (and discarding) after an error answer, so the client gets it rather than a reset. */

@@ -10,6 +10,7 @@ import { splice } from '../mux/splice.js';
 import { DialError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
+import { removePortFromHost } from '../protocol/identifiers.js';
 import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
 import { listenUnix } from './unix-listener.js';
 
@@ -24,6 +25,8 @@ export interface HttpConnectServerOptions {
   maxHeadBytes?: number;
   /** How long a client may take to send its request head. Default 60 s. */
   headTimeoutMs?: number;
+  /** The node an address belongs to, so that a failed dial's answer names it. */
+  nodeNameOf?: (host: string) => string | undefined;
   logger?: Logger;
 }
 
@@ -153,7 +156,8 @@ export class HttpConnectServer {
         return;
       }
       const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
-      const reason = errorMessage(err);
+      const node = this.opts.nodeNameOf?.(removePortFromHost(proxyHost ?? target));
+      const reason = node === undefined ? errorMessage(err) : `node ${node}: ${errorMessage(err)}`;
       this.log.warn('CONNECT failed', {
         dialAddress: target,
         proxyHost,
@@ -161,7 +165,7 @@ export class HttpConnectServer {
         reason: err instanceof DialError ? err.code : 'unknown',
         error: reason,
       });
-      answerAndClose(socket, errorResponse(status, reason));
+      answerAndClose(socket, errorResponse(status, reason, {}, { reasonInStatusLine: true }));
       return;
     }
     stopWatching();

@@ -256,12 +256,17 @@ export class TunnelServer {
       maxStreamsPerAgent: opts.maxAgentStreams,
       logger: log,
     });
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, logger: log });
 
     let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
     const connector = new KubeletConnector({ udsPath: opts.interceptorProxierUDS, tls: () => kubeletTLS, logger: log });
     const agents = new AgentNodeResolver(tunnel.registry);
     const resolver = cluster === undefined ? agents : new NodeResolverChain([cluster.resolver, agents]);
+    // A failed dial names the node of its address, when one node has it.
+    const nodeNameOf = (host: string): string | undefined => {
+      const nodes = resolver.nodesByIP(host);
+      return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
+    };
+    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, logger: log });
     const localhostPorts = new Set(opts.localhostProxyPorts);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },

@@ -59,3 +59,25 @@ export function harness(t: TestContext, opts: { leakCheck?: boolean } = {}): Har
   });
   return { defer: (fn) => closers.push(fn) };
 }
+
+/**
+ * Cleanup for what a whole file shares (a control plane, a server started in
+ * `before`): closers run last first when `close()` is called from `after`.
+ */
+export function suiteHarness(): Harness & { close(): Promise<void> } {
+  const closers: Array<() => unknown> = [];
+  return {
+    defer: (fn) => closers.push(fn),
+    async close() {
+      const errors: unknown[] = [];
+      for (const fn of closers.splice(0).reverse()) {
+        try {
+          await fn();
+        } catch (err: unknown) {
+          errors.push(err);
+        }
+      }
+      if (errors.length > 0) throw new AggregateError(errors, 'cleanup failed');
+    },
+  };
+}

@@ -148,7 +148,8 @@ export class ControlPlane {
   private etcdURL = '';
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
-    this.apiserverPort = await freePort();
+    // A restart keeps the port, so that kubeconfigs already handed out stay right.
+    if (this.apiserverPort === 0) this.apiserverPort = await freePort();
     const args = [
       `--etcd-servers=${this.etcdURL}`,
       `--secure-port=${this.apiserverPort}`,
@@ -181,12 +182,8 @@ export class ControlPlane {
 
   /** Restarts kube-apiserver only (etcd keeps the objects), with another egress selector or none. */
   async restartAPIServer(opts: { egressSelector?: EgressSelector } = {}): Promise<void> {
-    const oldPort = this.apiserverPort;
     await this.apiserver?.stop();
     await this.startAPIServer(opts.egressSelector);
-    if (this.apiserverPort !== oldPort) {
-      await writeFile(this.adminKubeconfig, kubeconfigYAML(this.url, this.pki.ca.cert, this.pki.admin), { mode: 0o600 });
-    }
   }
 
   private async startControllerManager(): Promise<void> {

@@ -97,6 +97,8 @@ function u32(n: number): Buffer {
  * SPDY/3 peer inflates it, and unlike node:zlib's streaming API it is
  * synchronous: frames leave in exactly the order they were made.
  */
+const SYNC_FLUSH_MARKER = Buffer.from([0x00, 0x00, 0x00, 0xff, 0xff]);
+
 export class HeaderCompressor {
   private started = false;
 
@@ -116,6 +118,10 @@ export class HeaderCompressor {
       h.writeUInt16LE(~piece.length & 0xffff, 3);
       parts.push(h, piece);
     }
+    // An empty stored block ends every header block, as a zlib sync flush does. Go's inflater
+    // hands out a block's bytes only at such a marker (or when it reads on into the next frame,
+    // which fails: "compressed payload size was incorrect", and kubectl drops the session).
+    parts.push(SYNC_FLUSH_MARKER);
     return Buffer.concat(parts);
   }
 }

@@ -1,0 +1,163 @@
+// kube-apiserver's egress selector through our server and agent, driven by
+// kubectl: a real kube-apiserver configured with an EgressSelectorConfiguration
+// reaches the stand-in kubelet of node edge-1 only through the tunnel.
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { randomBytes } from 'node:crypto';
+import { connect } from 'node:net';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { TunnelAgent } from '../../pkg/agent/app.js';
+import { issueCertificate } from '../../pkg/certs/pki.js';
+import type { TunnelServer } from '../../pkg/server/app.js';
+import { startClusterAgent, startClusterServer } from '../support/cluster.js';
+import { controlPlaneSkipReason, autoApprove, putNode, putPod, startControlPlane, type ControlPlane, type EgressSelector } from '../support/envtest/index.js';
+import { suiteHarness } from '../support/harness.js';
+import { StandinKubelet } from '../support/standin-kubelet/index.js';
+import { startEchoServer, waitFor } from '../support/tunnel.js';
+
+const skip = controlPlaneSkipReason();
+if (skip !== undefined) console.log(`# skipping egress-selector tests: ${skip}`);
+
+/** The kubectl calls of the issue, each through the egress selector and our tunnel. */
+function kubectlCases(state: () => { cp: ControlPlane; kubelet: StandinKubelet; agent: TunnelAgent }): void {
+  test('kubectl get --raw through the node proxy: healthz and metrics', async () => {
+    const { cp } = state();
+    const healthz = await cp.kubectl(['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz']);
+    assert.equal(healthz.code, 0, healthz.stderr);
+    assert.equal(healthz.stdout, 'ok');
+    const metrics = await cp.kubectl(['get', '--raw', '/api/v1/nodes/edge-1/proxy/metrics']);
+    assert.equal(metrics.code, 0, metrics.stderr);
+    assert.match(metrics.stdout, /^standin_kubelet_up 1$/m);
+  });
+
+  test('kubectl logs, and logs -f whose kubelet side stops within a second of kubectl stopping', async () => {
+    const { cp, kubelet, agent } = state();
+    const logs = await cp.kubectl(['logs', 'p1', '-c', 'c1']);
+    assert.equal(logs.code, 0, logs.stderr);
+    assert.match(logs.stdout, /^line 1\nline 2\nline 3\n/);
+
+    const before = kubelet.followStreams.length;
+    const follow = spawn(cp.bins.kubectl, [`--kubeconfig=${cp.adminKubeconfig}`, 'logs', '-f', 'p1', '-c', 'c1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    follow.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = once(follow, 'exit');
+    await waitFor('followed lines', () => /follow 3/.test(out), 15_000);
+    assert.ok(agent.clients.connCount >= 1, 'the stream runs through the agent');
+    const record = kubelet.followStreams[kubelet.followStreams.length - 1]!;
+    assert.equal(kubelet.followStreams.length, before + 1);
+    follow.kill('SIGINT');
+    const stoppedAt = performance.now();
+    await exited;
+    await waitFor('the kubelet side to end', () => record.endedAt !== null, 5000);
+    assert.ok(record.endedAt! - stoppedAt < 1000, `kubelet stream ended ${Math.round(record.endedAt! - stoppedAt)} ms after kubectl stopped`);
+  });
+
+  test('kubectl exec, with and without -i', async () => {
+    const { cp } = state();
+    const plain = await cp.kubectl(['exec', 'p1', '-c', 'c1', '--', 'echo', 'hello', 'from', 'the', 'edge']);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.equal(plain.stdout, 'hello from the edge\n');
+    const input = 'stdin through the tunnel\n'.repeat(100);
+    const interactive = await cp.kubectl(['exec', '-i', 'p1', '-c', 'c1', '--', 'cat'], { input });
+    assert.equal(interactive.code, 0, interactive.stderr);
+    assert.equal(interactive.stdout, input);
+  });
+
+  test('kubectl port-forward: a byte-exact echo through the forwarded port', async () => {
+    const { cp } = state();
+    const pf = spawn(cp.bins.kubectl, [`--kubeconfig=${cp.adminKubeconfig}`, 'port-forward', 'pod/p1', ':80', '--address=127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const exited = once(pf, 'exit');
+    try {
+      let out = '';
+      pf.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      await waitFor('port-forward to listen', () => /Forwarding from 127\.0\.0\.1:\d+ -> 80/.test(out), 15_000);
+      const port = Number(/Forwarding from 127\.0\.0\.1:(\d+)/.exec(out)![1]);
+      const payload = randomBytes(1024 * 1024);
+      const socket = connect(port, '127.0.0.1');
+      await once(socket, 'connect');
+      const chunks: Buffer[] = [];
+      let received = 0;
+      socket.on('data', (c: Buffer) => {
+        chunks.push(c);
+        received += c.length;
+      });
+      socket.write(payload);
+      await waitFor('the echo', () => received >= payload.length, 20_000);
+      socket.destroy();
+      assert.ok(Buffer.concat(chunks).subarray(0, payload.length).equals(payload), 'byte-exact');
+    } finally {
+      pf.kill('SIGINT');
+      await exited;
+    }
+  });
+}
+
+async function failsNamingTheNode(cp: ControlPlane, dialTimeoutMs: number): Promise<void> {
+  for (const args of [
+    ['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz'],
+    ['logs', 'p1', '-c', 'c1'],
+    ['exec', 'p1', '-c', 'c1', '--', 'echo', 'hi'],
+  ]) {
+    const started = performance.now();
+    const r = await cp.kubectl(args, { timeoutMs: 30_000 });
+    const took = performance.now() - started;
+    assert.notEqual(r.code, 0, `kubectl ${args.join(' ')} should fail`);
+    assert.match(r.stderr, /edge-1/, `kubectl ${args.join(' ')}: ${r.stderr}`);
+    // kubectl exec tries twice (WebSocket, then SPDY); each attempt ends within the dial timeout.
+    assert.ok(took < 2 * dialTimeoutMs + 5000, `kubectl ${args.join(' ')} took ${Math.round(took)} ms`);
+  }
+}
+
+describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }, () => {
+  const suite = suiteHarness();
+  let cp: ControlPlane;
+  let server: TunnelServer;
+  let agent: TunnelAgent;
+  let kubelet: StandinKubelet;
+  let dir: string;
+  const dialTimeoutMs = 3000;
+
+  before(async () => {
+    cp = await startControlPlane({ controllerManager: true });
+    suite.defer(() => cp.stop());
+    const approver = autoApprove(cp, 'yurttunnel-');
+    suite.defer(() => approver.stop());
+    dir = await mkdtemp(join(tmpdir(), 'yt-egress-'));
+    const echo = await startEchoServer(suite);
+    const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
+    kubelet = new StandinKubelet({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, portForwardTargets: { 80: { host: '127.0.0.1', port: echo.port } } });
+    await kubelet.start();
+    suite.defer(() => kubelet.close());
+    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
+    await putPod(cp, 'default', 'p1', 'edge-1');
+    server = await startClusterServer(suite, cp, dir, { extra: { dialTimeoutMs } });
+    agent = await startClusterAgent(suite, cp, server, dir, 'edge-1');
+    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1, 20_000);
+  });
+  after(() => suite.close());
+
+  const state = (): { cp: ControlPlane; kubelet: StandinKubelet; agent: TunnelAgent } => ({ cp, kubelet, agent });
+
+  describe('HTTPConnect', () => {
+    before(async () => {
+      const egress: EgressSelector = { mode: 'HTTPConnect', udsPath: join(dir, 'proxier.sock') };
+      await cp.restartAPIServer({ egressSelector: egress });
+    });
+    kubectlCases(state);
+  });
+
+  describe('with the agent stopped', () => {
+    before(async () => {
+      await agent.stop();
+      await waitFor('edge-1 to leave', () => server.tunnel.registry.agentCount === 0, 10_000);
+    });
+    test('the same calls fail within the dial timeout with an error naming the node (HTTPConnect)', async () => {
+      await failsNamingTheNode(cp, dialTimeoutMs);
+    });
+  });
+});
