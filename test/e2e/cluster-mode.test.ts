@@ -10,9 +10,8 @@ import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { TunnelAgent } from '../../pkg/agent/app.js';
-import { issueCertificate } from '../../pkg/certs/pki.js';
-import { TunnelServer, type ServerOptions } from '../../pkg/server/app.js';
-import { harness, type Harness } from '../support/harness.js';
+import { startClusterAgent, startClusterServer } from '../support/cluster.js';
+import { harness } from '../support/harness.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { connectVia, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
@@ -20,62 +19,6 @@ import { autoApprove, controlPlaneSkipReason, startControlPlane, type ControlPla
 
 const skip = controlPlaneSkipReason();
 if (skip !== undefined) console.log(`# skipping cluster-mode tests: ${skip}`);
-
-function serverOptions(dir: string, kubeConfig: string, log: MemoryLogger): ServerOptions {
-  return {
-    bindAddress: '127.0.0.1',
-    tunnelAgentConnectPort: 0,
-    securePort: 0,
-    insecurePort: 0,
-    localhostProxyPorts: [],
-    interceptorProxierUDS: join(dir, 'proxier.sock'),
-    proxyStrategies: ['destHost'],
-    dialTimeoutMs: 3000,
-    serverCount: 1,
-    certDir: join(dir, 'server-pki'),
-    certIPs: [],
-    certDNSNames: [],
-    kubeConfig,
-    enableIptables: true,
-    enableDNSController: true,
-    keepaliveTimeMs: 10_000,
-    keepaliveTimeoutMs: 20_000,
-    logger: log,
-    csrPollMs: 200,
-  };
-}
-
-async function startClusterServer(h: Harness, cp: ControlPlane, dir: string, log = new MemoryLogger(2)): Promise<TunnelServer> {
-  const server = await TunnelServer.start(serverOptions(dir, cp.adminKubeconfig, log));
-  h.defer(() => server.stop());
-  return server;
-}
-
-/** A kubeconfig with the kubelet's identity of `node` (CN system:node:<node>, O system:nodes), as an agent bootstraps with. */
-async function kubeletKubeconfig(cp: ControlPlane, node: string): Promise<string> {
-  const pair = issueCertificate(cp.pki.ca, { commonName: `system:node:${node}`, organizations: ['system:nodes'], usages: ['clientAuth'] });
-  return cp.kubeconfigFor(`kubelet-${node}`, pair);
-}
-
-async function startClusterAgent(h: Harness, cp: ControlPlane, server: TunnelServer, dir: string, node: string, log = new MemoryLogger(2)): Promise<TunnelAgent> {
-  const agent = await TunnelAgent.start({
-    nodeName: node,
-    nodeIP: '127.0.0.1',
-    tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
-    certDir: join(dir, `agent-${node}-pki`),
-    kubeSource: { kind: 'kubeconfig', path: await kubeletKubeconfig(cp, node) },
-    csrPollMs: 200,
-    dialTimeoutMs: 3000,
-    keepaliveTimeMs: 35_000,
-    keepaliveTimeoutMs: 20_000,
-    syncIntervalMs: 200,
-    syncIntervalCapMs: 1000,
-    drainTimeoutMs: 1000,
-    logger: log,
-  });
-  h.defer(() => agent.stop());
-  return agent;
-}
 
 function peerCertificate(port: number, ca: string, alpn: string): Promise<X509Certificate> {
   return new Promise((resolve, reject) => {
@@ -107,7 +50,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const h = harness(t);
     const dir = await tempDir(h);
     const serverLog = new MemoryLogger(2);
-    const server = await startClusterServer(h, cp, dir, serverLog);
+    const server = await startClusterServer(h, cp, dir, { log: serverLog });
     assert.equal(serverLog.records.filter((r) => r.message.includes('DNS controller not started')).length, 1);
     assert.equal(serverLog.records.filter((r) => r.message.includes('iptables manager not started')).length, 1);
 
