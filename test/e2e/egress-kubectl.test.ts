@@ -16,8 +16,9 @@ import { issueCertificate } from '../../pkg/certs/pki.js';
 import type { TunnelServer } from '../../pkg/server/app.js';
 import { startClusterAgent, startClusterServer } from '../support/cluster.js';
 import { controlPlaneSkipReason, autoApprove, putNode, putPod, startControlPlane, type ControlPlane, type EgressSelector } from '../support/envtest/index.js';
-import { suiteHarness } from '../support/harness.js';
-import { StandinKubelet } from '../support/standin-kubelet/index.js';
+import { connect as tlsConnect } from 'node:tls';
+import { harness, suiteHarness } from '../support/harness.js';
+import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../support/standin-kubelet/index.js';
 import { startEchoServer, waitFor } from '../support/tunnel.js';
 
 const skip = controlPlaneSkipReason();
@@ -142,6 +143,38 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
   after(() => suite.close());
 
   const state = (): { cp: ControlPlane; kubelet: StandinKubelet; agent: TunnelAgent } => ({ cp, kubelet, agent });
+
+  test('interceptor routing from informers: an exec whose Host is kube-apiserver\'s address reaches the node of the pod in its path', async (t) => {
+    const h = harness(t);
+    // As kube-apiserver sends it to a kubelet: its own client certificate, its own address in Host.
+    const socket = tlsConnect({
+      host: '127.0.0.1',
+      port: server.master.address('secure').port,
+      ca: cp.pki.ca.cert,
+      cert: cp.pki.kubeletClient.cert,
+      key: cp.pki.kubeletClient.key,
+      servername: '',
+      ALPNProtocols: ['http/1.1'],
+    });
+    h.defer(() => socket.destroy());
+    await once(socket, 'secureConnect');
+    const execsBefore = kubelet.requests.filter((r) => r.target.startsWith('/exec/')).length;
+    const { client } = await upgradeToChannelWebSocket({
+      socket,
+      target: '/exec/default/p1/c1?command=echo&command=routed&command=by&command=pod&output=1&error=1',
+      protocols: ['v5.channel.k8s.io'],
+      host: `127.0.0.1:${cp.port}`,
+    });
+    const stdout: Buffer[] = [];
+    client.on('data', (channel: number, piece: Buffer) => {
+      if (channel === CHANNEL.stdout) stdout.push(piece);
+    });
+    await once(client, 'closeFrame');
+    assert.equal(Buffer.concat(stdout).toString(), 'routed by pod\n');
+    const exec = kubelet.requests.filter((r) => r.target.startsWith('/exec/'));
+    assert.equal(exec.length, execsBefore + 1);
+    assert.match(exec[exec.length - 1]!.clientSubject.commonName, /tunnel-proxy-client/, 'the kubelet sees the tunnel\'s CSR-issued proxy-client certificate');
+  });
 
   describe('HTTPConnect', () => {
     before(async () => {
