@@ -80,7 +80,8 @@ function loadConfig(source: KubeConfigSource): KubeConfig {
       const server = /^https?:\/\//.test(source.address) ? source.address : `https://${source.address}`;
       kc.loadFromOptions({
         clusters: [{ name: 'cluster', server, caFile: `${source.serviceAccountDir}/ca.crt`, skipTLSVerify: false }],
-        users: [{ name: 'service-account', authProvider: undefined, tokenFile: `${source.serviceAccountDir}/token` }],
+        // The token file is read again as it changes (projected tokens rotate).
+        users: [{ name: 'service-account', authProvider: { name: 'tokenFile', config: { tokenFile: `${source.serviceAccountDir}/token` } } }],
         contexts: [{ name: 'default', cluster: 'cluster', user: 'service-account' }],
         currentContext: 'default',
       });

@@ -5,12 +5,15 @@
 
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { TunnelAgent } from '../../pkg/agent/app.js';
-import { startClusterAgent, startClusterServer } from '../support/cluster.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import { agentKubeConfigSource } from '../../pkg/kube/client.js';
+import { clusterServerOptions, startClusterAgent, startClusterServer } from '../support/cluster.js';
+import { kubeconfigYAML } from '../support/envtest/pki.js';
 import { harness } from '../support/harness.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
@@ -113,6 +116,104 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     await cp.kubectl(['delete', 'svc', '-n', 'kube-system', 'x-tunnel-server-internal-svc']);
   });
 
+  test('an agent bootstraps with --apiserver-addr and a service-account token (RBAC for CSRs only)', async (t) => {
+    const h = harness(t);
+    const dir = await tempDir(h);
+    const server = await startClusterServer(h, cp, dir);
+    await cp.apply({
+      apiVersion: 'v1',
+      kind: 'List',
+      items: [
+        { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'yurt-tunnel-agent', namespace: 'kube-system' } },
+        {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRole',
+          metadata: { name: 'yurt-tunnel-agent' },
+          rules: [{ apiGroups: ['certificates.k8s.io'], resources: ['certificatesigningrequests'], verbs: ['create', 'get', 'list', 'watch'] }],
+        },
+        {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRoleBinding',
+          metadata: { name: 'yurt-tunnel-agent' },
+          roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'yurt-tunnel-agent' },
+          subjects: [{ kind: 'ServiceAccount', name: 'yurt-tunnel-agent', namespace: 'kube-system' }],
+        },
+      ],
+    });
+    const token = await cp.kubectl(['create', 'token', 'yurt-tunnel-agent', '-n', 'kube-system']);
+    assert.equal(token.code, 0, token.stderr);
+    const saDir = join(dir, 'serviceaccount');
+    await mkdir(saDir);
+    await writeFile(join(saDir, 'token'), token.stdout.trim());
+    await writeFile(join(saDir, 'ca.crt'), cp.pki.ca.cert);
+    const log = new MemoryLogger(2);
+    const agent = await TunnelAgent.start({
+      nodeName: 'edge-sa',
+      nodeIP: '127.0.0.1',
+      tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
+      certDir: join(dir, 'agent-pki'),
+      kubeSource: agentKubeConfigSource({ apiserverAddr: `127.0.0.1:${cp.port}`, serviceAccountDir: saDir })!,
+      csrPollMs: 200,
+      dialTimeoutMs: 3000,
+      keepaliveTimeMs: 35_000,
+      keepaliveTimeoutMs: 20_000,
+      syncIntervalMs: 200,
+      syncIntervalCapMs: 1000,
+      drainTimeoutMs: 1000,
+      logger: log,
+    });
+    h.defer(() => agent.stop());
+    await waitFor('agent edge-sa to register', () => server.tunnel.registry.all().some((b) => b.agentID === 'edge-sa'), 20_000);
+    const csr = (await cp.kubectl(['get', 'csr', '-o', 'jsonpath={range .items[*]}{.spec.username}{"\\n"}{end}'])).stdout;
+    assert.match(csr, /^system:serviceaccount:kube-system:yurt-tunnel-agent$/m, 'the CSR was made with the service account');
+  });
+
+  test('an API server that cannot be reached at start: the stored certificates serve, agents connect, the log says what and where', async (t) => {
+    const h = harness(t);
+    const dir = await tempDir(h);
+    // A first run leaves certificates in the stores.
+    const first = await startClusterServer(h, cp, dir);
+    const agentDir = join(dir, 'agent-edge-5-pki');
+    const firstAgent = await startClusterAgent(h, cp, first, dir, 'edge-5');
+    await waitFor('agent edge-5 to register', () => first.tunnel.registry.agentCount === 1, 20_000);
+    await firstAgent.stop();
+    await first.stop();
+
+    // The same credentials, pointed at a port where nothing listens.
+    const dead = join(dir, 'unreachable.kubeconfig');
+    await writeFile(dead, kubeconfigYAML('https://127.0.0.1:1', cp.pki.ca.cert, cp.pki.admin));
+    const log = new MemoryLogger(2);
+    const server = await TunnelServer.start(clusterServerOptions(dir, dead, log));
+    h.defer(() => server.stop());
+    await waitFor('a retry warning', () => log.records.some((r) => r.message.includes('cannot list/watch from the API server')), 10_000);
+    const warning = log.records.find((r) => r.message.includes('cannot list/watch from the API server'))!;
+    assert.equal(warning.fields.apiServer, 'https://127.0.0.1:1');
+    assert.match(String(warning.fields.error), /ECONNREFUSED/);
+    const agent = await TunnelAgent.start({
+      nodeName: 'edge-5',
+      nodeIP: '127.0.0.1',
+      tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
+      certDir: agentDir,
+      kubeSource: { kind: 'kubeconfig', path: dead },
+      dialTimeoutMs: 3000,
+      keepaliveTimeMs: 35_000,
+      keepaliveTimeoutMs: 20_000,
+      syncIntervalMs: 200,
+      syncIntervalCapMs: 1000,
+      drainTimeoutMs: 1000,
+      logger: new MemoryLogger(2),
+    });
+    h.defer(() => agent.stop());
+    await waitFor('agent edge-5 to register with the cut-off server', () => server.tunnel.registry.agentCount === 1, 20_000);
+    const echo = await startEchoServer(h);
+    const c = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
+    assert.equal(c.status, 200);
+    c.socket.end('still serving');
+    const chunks: Buffer[] = [];
+    for await (const chunk of c.socket) chunks.push(chunk as Buffer);
+    assert.equal(Buffer.concat(chunks).toString(), 'still serving');
+  });
+
   test('an agent using another node\'s CSR-issued certificate is refused', async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
@@ -123,7 +224,6 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const stolen = await readFile(join(dir, 'agent-edge-3-pki', 'yurttunnel-agent-current.pem'), 'utf8');
     const cert = stolen.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\n?/)![0];
     const key = stolen.match(/-----BEGIN (?:RSA )?PRIVATE KEY-----[\s\S]+?-----END (?:RSA )?PRIVATE KEY-----\n?/)![0];
-    const { writeFile, mkdir } = await import('node:fs/promises');
     const impostorDir = join(dir, 'impostor');
     await mkdir(impostorDir);
     await writeFile(join(impostorDir, 'tls.crt'), cert);
