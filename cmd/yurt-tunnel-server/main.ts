@@ -4,7 +4,14 @@
 import { Command } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { createLogger } from '../../pkg/log/logger.js';
-import { DEFAULT_CERT_DIR, DEFAULT_PROXIER_UDS, TunnelServer } from '../../pkg/server/app.js';
+import {
+  DEFAULT_CERT_DIR,
+  DEFAULT_EGRESS_SELECTOR_UDS,
+  DEFAULT_PROXIER_UDS,
+  EGRESS_SELECTOR_MODES,
+  TunnelServer,
+  type EgressSelectorMode,
+} from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
 import { DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
@@ -36,6 +43,9 @@ interface ServerFlags {
   kubeletCaFile?: string;
   localhostProxyPorts: number[];
   interceptorProxierUds: string;
+  egressSelectorEnable: boolean;
+  egressSelectorUds: string;
+  egressSelectorMode: EgressSelectorMode;
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
   stalledConnectionTimeout: number;
@@ -85,6 +95,14 @@ const program = new Command('yurt-tunnel-server')
     '--interceptor-proxier-uds <path>',
     'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)',
     DEFAULT_PROXIER_UDS,
+  )
+  .option('--egress-selector-enable [bool]', 'serve kube-apiserver\'s egress selector (EgressSelectorConfiguration, transport.uds) on --egress-selector-uds', parseBool, false)
+  .option('--egress-selector-uds <path>', 'Unix socket kube-apiserver\'s egress selector dials (its udsName)', DEFAULT_EGRESS_SELECTOR_UDS)
+  .option(
+    '--egress-selector-mode <mode>',
+    'the egress selector\'s proxyProtocol: http-connect (HTTPConnect) or grpc (GRPC, Konnectivity\'s ProxyService)',
+    parseEgressMode,
+    'http-connect' as EgressSelectorMode,
   )
   .option(
     '--proxy-strategy <list>',
@@ -141,6 +159,7 @@ const program = new Command('yurt-tunnel-server')
       kubeletCAFile: flags.kubeletCaFile,
       localhostProxyPorts: flags.localhostProxyPorts,
       interceptorProxierUDS: flags.interceptorProxierUds,
+      egressSelector: flags.egressSelectorEnable ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode } : undefined,
       proxyStrategies: flags.proxyStrategy,
       dialTimeoutMs: flags.dialTimeout,
       stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
@@ -163,6 +182,12 @@ const program = new Command('yurt-tunnel-server')
       await server.stop();
     });
   });
+
+function parseEgressMode(text: string): EgressSelectorMode {
+  const mode = EGRESS_SELECTOR_MODES.find((m) => m === text);
+  if (mode === undefined) throw new InvalidArgumentError(`not one of ${EGRESS_SELECTOR_MODES.join(', ')} (got ${JSON.stringify(text)})`);
+  return mode;
+}
 
 function parseIdentityCheck(text: string): AgentIdentityCheck {
   const mode = AGENT_IDENTITY_CHECKS.find((m) => m === text);

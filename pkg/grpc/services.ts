@@ -2,3 +2,6 @@
 
 /** Konnectivity's agent stream (proto/agent.proto): agents dial the server and call it. */
 export const AGENT_CONNECT_PATH = '/AgentService/Connect';
+
+/** Konnectivity's client stream (proto/client.proto): kube-apiserver's egress selector calls it, one stream per dial. */
+export const PROXY_PATH = '/ProxyService/Proxy';

@@ -7,6 +7,7 @@ import { isIP } from 'node:net';
 import type { Registry } from 'prom-client';
 import { ensureLocalServerCertificates } from '../certs/local-store.js';
 import type { CertKeyPair } from '../certs/pki.js';
+import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
@@ -26,6 +27,17 @@ import { Tunnel } from '../tunnel/tunnel.js';
 
 export const DEFAULT_CERT_DIR = '/var/lib/yurttunnel-server/pki';
 export const DEFAULT_PROXIER_UDS = '/tmp/interceptor-proxier.sock';
+export const DEFAULT_EGRESS_SELECTOR_UDS = '/tmp/yurt-tunnel-egress-selector.sock';
+
+/** How kube-apiserver's egress selector speaks to us (its proxyProtocol). */
+export type EgressSelectorMode = 'http-connect' | 'grpc';
+export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-connect', 'grpc'];
+
+/** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
+interface EgressFrontend {
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
 
 export interface ServerOptions {
   bindAddress: string;
@@ -44,6 +56,8 @@ export interface ServerOptions {
   /** Ports served on the edge node's loopback (localhost-proxy-ports). */
   localhostProxyPorts: number[];
   interceptorProxierUDS: string;
+  /** Serve kube-apiserver's egress selector on egressSelectorUDS, in egressSelectorMode. */
+  egressSelector?: { uds: string; mode: EgressSelectorMode };
   proxyStrategies: ProxyStrategy[];
   dialTimeoutMs: number;
   /** See TunnelOptions.stalledConnectionTimeoutMs. */
@@ -163,6 +177,8 @@ export class TunnelServer {
     readonly tunnel: Tunnel,
     readonly agentEndpoint: AgentEndpoint,
     readonly proxier: HttpConnectServer,
+    /** The egress selector's frontend, when enabled. */
+    readonly egress: EgressFrontend | undefined,
     readonly master: MasterServer,
     private readonly connector: KubeletConnector,
     private readonly log: Logger,
@@ -213,10 +229,11 @@ export class TunnelServer {
       await cluster?.stop();
       throw err;
     }
-    const { agentEndpoint, proxier, master } = server;
+    const { agentEndpoint, proxier, egress, master } = server;
     try {
       await agentEndpoint.start();
       await proxier.start();
+      await egress?.start();
       await master.start();
     } catch (err: unknown) {
       await server.stop();
@@ -227,6 +244,7 @@ export class TunnelServer {
       mode: cluster === undefined ? 'local' : 'cluster',
       agentAddress: `${opts.bindAddress}:${agentEndpoint.address.port}`,
       proxier: opts.interceptorProxierUDS,
+      egressSelector: opts.egressSelector === undefined ? 'off' : `${opts.egressSelector.mode} on ${opts.egressSelector.uds}`,
       securePort: master.address('secure').port,
       insecurePort: master.address('insecure').port,
       strategies: opts.proxyStrategies.join(','),
@@ -267,6 +285,13 @@ export class TunnelServer {
       return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
     };
     const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, logger: log });
+    const e = opts.egressSelector;
+    const egress =
+      e === undefined
+        ? undefined
+        : e.mode === 'grpc'
+          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, logger: log })
+          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, logger: log });
     const localhostPorts = new Set(opts.localhostProxyPorts);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
@@ -289,7 +314,7 @@ export class TunnelServer {
         });
       }
     }
-    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, master, connector, log, cluster);
+    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, connector, log, cluster);
   }
 
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */
@@ -298,6 +323,7 @@ export class TunnelServer {
       await this.master.close();
       this.connector.destroy();
       await this.proxier.close();
+      await this.egress?.close();
       await this.tunnel.close();
       await this.agentEndpoint.close();
       await this.cluster?.stop();

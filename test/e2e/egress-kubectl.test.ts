@@ -136,7 +136,8 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     suite.defer(() => kubelet.close());
     await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
     await putPod(cp, 'default', 'p1', 'edge-1');
-    server = await startClusterServer(suite, cp, dir, { extra: { dialTimeoutMs } });
+    // The GRPC frontend on its own socket; HTTPConnect is tested on the proxier socket, the same CONNECT frontend.
+    server = await startClusterServer(suite, cp, dir, { extra: { dialTimeoutMs, egressSelector: { uds: join(dir, 'egress.sock'), mode: 'grpc' } } });
     agent = await startClusterAgent(suite, cp, server, dir, 'edge-1');
     await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1, 20_000);
   });
@@ -184,12 +185,23 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     kubectlCases(state);
   });
 
+  describe('GRPC', () => {
+    before(async () => {
+      await cp.restartAPIServer({ egressSelector: { mode: 'GRPC', udsPath: join(dir, 'egress.sock') } });
+    });
+    kubectlCases(state);
+  });
+
   describe('with the agent stopped', () => {
     before(async () => {
       await agent.stop();
       await waitFor('edge-1 to leave', () => server.tunnel.registry.agentCount === 0, 10_000);
     });
+    test('the same calls fail within the dial timeout with an error naming the node (GRPC)', async () => {
+      await failsNamingTheNode(cp, dialTimeoutMs);
+    });
     test('the same calls fail within the dial timeout with an error naming the node (HTTPConnect)', async () => {
+      await cp.restartAPIServer({ egressSelector: { mode: 'HTTPConnect', udsPath: join(dir, 'proxier.sock') } });
       await failsNamingTheNode(cp, dialTimeoutMs);
     });
   });

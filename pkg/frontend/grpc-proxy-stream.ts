@@ -1,0 +1,166 @@
+// One `ProxyService/Proxy` stream, as konnectivity-client (kube-apiserver's
+// egress selector) uses it: DIAL_REQ → DIAL_RSP, then DATA both ways on the
+// one connection, and CLOSE_REQ → CLOSE_RSP. When the far end closes first,
+// CLOSE_RSP goes out unasked: kube-apiserver waits for it and would otherwise
+// keep the stream (and the kubelet connection) open forever.
+
+import type { Logger } from '../log/logger.js';
+import { GrpcStatus } from '../grpc/status.js';
+import type { ServerPacketCall } from '../grpc/server-call.js';
+import { DialError, errorMessage } from '../protocol/errors.js';
+import type { DialRequestPacket, Packet } from '../protocol/packet.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import type { TunnelConn } from '../tunnel/tunnel-conn.js';
+
+export interface EgressStreamOptions {
+  tunnel: Tunnel;
+  /** The node an address belongs to, so that a failed dial names it. */
+  nodeNameOf?: (host: string) => string | undefined;
+  logger: Logger;
+}
+
+type State = 'awaiting-dial' | 'dialing' | 'open' | 'closed';
+
+export class EgressStream {
+  private state: State = 'awaiting-dial';
+  private conn: TunnelConn | undefined;
+  private readonly abort = new AbortController();
+  private readonly log: Logger;
+  private readonly started = performance.now();
+  private bytesIn = 0;
+  private bytesOut = 0;
+
+  constructor(
+    private readonly call: ServerPacketCall,
+    private readonly opts: EgressStreamOptions,
+  ) {
+    this.log = opts.logger;
+  }
+
+  /** The stream ended (a getter, so that checks after an await are not narrowed away). */
+  private get closed(): boolean {
+    return this.state === 'closed';
+  }
+
+  start(): void {
+    this.call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.onCallClosed(reason) });
+  }
+
+  private onPacket(p: Packet): void {
+    switch (p.type) {
+      case 'DIAL_REQ':
+        if (this.state !== 'awaiting-dial') {
+          this.fail(GrpcStatus.INVALID_ARGUMENT, 'a second DIAL_REQ on one stream; each stream carries one connection');
+          return;
+        }
+        void this.dial(p);
+        return;
+      case 'DATA':
+        if (this.state !== 'open' || this.conn === undefined || p.connectID !== this.conn.connectID) {
+          this.fail(GrpcStatus.INVALID_ARGUMENT, `DATA for connectID ${p.connectID} which this stream does not carry`);
+          return;
+        }
+        this.bytesOut += p.data.length;
+        if (!this.conn.write(p.data)) {
+          this.call.pauseReceive(this);
+          this.conn.once('drain', () => this.call.resumeReceive(this));
+        }
+        return;
+      case 'CLOSE_REQ':
+        if (this.conn !== undefined && p.connectID !== this.conn.connectID) {
+          this.fail(GrpcStatus.INVALID_ARGUMENT, `CLOSE_REQ for connectID ${p.connectID} which this stream does not carry`);
+          return;
+        }
+        this.closeConnection('the client asked (CLOSE_REQ)', '');
+        return;
+      case 'DIAL_CLS':
+        this.abort.abort();
+        return;
+      default:
+        this.log.verbose(2, 'egress stream: ignoring a packet a client does not send', { packetType: p.type });
+    }
+  }
+
+  private async dial(req: DialRequestPacket): Promise<void> {
+    this.state = 'dialing';
+    if (req.protocol !== 'tcp') {
+      this.answerDialError(req, `protocol ${JSON.stringify(req.protocol)} is not supported; only tcp`);
+      return;
+    }
+    let conn: TunnelConn;
+    try {
+      conn = await this.opts.tunnel.dial(req.address, { signal: this.abort.signal });
+    } catch (err: unknown) {
+      if (this.closed) return;
+      const host = req.address.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
+      const node = this.opts.nodeNameOf?.(host);
+      const reason = node === undefined ? errorMessage(err) : `node ${node}: ${errorMessage(err)}`;
+      this.log.warn('egress dial failed', { dialAddress: req.address, reason: err instanceof DialError ? err.code : 'unknown', error: reason });
+      this.answerDialError(req, reason);
+      return;
+    }
+    if (this.closed) {
+      conn.destroy();
+      return;
+    }
+    this.conn = conn;
+    this.state = 'open';
+    this.call.sendControl({ type: 'DIAL_RSP', random: req.random, connectID: conn.connectID, error: '' });
+    this.log.verbose(2, 'egress connection open', { dialAddress: req.address, agentID: conn.agentID, connectID: String(conn.connectID) });
+    conn.on('data', (chunk: Buffer) => {
+      this.bytesIn += chunk.length;
+      conn.pause();
+      this.call.sendData(conn.connectID, chunk, (err) => {
+        if (err) conn.destroy();
+        else conn.resume();
+      });
+    });
+    conn.once('end', () => this.closeConnection('the far end closed', ''));
+    conn.once('close', () => this.closeConnection('the tunnel connection closed', ''));
+    conn.on('error', (err: Error) => this.closeConnection('the tunnel connection failed', errorMessage(err)));
+  }
+
+  private answerDialError(req: DialRequestPacket, reason: string): void {
+    this.state = 'closed';
+    this.call.sendControl({ type: 'DIAL_RSP', random: req.random, connectID: 0n, error: reason });
+    this.call.end(GrpcStatus.OK, '', `dial failed: ${reason}`);
+  }
+
+  /** Ends the connection and the stream, answering CLOSE_RSP (asked for or not). */
+  private closeConnection(why: string, error: string): void {
+    if (this.state === 'closed') return;
+    const conn = this.conn;
+    this.state = 'closed';
+    this.abort.abort();
+    if (conn !== undefined) {
+      conn.destroy();
+      this.call.sendControl({ type: 'CLOSE_RSP', connectID: conn.connectID, error });
+      this.log.verbose(2, 'egress connection closed', {
+        agentID: conn.agentID,
+        dialAddress: conn.address,
+        connectID: String(conn.connectID),
+        why,
+        bytesToNode: this.bytesOut,
+        bytesFromNode: this.bytesIn,
+        durationMs: Math.round(performance.now() - this.started),
+      });
+    }
+    this.call.end(GrpcStatus.OK, '', why);
+  }
+
+  private fail(code: number, message: string): void {
+    this.log.warn('egress stream refused a packet; ending it', { error: message });
+    this.state = 'closed';
+    this.abort.abort();
+    this.conn?.destroy();
+    this.call.end(code, message);
+  }
+
+  private onCallClosed(reason: string): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    this.abort.abort();
+    this.conn?.destroy();
+    this.log.verbose(2, 'egress stream ended by the client', { reason });
+  }
+}

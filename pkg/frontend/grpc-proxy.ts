@@ -1,0 +1,99 @@
+// The GRPC egress frontend: `ProxyService/Proxy` over a Unix socket, what
+// kube-apiserver's EgressSelectorConfiguration (proxyProtocol GRPC,
+// transport.uds) dials. Each accepted socket passes through the authority
+// filter (kube-apiserver's `:authority` is the socket path) into an HTTP/2
+// server that is never bound to a port itself.
+
+import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import { createServer, type Server, type Socket } from 'node:net';
+import { withAuthorityRewrite } from '../grpc/authority-filter.js';
+import { IncomingCall } from '../grpc/server-call-head.js';
+import { ServerPacketCall } from '../grpc/server-call.js';
+import { PROXY_PATH } from '../grpc/services.js';
+import { silentLogger, type Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import { EgressStream } from './grpc-proxy-stream.js';
+import { listenUnix } from './unix-listener.js';
+
+export interface GrpcProxyServerOptions {
+  path: string;
+  /** File mode of the socket. Default 0o660. */
+  mode?: number;
+  nodeNameOf?: (host: string) => string | undefined;
+  logger?: Logger;
+}
+
+export class GrpcProxyServer {
+  private readonly server: Server;
+  private readonly http2: http2.Http2Server;
+  private readonly sockets = new Set<Socket>();
+  private readonly sessions = new Set<Http2Session>();
+  private readonly log: Logger;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly tunnel: Tunnel,
+    private readonly opts: GrpcProxyServerOptions,
+  ) {
+    this.log = (opts.logger ?? silentLogger()).child({ component: 'egress-grpc' });
+    this.http2 = http2.createServer({ maxSessionMemory: 64 });
+    this.http2.on('session', (session: Http2Session) => {
+      this.sessions.add(session);
+      session.once('close', () => this.sessions.delete(session));
+      session.on('error', (err: Error) => this.log.verbose(2, 'egress HTTP/2 session error', { error: errorMessage(err) }));
+    });
+    this.http2.on('stream', (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
+      try {
+        this.onStream(stream, headers, rawHeaders);
+      } catch (err: unknown) {
+        this.log.error('internal error serving an egress stream; it was reset', { error: errorMessage(err), stack: (err as Error).stack });
+        stream.destroy();
+      }
+    });
+    this.server = createServer((socket) => this.onConnection(socket));
+  }
+
+  async start(): Promise<void> {
+    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660);
+    this.log.info('GRPC egress frontend listening', { path: this.opts.path });
+  }
+
+  private onConnection(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    const filtered = withAuthorityRewrite(socket, (err) =>
+      this.log.warn('egress client sent an HTTP/2 header block that cannot be decoded; connection closed', { error: err.message }),
+    );
+    this.http2.emit('connection', filtered);
+  }
+
+  private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
+    stream.on('error', () => {
+      // The call reports its end through 'close'.
+    });
+    const call = new IncomingCall(stream, headers, rawHeaders);
+    const refusal = call.check([PROXY_PATH]);
+    if (refusal !== undefined) {
+      this.log.warn('egress call refused', { path: call.path, error: refusal.message });
+      call.refuse(refusal);
+      return;
+    }
+    call.accept({});
+    new EgressStream(new ServerPacketCall(stream, { logger: this.log }), {
+      tunnel: this.tunnel,
+      nodeNameOf: this.opts.nodeNameOf,
+      logger: this.log,
+    }).start();
+  }
+
+  /** Stops listening and closes every client connection. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      for (const session of this.sessions) session.destroy();
+      for (const socket of this.sockets) socket.destroy();
+    });
+    return this.closing;
+  }
+}
