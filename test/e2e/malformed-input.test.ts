@@ -1,5 +1,5 @@
 // Every listener of the real server process gets a corpus of malformed input:
-// both master ports, the CONNECT proxier's socket and the agent port. Each
+// both master ports, the CONNECT proxier's socket, the GRPC egress socket and the agent port. Each
 // item gets an answer or a closed connection, never a crash; afterwards every
 // listener still serves, and the process is alive.
 
@@ -10,11 +10,20 @@ import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
+import { encodeHeaderBlock } from '../../pkg/grpc/hpack/hpack.js';
+import { grpcFrameHeader } from '../../pkg/grpc/frame.js';
+import { encodePacket } from '../../pkg/protocol/codec.js';
+import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 120_000 };
+
+function grpcMessage(p: KnownPacket): Buffer {
+  const body = encodePacket(p);
+  return Buffer.concat([grpcFrameHeader(body.length), body]);
+}
 
 type Dial = () => Promise<Socket>;
 
@@ -80,10 +89,12 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const dir = await tempDir(h);
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
+  const egressPath = join(dir, 'egress.sock');
   const agentPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [
     '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
     '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--v', '2',
+    '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egressPath,
   ]);
   const started = await server.waitForLine(/yurt-tunnel-server started/);
   const securePort = Number(/securePort=(\d+)/.exec(started)![1]);
@@ -131,7 +142,50 @@ test('a corpus of malformed input to every listener of the real server: answers 
     answers.push(`proxier ${name}: ${got.split(CRLF)[0] ?? ''}`);
     assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the proxier:\n${server.lines.join('\n')}`);
   }
-  assert.ok(answers.includes('proxier CONNECT without a port: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+  assert.ok(answers.includes('proxier CONNECT without a port: HTTP/1.1 400 Bad Request: dial address "127.0.0.1" is not host:port'), answers.join('\n'));
+
+  // The GRPC egress socket: garbage, HTTP/1.1, a cut preface, undecodable and interleaved header blocks, bad packets.
+  const egressDial: Dial = async () => {
+    const s = connect(egressPath);
+    await once(s, 'connect');
+    return s;
+  };
+  const h2 = (type: number, flags: number, id: number, payload: Buffer): Buffer => {
+    const head = Buffer.alloc(9);
+    head.writeUIntBE(payload.length, 0, 3);
+    head[3] = type;
+    head[4] = flags;
+    head.writeUInt32BE(id, 5);
+    return Buffer.concat([head, payload]);
+  };
+  const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+  const settings = h2(0x4, 0, 0, Buffer.alloc(0));
+  // :method POST, :scheme http, :path /ProxyService/Proxy, content-type application/grpc (literals, no indexing).
+  const callHeaders = encodeHeaderBlock([
+    { name: ':method', value: 'POST' },
+    { name: ':scheme', value: 'http' },
+    { name: ':path', value: '/ProxyService/Proxy' },
+    { name: ':authority', value: egressPath },
+    { name: 'content-type', value: 'application/grpc' },
+  ]);
+  const egressCorpus: Array<[string, Buffer]> = [
+    ['garbage', Buffer.from(Array.from({ length: 2048 }, (_, i) => (i * 53) % 256))],
+    ['HTTP/1.1', Buffer.from(`GET / HTTP/1.1${CRLF}Host: x${CRLF}${CRLF}`)],
+    ['half a preface', preface.subarray(0, 10)],
+    ['an undecodable header block', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, Buffer.from([0xff, 0xff, 0xff, 0xff, 0x7f]))])],
+    ['a header block interrupted by DATA', Buffer.concat([preface, settings, h2(0x1, 0, 1, callHeaders.subarray(0, 5)), h2(0x0, 0, 1, Buffer.alloc(4))])],
+    ['a CONTINUATION alone', Buffer.concat([preface, settings, h2(0x9, 0x4, 1, callHeaders)])],
+    ['an unknown method', Buffer.concat([preface, settings, h2(0x1, 0x4 | 0x1, 1, encodeHeaderBlock([{ name: ':method', value: 'POST' }, { name: ':scheme', value: 'http' }, { name: ':path', value: '/Nope/Nope' }, { name: ':authority', value: 'x' }, { name: 'content-type', value: 'application/grpc' }]))])],
+    ['garbage in the gRPC message', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, Buffer.from([0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff]))])],
+    ['DATA before DIAL_REQ', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DATA', connectID: 9n, error: '', data: Buffer.from('x') }))])],
+    ['two DIAL_REQs', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, Buffer.concat([grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 1n }), grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 2n })]))])],
+    ['a DIAL_REQ for udp', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'udp', address: '127.0.0.1:53', random: 1n }))])],
+  ];
+  for (const [name, bytes] of egressCorpus) {
+    await poke(h, egressDial, bytes);
+    assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the egress socket:\n${server.lines.join('\n')}`);
+  }
+  assert.ok(server.lines.some((l) => /cannot be decoded; connection closed/.test(l)), 'the undecodable block is logged');
 
   // The agent port: garbage, TLS without a client certificate, HTTP/1.1 over TLS, an HTTP/2 preface then garbage frames.
   const agentTLS = { cert, key, ALPNProtocols: ['h2'] };
@@ -156,6 +210,9 @@ test('a corpus of malformed input to every listener of the real server: answers 
   res.socket.write('alive');
   assert.equal((await readExactly(res.socket, 5, res.rest)).toString(), 'alive');
   res.socket.destroy();
+  // The egress socket serves too: a dial through it is answered.
+  const egress = await poke(h, egressDial, Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 77n }))]));
+  assert.ok(egress.includes('\x01'), 'a DIAL_RSP came back');
   for (const [port, dial] of [['insecure', tcpDial(insecurePort)], ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })]] as const) {
     const got = await poke(h, dial, `GET /healthz HTTP/1.1${CRLF}Host: 127.0.0.9:10250${CRLF}Connection: close${CRLF}${CRLF}`);
     assert.match(got, /^HTTP\/1\.1 503 /, `${port}: ${got}`);

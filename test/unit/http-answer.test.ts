@@ -86,3 +86,13 @@ test('extra headers come after the standard ones, before the blank line', LIMIT,
       'no agent\n',
   );
 });
+
+test('a CONNECT error carries its reason in the status line (kube-apiserver shows only that), cleaned and bounded', async () => {
+  const { errorResponse } = await import('../../pkg/frontend/http-answer.js');
+  const answer = errorResponse(503, 'node edge-1: no agent serves 10.0.0.5\r\nX-Injected: 1 ' + 'x'.repeat(1000), {}, { reasonInStatusLine: true });
+  const statusLine = answer.slice(0, answer.indexOf('\r\n'));
+  assert.match(statusLine, /^HTTP\/1\.1 503 Service Unavailable: node edge-1: no agent serves 10\.0\.0\.5 X-Injected: 1 x+$/);
+  assert.ok(statusLine.length < 400);
+  assert.equal(answer.split('\r\n').filter((l) => l.startsWith('X-Injected')).length, 0, 'no header can be injected');
+  assert.match(errorResponse(503, 'plain').split('\r\n')[0]!, /^HTTP\/1\.1 503 Service Unavailable$/);
+});
