@@ -218,8 +218,9 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         sawEvents = true;
         if (type === 'ERROR') {
           const status = obj as { code?: number; message?: string };
-          controller?.abort();
+          // Settle first: aborting reports an abort error through the watch's done callback.
           finish(status.code === 410 ? new WatchExpired(status.message ?? 'too old resource version') : Object.assign(new Error(status.message ?? 'watch error'), { code: status.code }));
+          controller?.abort();
           return;
         }
         this.apply(type, obj as Raw);

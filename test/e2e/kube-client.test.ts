@@ -3,7 +3,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { V1Node } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type V1Node, type Watch } from '@kubernetes/client-node';
+import { Informer } from '../../pkg/kube/informer.js';
 import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
 import { CertificateRequestDenied, CsrSigner } from '../../pkg/kube/csr-signer.js';
@@ -25,7 +26,8 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
   let client: KubeClient;
 
   before(async () => {
-    cp = await startControlPlane({ controllerManager: true });
+    // Without the watch cache, watches read etcd, so a compaction makes an old version 410 Gone.
+    cp = await startControlPlane({ controllerManager: true, apiserverArgs: ['--watch-cache=false'] });
     client = createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig });
   });
   after(async () => {
@@ -56,6 +58,37 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     await waitFor('the deletion', () => informer.get('informer-b') === undefined, 10_000);
     assert.ok(events.includes('add informer-b') && events.includes('update informer-a') && events.includes('delete informer-b'), events.join(', '));
     await deleteObject(cp, 'node', 'informer-a');
+  });
+
+  test('a watch from a resourceVersion the API server no longer keeps gets 410 Gone: the informer lists again and catches up', async (t) => {
+    const h = harness(t);
+    await putNode(cp, 'gone-a', { internalIP: '127.0.0.5', kubeletPort: 10250 });
+    const oldVersion = (await client.core.listNode()).metadata?.resourceVersion;
+    for (let i = 0; i < 5; i++) {
+      await client.core.patchNode({ name: 'gone-a', body: { metadata: { labels: { round: String(i) } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+    }
+    await cp.compactEtcd();
+    const log = new MemoryLogger(2);
+    // The real client's watch, told to start the first watch from the stale version.
+    let first = true;
+    const realWatch = client.watch;
+    const staleWatch = {
+      config: realWatch.config,
+      watch(path: string, query: Record<string, string | number | boolean | undefined>, cb: (type: string, obj: unknown) => void, done: (err: unknown) => void) {
+        const q = first ? { ...query, resourceVersion: oldVersion } : query;
+        first = false;
+        return realWatch.watch(path, q, cb, done);
+      },
+    } as unknown as Watch;
+    const informer = new Informer<V1Node>({ name: 'nodes', list: (o) => client.core.listNode(o), watchPath: '/api/v1/nodes', watch: staleWatch, logger: log });
+    h.defer(() => informer.stop());
+    informer.start();
+    await waitFor('a relist after 410', () => log.records.some((r) => r.message.includes('410 Gone')), 15_000);
+    await putNode(cp, 'gone-b', { internalIP: '127.0.0.6', kubeletPort: 10250 });
+    await waitFor('the informer to follow again', () => informer.get('gone-b') !== undefined, 15_000);
+    assert.equal(informer.get('gone-a')?.metadata?.labels?.round, '4');
+    await deleteObject(cp, 'node', 'gone-a');
+    await deleteObject(cp, 'node', 'gone-b');
   });
 
   test('an informer whose API server is unreachable retries with a log line naming the address, and stops cleanly', async (t) => {

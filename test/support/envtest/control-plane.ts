@@ -27,6 +27,8 @@ export interface EgressSelector {
 
 export interface ControlPlaneOptions {
   controllerManager?: boolean;
+  /** More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). */
+  apiserverArgs?: string[];
   egressSelector?: EgressSelector;
 }
 
@@ -69,6 +71,7 @@ export class ControlPlane {
     readonly dir: string,
     readonly bins: ControlPlaneBinaries,
     readonly pki: ControlPlanePKI,
+    private readonly apiserverArgs: readonly string[] = [],
   ) {}
 
   get url(): string {
@@ -95,7 +98,7 @@ export class ControlPlane {
     const bins = findControlPlane();
     if ('missing' in bins) throw new Error(bins.missing);
     const dir = await mkdtemp(join(tmpdir(), 'yt-envtest-'));
-    const cp = new ControlPlane(dir, bins, controlPlanePKI());
+    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs);
     try {
       await cp.writeFiles();
       await cp.startEtcd();
@@ -171,6 +174,7 @@ export class ControlPlane {
       `--kubelet-client-key=${this.file('kubelet-client.key')}`,
       `--kubelet-certificate-authority=${this.file('ca.crt')}`,
       '--kubelet-preferred-address-types=InternalIP',
+      ...this.apiserverArgs,
     ];
     if (egress !== undefined) {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
@@ -238,6 +242,18 @@ export class ControlPlane {
       req.on('error', reject);
       req.end();
     });
+  }
+
+  /** Compacts etcd's history up to now (through its JSON gateway): watches from older versions get 410 Gone. */
+  async compactEtcd(): Promise<void> {
+    const post = async (path: string, body: object): Promise<Record<string, unknown>> => {
+      const res = await fetch(`${this.etcdURL}${path}`, { method: 'POST', body: JSON.stringify(body) });
+      if (!res.ok) throw new Error(`etcd ${path}: ${res.status} ${await res.text()}`);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const range = await post('/v3/kv/range', { key: Buffer.from('/').toString('base64') });
+    const revision = (range.header as { revision: string }).revision;
+    await post('/v3/kv/compaction', { revision, physical: true });
   }
 
   /** Runs kubectl as the administrator; never throws for a non-zero exit. */
