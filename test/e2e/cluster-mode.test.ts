@@ -9,15 +9,14 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
-import { TunnelAgent } from '../../pkg/agent/app.js';
 import { TunnelServer } from '../../pkg/server/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/client.js';
-import { clusterServerOptions, startClusterAgent, startClusterServer } from '../support/cluster.js';
+import { clusterServerOptions, startClusterAgent, startClusterServer, startTestAgent } from '../support/cluster.js';
 import { kubeconfigYAML } from '../support/envtest/pki.js';
 import { harness } from '../support/harness.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
-import { connectVia, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+import { connectVia, roundTrip, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
 import { autoApprove, controlPlaneSkipReason, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 
 const skip = controlPlaneSkipReason();
@@ -71,12 +70,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     assert.match(agentCert.subjectAltName ?? '', /IP Address:127\.0\.0\.1/);
 
     const echo = await startEchoServer(h);
-    const c = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
-    assert.equal(c.status, 200);
-    c.socket.end('hello through the cluster-mode tunnel');
-    const chunks: Buffer[] = [];
-    for await (const chunk of c.socket) chunks.push(chunk as Buffer);
-    assert.equal(Buffer.concat(chunks).toString(), 'hello through the cluster-mode tunnel');
+    assert.equal(await roundTrip(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`, 'hello through the cluster-mode tunnel'), 'hello through the cluster-mode tunnel');
 
     // 64 MiB from the node, and a new wanted address (a tunnel Service) rotating the serving certificate meanwhile.
     const total = 64 * 1024 * 1024;
@@ -147,22 +141,12 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     await writeFile(join(saDir, 'token'), token.stdout.trim());
     await writeFile(join(saDir, 'ca.crt'), cp.pki.ca.cert);
     const log = new MemoryLogger(2);
-    const agent = await TunnelAgent.start({
+    await startTestAgent(h, server, {
       nodeName: 'edge-sa',
-      nodeIP: '127.0.0.1',
-      tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
       certDir: join(dir, 'agent-pki'),
       kubeSource: agentKubeConfigSource({ apiserverAddr: `127.0.0.1:${cp.port}`, serviceAccountDir: saDir })!,
-      csrPollMs: 200,
-      dialTimeoutMs: 3000,
-      keepaliveTimeMs: 35_000,
-      keepaliveTimeoutMs: 20_000,
-      syncIntervalMs: 200,
-      syncIntervalCapMs: 1000,
-      drainTimeoutMs: 1000,
       logger: log,
     });
-    h.defer(() => agent.stop());
     await waitFor('agent edge-sa to register', () => server.tunnel.registry.all().some((b) => b.agentID === 'edge-sa'), 20_000);
     const csr = (await cp.kubectl(['get', 'csr', '-o', 'jsonpath={range .items[*]}{.spec.username}{"\\n"}{end}'])).stdout;
     assert.match(csr, /^system:serviceaccount:kube-system:yurt-tunnel-agent$/m, 'the CSR was made with the service account');
@@ -189,29 +173,10 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const warning = log.records.find((r) => r.message.includes('cannot list/watch from the API server'))!;
     assert.equal(warning.fields.apiServer, 'https://127.0.0.1:1');
     assert.match(String(warning.fields.error), /ECONNREFUSED/);
-    const agent = await TunnelAgent.start({
-      nodeName: 'edge-5',
-      nodeIP: '127.0.0.1',
-      tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
-      certDir: agentDir,
-      kubeSource: { kind: 'kubeconfig', path: dead },
-      dialTimeoutMs: 3000,
-      keepaliveTimeMs: 35_000,
-      keepaliveTimeoutMs: 20_000,
-      syncIntervalMs: 200,
-      syncIntervalCapMs: 1000,
-      drainTimeoutMs: 1000,
-      logger: new MemoryLogger(2),
-    });
-    h.defer(() => agent.stop());
+    await startTestAgent(h, server, { nodeName: 'edge-5', certDir: agentDir, kubeSource: { kind: 'kubeconfig', path: dead } });
     await waitFor('agent edge-5 to register with the cut-off server', () => server.tunnel.registry.agentCount === 1, 20_000);
     const echo = await startEchoServer(h);
-    const c = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
-    assert.equal(c.status, 200);
-    c.socket.end('still serving');
-    const chunks: Buffer[] = [];
-    for await (const chunk of c.socket) chunks.push(chunk as Buffer);
-    assert.equal(Buffer.concat(chunks).toString(), 'still serving');
+    assert.equal(await roundTrip(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`, 'still serving'), 'still serving');
   });
 
   test('an agent using another node\'s CSR-issued certificate is refused', async (t) => {
@@ -230,20 +195,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     await writeFile(join(impostorDir, 'tls.key'), key);
     await writeFile(join(impostorDir, 'ca.crt'), cp.pki.ca.cert);
     const log = new MemoryLogger(2);
-    const impostor = await TunnelAgent.start({
-      nodeName: 'edge-4',
-      nodeIP: '127.0.0.1',
-      tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
-      certDir: impostorDir,
-      dialTimeoutMs: 3000,
-      keepaliveTimeMs: 35_000,
-      keepaliveTimeoutMs: 20_000,
-      syncIntervalMs: 200,
-      syncIntervalCapMs: 1000,
-      drainTimeoutMs: 1000,
-      logger: log,
-    });
-    h.defer(() => impostor.stop());
+    await startTestAgent(h, server, { nodeName: 'edge-4', certDir: impostorDir, logger: log });
     await waitFor('the refusal', () => log.records.some((r) => /agent identity check \(strict\) failed/.test(JSON.stringify(r.fields))), 10_000);
     assert.equal(server.tunnel.registry.agentCount, 1);
     assert.deepEqual(server.tunnel.registry.all().map((b) => b.agentID), ['edge-3']);

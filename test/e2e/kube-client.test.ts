@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { PatchStrategy, setHeaderOptions, type V1Node, type Watch } from '@kubernetes/client-node';
 import { Informer } from '../../pkg/kube/informer.js';
+import { isConflict } from '../../pkg/kube/errors.js';
+import { retryOnConflict } from '../../pkg/kube/retry.js';
 import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
 import { CertificateRequestDenied, CsrSigner } from '../../pkg/kube/csr-signer.js';
@@ -105,6 +107,35 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     const warning = log.records.find((r) => r.message.includes('cannot list/watch'))!;
     assert.match(String(warning.fields.error), /ECONNREFUSED|127\.0\.0\.1:1/);
     assert.equal(informer.synced(), false);
+  });
+
+  test('retryOnConflict: two writers of one ConfigMap from stale reads both land, the loser after a 409 and a fresh read', async (t) => {
+    harness(t);
+    const ns = 'kube-system';
+    await client.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: 'retry-test' }, data: { count: '0' } } });
+    let conflicts = 0;
+    const increment = (): Promise<unknown> =>
+      retryOnConflict(async () => {
+        const cm = await client.core.readNamespacedConfigMap({ namespace: ns, name: 'retry-test' });
+        // Both writers read before either writes: one of them must meet a 409.
+        await new Promise((r) => setTimeout(r, 50));
+        cm.data = { count: String(Number(cm.data?.count ?? '0') + 1) };
+        try {
+          return await client.core.replaceNamespacedConfigMap({ namespace: ns, name: 'retry-test', body: cm });
+        } catch (err: unknown) {
+          if (isConflict(err)) conflicts++;
+          throw err;
+        }
+      });
+    await Promise.all([increment(), increment()]);
+    const cm = await client.core.readNamespacedConfigMap({ namespace: ns, name: 'retry-test' });
+    assert.equal(cm.data?.count, '2');
+    assert.ok(conflicts >= 1, 'a conflict happened and was retried');
+    await assert.rejects(
+      retryOnConflict(() => Promise.reject(Object.assign(new Error('nope'), { code: 403 }))),
+      /nope/,
+      'other errors are not retried',
+    );
   });
 
   test('leader election: one of two candidates leads; when it stops it releases the Lease and the other takes over at once', async (t) => {

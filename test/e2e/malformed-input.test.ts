@@ -15,6 +15,7 @@ import { grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import { encodePacket } from '../../pkg/protocol/codec.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
+import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
 
@@ -150,15 +151,8 @@ test('a corpus of malformed input to every listener of the real server: answers 
     await once(s, 'connect');
     return s;
   };
-  const h2 = (type: number, flags: number, id: number, payload: Buffer): Buffer => {
-    const head = Buffer.alloc(9);
-    head.writeUIntBE(payload.length, 0, 3);
-    head[3] = type;
-    head[4] = flags;
-    head.writeUInt32BE(id, 5);
-    return Buffer.concat([head, payload]);
-  };
-  const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+  const h2 = h2Frame;
+  const preface = H2_PREFACE;
   const settings = h2(0x4, 0, 0, Buffer.alloc(0));
   // :method POST, :scheme http, :path /ProxyService/Proxy, content-type application/grpc (literals, no indexing).
   const callHeaders = encodeHeaderBlock([

@@ -3,36 +3,16 @@
 // identity, both taking their certificates from CSRs.
 
 import { join } from 'node:path';
-import { TunnelAgent } from '../../pkg/agent/app.js';
+import { TunnelAgent, type AgentOptions } from '../../pkg/agent/app.js';
 import { issueCertificate } from '../../pkg/certs/pki.js';
 import { TunnelServer, type ServerOptions } from '../../pkg/server/app.js';
 import type { ControlPlane } from './envtest/index.js';
 import type { Harness } from './harness.js';
 import { MemoryLogger } from './memory-logger.js';
+import { testServerOptions } from './server-options.js';
 
 export function clusterServerOptions(dir: string, kubeConfig: string, log: MemoryLogger, extra: Partial<ServerOptions> = {}): ServerOptions {
-  return {
-    bindAddress: '127.0.0.1',
-    tunnelAgentConnectPort: 0,
-    securePort: 0,
-    insecurePort: 0,
-    localhostProxyPorts: [],
-    interceptorProxierUDS: join(dir, 'proxier.sock'),
-    proxyStrategies: ['destHost'],
-    dialTimeoutMs: 3000,
-    serverCount: 1,
-    certDir: join(dir, 'server-pki'),
-    certIPs: [],
-    certDNSNames: [],
-    kubeConfig,
-    enableIptables: true,
-    enableDNSController: true,
-    keepaliveTimeMs: 10_000,
-    keepaliveTimeoutMs: 20_000,
-    logger: log,
-    csrPollMs: 200,
-    ...extra,
-  };
+  return testServerOptions(dir, { kubeConfig, enableIptables: true, enableDNSController: true, logger: log, csrPollMs: 200, ...extra });
 }
 
 export async function startClusterServer(
@@ -52,6 +32,30 @@ export async function kubeletKubeconfig(cp: ControlPlane, node: string): Promise
   return cp.kubeconfigFor(`kubelet-${node}`, pair);
 }
 
+/** An in-process agent for `server` with the tests' timings; `opts` says how it gets its certificate. */
+export async function startTestAgent(
+  h: Harness,
+  server: TunnelServer,
+  opts: Pick<AgentOptions, 'nodeName' | 'certDir'> & Partial<AgentOptions>,
+): Promise<TunnelAgent> {
+  const agent = await TunnelAgent.start({
+    nodeIP: '127.0.0.1',
+    tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
+    csrPollMs: 200,
+    dialTimeoutMs: 3000,
+    keepaliveTimeMs: 35_000,
+    keepaliveTimeoutMs: 20_000,
+    syncIntervalMs: 200,
+    syncIntervalCapMs: 1000,
+    drainTimeoutMs: 1000,
+    logger: new MemoryLogger(2),
+    ...opts,
+  });
+  h.defer(() => agent.stop());
+  return agent;
+}
+
+/** An agent that bootstraps its certificate with node `node`'s kubelet identity. */
 export async function startClusterAgent(
   h: Harness,
   cp: ControlPlane,
@@ -60,21 +64,10 @@ export async function startClusterAgent(
   node: string,
   log = new MemoryLogger(2),
 ): Promise<TunnelAgent> {
-  const agent = await TunnelAgent.start({
+  return startTestAgent(h, server, {
     nodeName: node,
-    nodeIP: '127.0.0.1',
-    tunnelServerAddr: `127.0.0.1:${server.agentEndpoint.address.port}`,
     certDir: join(dir, `agent-${node}-pki`),
     kubeSource: { kind: 'kubeconfig', path: await kubeletKubeconfig(cp, node) },
-    csrPollMs: 200,
-    dialTimeoutMs: 3000,
-    keepaliveTimeMs: 35_000,
-    keepaliveTimeoutMs: 20_000,
-    syncIntervalMs: 200,
-    syncIntervalCapMs: 1000,
-    drainTimeoutMs: 1000,
     logger: log,
   });
-  h.defer(() => agent.stop());
-  return agent;
 }

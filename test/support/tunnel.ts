@@ -273,6 +273,14 @@ export function startEchoServer(h: Harness): Promise<{ server: Server; port: num
   return startTCPServer(h, (s) => s.pipe(s));
 }
 
+/** CONNECTs through `udsPath` to `target`, sends `text`, half-closes, and returns all that came back. */
+export async function roundTrip(udsPath: string, target: string, text: string): Promise<string> {
+  const c = await connectVia(udsPath, target);
+  if (c.status !== 200) throw new Error(`CONNECT ${target} answered ${c.head.split('\r\n')[0]}`);
+  c.socket.end(text);
+  return Buffer.concat([c.rest, await readAll(c.socket)]).toString();
+}
+
 /** Reads everything until the socket ends or closes. */
 export async function readAll(socket: Socket): Promise<Buffer> {
   const chunks: Buffer[] = [];

@@ -218,6 +218,7 @@ test('describeCertificate reads names, organizations, SANs (IPv6 in short form) 
     organizations: [],
     dnsNames: [],
     ips: [],
+    notBefore: new Date(new X509Certificate(ca.cert).validFrom),
     notAfter: new Date(new X509Certificate(ca.cert).validTo),
   });
 });

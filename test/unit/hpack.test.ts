@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../pkg/grpc/hpack/hpack.js';
 import { huffmanDecode, huffmanEncode, HuffmanError } from '../../pkg/grpc/hpack/huffman.js';
 import { AuthorityRewriter, Http2FrameError } from '../../pkg/grpc/authority-filter.js';
+import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 const pairs = (fields: { name: string; value: string }[]): string[][] => fields.map((f) => [f.name, f.value]);
@@ -91,15 +92,8 @@ test('HPACK encoder: literals without indexing that a fresh decoder reads back, 
 });
 
 test('the authority filter rewrites a socket-path :authority in HEADERS+CONTINUATION, keeps valid ones and every other frame', () => {
-  const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-  const frame = (type: number, flags: number, id: number, payload: Buffer): Buffer => {
-    const h = Buffer.alloc(9);
-    h.writeUIntBE(payload.length, 0, 3);
-    h[3] = type;
-    h[4] = flags;
-    h.writeUInt32BE(id, 5);
-    return Buffer.concat([h, payload]);
-  };
+  const preface = H2_PREFACE;
+  const frame = h2Frame;
   const block = encodeHeaderBlock([
     { name: ':method', value: 'POST' },
     { name: ':scheme', value: 'http' },
@@ -134,15 +128,8 @@ test('the authority filter rewrites a socket-path :authority in HEADERS+CONTINUA
 });
 
 test('the authority filter refuses interleaved, orphaned, oversized and undecodable header blocks', () => {
-  const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-  const frame = (type: number, flags: number, id: number, payload: Buffer): Buffer => {
-    const h = Buffer.alloc(9);
-    h.writeUIntBE(payload.length, 0, 3);
-    h[3] = type;
-    h[4] = flags;
-    h.writeUInt32BE(id, 5);
-    return Buffer.concat([h, payload]);
-  };
+  const preface = H2_PREFACE;
+  const frame = h2Frame;
   const fresh = (): AuthorityRewriter => {
     const r = new AuthorityRewriter();
     r.push(preface);

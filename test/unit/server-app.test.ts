@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MemoryLogger } from '../support/memory-logger.js';
 import { TunnelServer, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
 import { serverKubeConfigSource } from '../../pkg/kube/client.js';
 import { harness } from '../support/harness.js';
+import { testServerOptions } from '../support/server-options.js';
 import { testPKI } from '../support/pki.js';
 import { tempDir } from '../support/tunnel.js';
 
@@ -31,26 +31,7 @@ test('a kubeconfig means a cluster; no kubeconfig and no pod environment means l
 // ----- files named by flags are read and checked before anything is built
 
 function localOptions(certDir: string, extra: Partial<ServerOptions>): ServerOptions {
-  return {
-    bindAddress: '127.0.0.1',
-    tunnelAgentConnectPort: 0,
-    securePort: 0,
-    insecurePort: 0,
-    localhostProxyPorts: [],
-    interceptorProxierUDS: join(certDir, 'proxier.sock'),
-    proxyStrategies: ['destHost'],
-    dialTimeoutMs: 1000,
-    serverCount: 1,
-    certDir,
-    certIPs: [],
-    certDNSNames: [],
-    enableIptables: false,
-    enableDNSController: false,
-    keepaliveTimeMs: 10_000,
-    keepaliveTimeoutMs: 20_000,
-    logger: new MemoryLogger(),
-    ...extra,
-  };
+  return testServerOptions(certDir, { certDir, dialTimeoutMs: 1000, ...extra });
 }
 
 test('a file that is not a certificate is refused naming its flag, before any certificate is made or port opened', async (t) => {
