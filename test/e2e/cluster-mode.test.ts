@@ -11,13 +11,16 @@ import { connect as tlsConnect } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import { TunnelServer } from '../../pkg/server/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/client.js';
-import { clusterServerOptions, startClusterAgent, startClusterServer, startTestAgent } from '../support/cluster.js';
+import { clusterServerOptions, kubeletKubeconfig, startClusterAgent, startClusterServer, startTestAgent } from '../support/cluster.js';
 import { kubeconfigYAML } from '../support/envtest/pki.js';
 import { harness } from '../support/harness.js';
+import { AGENT_BIN, SERVER_BIN, startProcess } from '../support/processes.js';
+import { StandinKubelet } from '../support/standin-kubelet/index.js';
+import { issueCertificate } from '../../pkg/certs/pki.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { connectVia, roundTrip, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
-import { autoApprove, controlPlaneSkipReason, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
+import { autoApprove, controlPlaneSkipReason, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 
 const skip = controlPlaneSkipReason();
 if (skip !== undefined) console.log(`# skipping cluster-mode tests: ${skip}`);
@@ -199,5 +202,40 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     await waitFor('the refusal', () => log.records.some((r) => /agent identity check \(strict\) failed/.test(JSON.stringify(r.fields))), 10_000);
     assert.equal(server.tunnel.registry.agentCount, 1);
     assert.deepEqual(server.tunnel.registry.all().map((b) => b.agentID), ['edge-3']);
+  });
+  test('the CLIs in cluster mode: server and agent processes with kubeconfigs, kube-apiserver through the GRPC egress socket', async (t) => {
+    const h = harness(t);
+    const dir = await tempDir(h);
+    const egress = join(dir, 'egress.sock');
+    const server = startProcess(h, SERVER_BIN, [
+      '--kube-config', cp.adminKubeconfig, '--cert-dir', join(dir, 'server-pki'), '--bind-address', '127.0.0.1',
+      '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0',
+      '--interceptor-proxier-uds', join(dir, 'proxier.sock'),
+      '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egress, '--v', '2',
+    ]);
+    const started = await server.waitForLine(/yurt-tunnel-server started/, 30_000);
+    assert.match(started, /mode=cluster/);
+    const agentPort = Number(/agentAddress=127\.0\.0\.1:(\d+)/.exec(started)![1]);
+    const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-cli', ips: ['127.0.0.1'], usages: ['serverAuth'] });
+    const kubelet = new StandinKubelet({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, nodeName: 'edge-cli' });
+    await kubelet.start();
+    h.defer(() => kubelet.close());
+    await putNode(cp, 'edge-cli', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
+    const agent = startProcess(h, AGENT_BIN, [
+      '--node-name', 'edge-cli', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+      '--kube-config', await kubeletKubeconfig(cp, 'edge-cli'), '--cert-dir', join(dir, 'agent-pki'), '--v', '2',
+    ]);
+    await agent.waitForLine(/connected to tunnel server/, 30_000);
+    await cp.restartAPIServer({ egressSelector: { mode: 'GRPC', udsPath: egress } });
+    try {
+      const healthz = await cp.kubectl(['get', '--raw', '/api/v1/nodes/edge-cli/proxy/healthz']);
+      assert.equal(healthz.code, 0, healthz.stderr);
+      assert.equal(healthz.stdout, 'ok');
+      assert.equal(kubelet.requests.filter((r) => r.target === '/healthz').length, 1);
+    } finally {
+      await cp.restartAPIServer();
+    }
+    server.kill('SIGTERM');
+    assert.equal(await server.exited, 0);
   });
 });
