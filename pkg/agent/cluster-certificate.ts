@@ -6,7 +6,7 @@
 // before it expires. The server's certificate is checked against the cluster CA.
 
 import { readFile } from 'node:fs/promises';
-import { CertificateManager } from '../certs/certificate-manager.js';
+import { CertificateManager, CLIENT_USAGES, KUBE_APISERVER_CLIENT_SIGNER } from '../certs/certificate-manager.js';
 import { AGENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
 import { PemFileStore } from '../certs/pem-file-store.js';
 import type { Logger } from '../log/logger.js';
@@ -14,7 +14,6 @@ import { createKubeClient, describeSource, type KubeConfigSource } from '../kube
 import { CsrSigner } from '../kube/csr-signer.js';
 
 export const AGENT_CERT_PREFIX = 'yurttunnel-agent';
-const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
 
 export interface ClusterCertificateOptions {
   source: KubeConfigSource;
@@ -59,7 +58,7 @@ export async function startClusterCertificate(opts: ClusterCertificateOptions): 
       dnsNames: [opts.nodeName],
       ips: opts.nodeIPs,
       signerName: KUBE_APISERVER_CLIENT_SIGNER,
-      usages: ['digital signature', 'key encipherment', 'client auth'],
+      usages: CLIENT_USAGES,
     }),
     logger: opts.logger,
   });

@@ -12,6 +12,12 @@ import { createSigningRequest, describeCertificate, sameAddressSet, type CertKey
 
 export type KeyUsage = 'digital signature' | 'key encipherment' | 'server auth' | 'client auth';
 
+/** The cluster signers our certificates ask for (spec/yurttunnel.md §4.3). */
+export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
+export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
+export const SERVING_USAGES: KeyUsage[] = ['digital signature', 'key encipherment', 'server auth'];
+export const CLIENT_USAGES: KeyUsage[] = ['digital signature', 'key encipherment', 'client auth'];
+
 export interface CertificateTemplate {
   commonName: string;
   organizations: string[];

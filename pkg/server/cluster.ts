@@ -7,7 +7,14 @@
 
 import { readFile } from 'node:fs/promises';
 import type { V1Node, V1Pod, V1Service } from '../kube/types.js';
-import { CertificateManager, type CertificateTemplate } from '../certs/certificate-manager.js';
+import {
+  CertificateManager,
+  CLIENT_USAGES,
+  KUBE_APISERVER_CLIENT_SIGNER,
+  KUBELET_SERVING_SIGNER,
+  SERVING_USAGES,
+  type CertificateTemplate,
+} from '../certs/certificate-manager.js';
 import { SERVER_COMMON_NAME, SERVER_ORGANIZATION, PROXY_CLIENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
 import { PemFileStore } from '../certs/pem-file-store.js';
 import type { CertKeyPair } from '../certs/pki.js';
@@ -21,8 +28,6 @@ import { servingNames, TUNNEL_NAMESPACE, TUNNEL_SERVICE_SELECTOR } from '../kube
 
 export const SERVING_CERT_PREFIX = 'yurttunnel-server';
 export const PROXY_CLIENT_CERT_PREFIX = 'yurttunnel-server-proxy-client';
-export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
-export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
 
 export interface ClusterOptions {
   source: KubeConfigSource;
@@ -92,7 +97,7 @@ export class ClusterServices {
         dnsNames: names.dnsNames,
         ips: names.ips,
         signerName: KUBELET_SERVING_SIGNER,
-        usages: ['digital signature', 'key encipherment', 'server auth'],
+        usages: SERVING_USAGES,
       };
     };
     const serving = new CertificateManager({
@@ -112,7 +117,7 @@ export class ClusterServices {
         dnsNames: [],
         ips: [],
         signerName: KUBE_APISERVER_CLIENT_SIGNER,
-        usages: ['digital signature', 'key encipherment', 'client auth'],
+        usages: CLIENT_USAGES,
       }),
       logger: log,
     });
