@@ -95,7 +95,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       SERVER_BIN,
       [
         '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-        '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', ...(opts.serverArgs ?? []),
+        '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', ...(opts.serverArgs ?? []),
       ],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
@@ -113,7 +113,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       children,
       AGENT_BIN,
       [
-        '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+        '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
         '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
         ...(opts.agentArgs ?? []),
       ],

@@ -6,7 +6,7 @@ import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/client.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { onShutdownSignals } from '../common/signals.js';
-import { durationOption, packageVersion, parseIP, parseLogFormat, parseNonNegativeInt, parsePositiveInt } from '../common/flags.js';
+import { durationOption, packageVersion, parseBool, parseIP, parseLogFormat, parseNonNegativeInt, parsePort, parsePositiveInt } from '../common/flags.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
 interface AgentFlags {
@@ -28,6 +28,9 @@ interface AgentFlags {
   syncIntervalCap: number;
   drainTimeout: number;
   maxConcurrentDials: number;
+  metaHost?: string;
+  metaPort: number;
+  enableProfiling: boolean;
   v: number;
   logFormat: 'text' | 'json';
 }
@@ -67,6 +70,9 @@ const program = new Command('yurt-tunnel-agent')
     parsePositiveInt,
     DEFAULT_MAX_CONCURRENT_DIALS,
   )
+  .option('--meta-host <ip>', 'address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip\'s family)', parseIP)
+  .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266)
+  .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {
@@ -89,6 +95,9 @@ const program = new Command('yurt-tunnel-agent')
       syncIntervalCapMs: flags.syncIntervalCap,
       drainTimeoutMs: flags.drainTimeout,
       maxConcurrentDials: flags.maxConcurrentDials,
+      metaHost: flags.metaHost,
+      metaPort: flags.metaPort,
+      enableProfiling: flags.enableProfiling,
       logger,
     });
     onShutdownSignals(async (signal) => {

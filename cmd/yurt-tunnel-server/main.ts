@@ -60,6 +60,8 @@ interface ServerFlags {
   enableIptables: boolean;
   enableDnsController: boolean;
   keepaliveTime: number;
+  metaPort: number;
+  enableProfiling: boolean;
   keepaliveTimeout: number;
   v: number;
   logFormat: 'text' | 'json';
@@ -143,6 +145,8 @@ const program = new Command('yurt-tunnel-server')
   .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
+  .option('--meta-port <port>', 'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one', parsePort, 10265)
+  .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
@@ -175,6 +179,8 @@ const program = new Command('yurt-tunnel-server')
       enableDNSController: flags.enableDnsController,
       keepaliveTimeMs: flags.keepaliveTime,
       keepaliveTimeoutMs: flags.keepaliveTimeout,
+      metaPort: flags.metaPort,
+      enableProfiling: flags.enableProfiling,
       logger,
     });
     onShutdownSignals(async (signal) => {

@@ -5,7 +5,10 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
 import type { KubeConfigSource } from '../kube/client.js';
+import { MetaServer } from '../meta/meta-server.js';
+import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { startClusterCertificate } from './cluster-certificate.js';
+import { AgentMetrics } from './metrics.js';
 import type { AgentTLS } from './server-connection.js';
 import { isIP } from 'node:net';
 import type { Logger } from '../log/logger.js';
@@ -43,6 +46,10 @@ export interface AgentOptions {
   drainTimeoutMs: number;
   /** Dials the agent runs at once (all links together). Default 256. */
   maxConcurrentDials?: number;
+  /** The meta server (/healthz, /readyz, /metrics, /debug/connections); off when metaPort is undefined. */
+  metaHost?: string;
+  metaPort?: number;
+  enableProfiling?: boolean;
   logger: Logger;
 }
 
@@ -120,6 +127,7 @@ export class TunnelAgent {
     private readonly opts: AgentOptions,
     /** Cluster mode's certificate. */
     private readonly certificate: CertificateManager | undefined,
+    readonly meta: MetaServer | undefined,
   ) {}
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
@@ -137,6 +145,7 @@ export class TunnelAgent {
         ? AllowList.parse(opts.allowedDestinations)
         : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
     const credentials = await agentCredentials(opts);
+    const metrics = new AgentMetrics();
     const clients = new ClientSet({
       connection: {
         address: opts.tunnelServerAddr,
@@ -147,6 +156,7 @@ export class TunnelAgent {
         keepaliveTimeMs: opts.keepaliveTimeMs,
         keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
         dialLimit: new DialLimit(opts.maxConcurrentDials),
+        metrics,
         logger: opts.logger,
       },
       syncIntervalMs: opts.syncIntervalMs,
@@ -163,8 +173,29 @@ export class TunnelAgent {
       clients.setTLS({ ca: credentials.tls.ca, cert: pair.cert, key: pair.key });
       opts.logger.info('client certificate rotated; new links use it');
     });
+    metrics.watch({ serverConnections: () => clients.connectedServers, endpointConnections: () => clients.connCount });
+    const meta =
+      opts.metaPort === undefined
+        ? undefined
+        : new MetaServer({
+            host: opts.metaHost ?? (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 6 ? '::1' : '127.0.0.1'),
+            port: opts.metaPort,
+            registry: metrics.registry,
+            readyChecks: {
+              'server-link': () => (clients.connectedServers > 0 ? undefined : `no link to a tunnel server at ${opts.tunnelServerAddr} yet`),
+            },
+            debug: { '/debug/connections': () => clients.connections() },
+            raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
+            logger: opts.logger,
+          });
+    try {
+      await meta?.start();
+    } catch (err: unknown) {
+      await credentials.manager?.stop();
+      throw err;
+    }
     clients.start();
-    return new TunnelAgent(clients, opts, credentials.manager);
+    return new TunnelAgent(clients, opts, credentials.manager, meta);
   }
 
   /**
@@ -187,6 +218,7 @@ export class TunnelAgent {
     this.stopping ??= (async () => {
       await this.certificate?.stop();
       await this.clients.close();
+      await this.meta?.close();
       this.opts.logger.info('yurt-tunnel-agent stopped');
     })();
     return this.stopping;

@@ -52,6 +52,11 @@ export class ClientSet {
     this.opts.connection = { ...this.opts.connection, tls };
   }
 
+  /** Open connections of every link, with the server each came through. */
+  connections(): ({ serverID: string } & ReturnType<ServerConnection['connections']>[number])[] {
+    return [...this.clients.entries()].flatMap(([serverID, c]) => c.connections().map((conn) => ({ serverID, ...conn })));
+  }
+
   /** Number of servers currently linked. */
   get connectedServers(): number {
     return this.clients.size;

@@ -19,6 +19,7 @@ import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
+import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { EndpointConn } from './endpoint-conn.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
@@ -75,6 +76,8 @@ export interface ServerConnectionOptions {
   connHighWaterMark?: number;
   /** Dials running at once; share one across links to bound the whole agent. Default: 256 for this link. */
   dialLimit?: DialLimit;
+  /** Counts dials and packets; shared by every link of a client set. */
+  metrics?: AgentMetrics;
   logger?: Logger;
 }
 
@@ -191,7 +194,11 @@ export class ServerConnection {
           return;
         }
         this.identity = identity;
-        const link = new ClientPacketCall(stream, { logger: this.log });
+        const metrics = this.opts.metrics;
+        const link = new ClientPacketCall(stream, {
+          logger: this.log,
+          ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
+        });
         this.link = link;
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
@@ -304,12 +311,24 @@ export class ServerConnection {
     }
   }
 
+  /** The open connections, for /debug/connections. */
+  connections(): { connectID: string; address: string; openedSince: string; bytesToDestination: number; bytesFromDestination: number }[] {
+    return [...this.conns.values()].map((c) => ({
+      connectID: String(c.connectID),
+      address: c.address,
+      openedSince: new Date(c.openedAt).toISOString(),
+      bytesToDestination: c.bytesReceived,
+      bytesFromDestination: c.bytesSent,
+    }));
+  }
+
   private send(p: KnownPacket): void {
     this.link?.sendControl(p);
   }
 
   private onPacket(p: Packet): void {
     if (this.closed) return;
+    this.opts.metrics?.packetReceived(p.type);
     if (this.log.enabled(5)) this.log.verbose(5, 'packet from server', describePacket(p));
     switch (p.type) {
       case 'DIAL_REQ':
@@ -377,10 +396,12 @@ export class ServerConnection {
     }
     const abort = new AbortController();
     this.dials.set(random, abort);
+    const started = performance.now();
     this.opts.dialer.dial(address, abort.signal).then(
       (socket) => {
         this.dials.delete(random);
         limit.release();
+        this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
         if (abort.signal.aborted || this.closed || this.link === undefined) {
           socket.destroy();
           return;
@@ -417,6 +438,7 @@ export class ServerConnection {
       (err: unknown) => {
         this.dials.delete(random);
         limit.release();
+        this.opts.metrics?.dialFailed((err as { code?: string }).code);
         // A cancelled dial needs no answer: the server has forgotten it.
         if (abort.signal.aborted || this.closed) return;
         fail(errorMessage(err));

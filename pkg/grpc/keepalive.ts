@@ -23,6 +23,9 @@ export class Keepalive {
     private readonly opts: KeepaliveOptions,
   ) {}
 
+  /** Round trip of the last answered ping, in milliseconds. */
+  lastRoundTripMs: number | undefined;
+
   start(): void {
     this.schedule();
   }
@@ -49,10 +52,13 @@ export class Keepalive {
       if (!this.stopped) this.opts.onTimeout();
     }, this.opts.timeoutMs);
     this.timeoutTimer.unref();
-    const sent = session.ping((err) => {
+    const sent = session.ping((err, durationMs) => {
       clearTimeout(this.timeoutTimer);
       this.timeoutTimer = undefined;
-      if (!err) this.schedule();
+      if (!err) {
+        this.lastRoundTripMs = durationMs;
+        this.schedule();
+      }
     });
     if (!sent) {
       // Too many pings in flight already; try again later.

@@ -36,6 +36,8 @@ export interface GrpcPacketStreamOptions {
   controlBufferLimit?: number;
   /** Called for each control packet refused because the peer does not read (for metrics). */
   onControlRefused?: () => void;
+  /** Told of each packet written, by type (for metrics). */
+  onPacketSent?: (type: KnownPacket['type']) => void;
   /** Where an error thrown by a packet handler is logged (with its stack) before the call is failed. */
   logger?: Logger;
   /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
@@ -60,6 +62,7 @@ export abstract class GrpcPacketStream implements PacketLink {
   private readonly log: Logger | undefined;
   private readonly controlBufferLimit: number;
   private readonly onControlRefused: (() => void) | undefined;
+  private readonly onPacketSent: ((type: KnownPacket['type']) => void) | undefined;
   /** Control bytes handed to HTTP/2 and not yet written out. */
   private controlQueued = 0;
   /** Control packets refused because the peer did not read. */
@@ -76,6 +79,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.log = opts.logger;
     this.controlBufferLimit = opts.controlBufferLimit ?? 1024 * 1024;
     this.onControlRefused = opts.onControlRefused;
+    this.onPacketSent = opts.onPacketSent;
     const tracker = opts.writeTracker;
     this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
@@ -138,6 +142,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     const { stream } = this;
     this.writeTracker?.writeQueued();
+    this.onPacketSent?.('DATA');
     stream.cork();
     stream.write(header);
     stream.write(data, this.onWritten);
@@ -161,6 +166,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     }
     this.controlQueued += size;
     this.writeTracker?.writeQueued();
+    this.onPacketSent?.(packet.type);
     this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), () => {
       this.controlQueued -= size;
       this.onWritten?.();

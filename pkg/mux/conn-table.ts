@@ -16,6 +16,11 @@ export class ConnTable<C extends PacketConn> {
     this.tombstones.delete(conn.connectID);
   }
 
+  /** The open connections, oldest first. */
+  values(): IterableIterator<C> {
+    return this.conns.values();
+  }
+
   get(connectID: bigint): C | undefined {
     return this.conns.get(connectID);
   }

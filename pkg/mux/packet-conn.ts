@@ -60,6 +60,8 @@ export abstract class PacketConn extends Duplex {
   /** Bytes received from / sent to the peer, for logs and metrics. */
   bytesReceived = 0;
   bytesSent = 0;
+  /** When the connection was established (ms since the epoch). */
+  readonly openedAt = Date.now();
 
   /** The peer has ended the connection: nothing more will arrive. */
   private remoteEnded = false;

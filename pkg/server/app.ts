@@ -4,7 +4,10 @@
 import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import type { Registry } from 'prom-client';
+import { Registry } from 'prom-client';
+import { MetaServer } from '../meta/meta-server.js';
+import { PROFILING_ROUTES } from '../meta/profiling.js';
+import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
 import { ensureLocalServerCertificates } from '../certs/local-store.js';
 import type { CertKeyPair } from '../certs/pki.js';
 import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
@@ -77,6 +80,10 @@ export interface ServerOptions {
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
   maxAgentStreams?: number;
+  /** The meta server (/healthz, /readyz, /metrics, /debug/*): port (10265; 0 picks one) on insecureBindAddress. */
+  metaPort?: number;
+  /** Serve CPU profiles and heap snapshots on the meta port. */
+  enableProfiling?: boolean;
   logger: Logger;
   metricsRegistry?: Registry;
   /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */
@@ -171,6 +178,8 @@ async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions
 
 export class TunnelServer {
   private stopping: Promise<void> | undefined;
+  /** Every listener is up (readiness). */
+  private listening = false;
 
   private constructor(
     readonly serverID: string,
@@ -180,6 +189,8 @@ export class TunnelServer {
     /** The egress selector's frontend, when enabled. */
     readonly egress: EgressFrontend | undefined,
     readonly master: MasterServer,
+    /** Absent when metaPort is undefined. */
+    readonly meta: MetaServer | undefined,
     private readonly connector: KubeletConnector,
     private readonly log: Logger,
     /** Set in cluster mode. */
@@ -213,6 +224,8 @@ export class TunnelServer {
     }
 
     const serverID = opts.serverID ?? randomUUID();
+    const registry = opts.metricsRegistry ?? new Registry();
+    opts = { ...opts, metricsRegistry: registry };
     const tunnel = new Tunnel({
       strategies: opts.proxyStrategies,
       dialTimeoutMs: opts.dialTimeoutMs,
@@ -229,12 +242,14 @@ export class TunnelServer {
       await cluster?.stop();
       throw err;
     }
-    const { agentEndpoint, proxier, egress, master } = server;
+    const { agentEndpoint, proxier, egress, master, meta } = server;
     try {
       await agentEndpoint.start();
       await proxier.start();
       await egress?.start();
       await master.start();
+      server.listening = true;
+      await meta?.start();
     } catch (err: unknown) {
       await server.stop();
       throw err;
@@ -247,6 +262,7 @@ export class TunnelServer {
       egressSelector: opts.egressSelector === undefined ? 'off' : `${opts.egressSelector.mode} on ${opts.egressSelector.uds}`,
       securePort: master.address('secure').port,
       insecurePort: master.address('insecure').port,
+      metaPort: meta?.address.port ?? 'off',
       strategies: opts.proxyStrategies.join(','),
     });
     return server;
@@ -314,12 +330,38 @@ export class TunnelServer {
         });
       }
     }
-    return new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, connector, log, cluster);
+    // The checks read the server once it exists.
+    let server: TunnelServer | undefined;
+    const meta: MetaServer | undefined =
+      opts.metaPort === undefined
+        ? undefined
+        : new MetaServer({
+            host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
+            port: opts.metaPort,
+            registry: opts.metricsRegistry!,
+            readyChecks: {
+              listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
+              certificates: () =>
+                cluster === undefined || (cluster.serving.current() !== undefined && cluster.proxyClient.current() !== undefined)
+                  ? undefined
+                  : 'waiting for the serving and proxy-client certificates',
+              shutdown: () => (server?.stopping === undefined ? undefined : 'shutting down'),
+            },
+            debug: {
+              '/debug/agents': () => agentStatuses(tunnel.registry, serverID),
+              '/debug/connections': (q) => connectionStatuses(tunnel.registry, q.get('agent') ?? undefined),
+            },
+            raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
+            logger: log,
+          });
+    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, log, cluster);
+    return server;
   }
 
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      await this.meta?.close();
       await this.master.close();
       this.connector.destroy();
       await this.proxier.close();

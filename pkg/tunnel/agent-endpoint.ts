@@ -353,9 +353,18 @@ export class AgentEndpoint {
       writeTracker: state?.pings,
       controlBufferLimit: this.opts.controlBufferLimit,
       onControlRefused: () => this.refusedControlPackets++,
+      onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
       logger: this.log.child({ agentID: meta.agentID }),
     });
-    const info = { agentID: meta.agentID, identifiers: meta.identifiers, remoteAddress, certSubject: peerCertSubject(session), flow, halfClose };
+    const info = {
+      agentID: meta.agentID,
+      identifiers: meta.identifiers,
+      remoteAddress,
+      certSubject: peerCertSubject(session),
+      flow,
+      halfClose,
+      roundTripMs: () => state?.keepalive?.lastRoundTripMs,
+    };
     const backend = this.tunnel.attachAgent(info, link);
     if (backend.closed) return;
     if (session === undefined) {

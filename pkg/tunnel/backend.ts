@@ -19,6 +19,8 @@ export interface BackendInfo {
   identifiers: AgentIdentifiers;
   /** Where the agent connects from, for logs. */
   remoteAddress: string;
+  /** Round trip of the last keepalive ping on the agent's connection, for /debug/agents. */
+  roundTripMs?: () => number | undefined;
   /** Subject of the agent's client certificate, for logs. */
   certSubject: string;
   /** Per-connection flow control, when the agent announced it. */
@@ -38,6 +40,7 @@ export class Backend {
   readonly halfClose: boolean;
   readonly link: BackendLink;
   readonly connectedAt = Date.now();
+  readonly roundTripMs: () => number | undefined;
   /** Distinguishes several streams of one agent in logs. */
   readonly serial = nextBackendSerial++;
   draining = false;
@@ -56,6 +59,7 @@ export class Backend {
     this.flow = info.flow;
     this.halfClose = info.halfClose === true;
     this.link = link;
+    this.roundTripMs = info.roundTripMs ?? (() => undefined);
   }
 
   send(packet: KnownPacket): boolean {

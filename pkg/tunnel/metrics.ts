@@ -1,5 +1,8 @@
 // Prometheus metrics of the tunnel core. Table sizes are read at scrape time
 // from the tables themselves, so a gauge can never drift from its table.
+// Konnectivity's names and label sets where it has the idea (checked against
+// the v0.30 proxy-server's /metrics), ours (`yurttunnel_server_*`) beside them.
+// No label carries a node name, an address or a connectID.
 
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { DialFailureReason } from '../protocol/errors.js';
@@ -12,14 +15,40 @@ export interface TunnelTableSizes {
   establishedConnections(): number;
 }
 
+const KONNECTIVITY = 'konnectivity_network_proxy_server';
+
+/** Konnectivity's dial failure reasons for ours. */
+function konnectivityReason(reason: DialFailureReason): string {
+  switch (reason) {
+    case 'YT_ERR_DIAL_TIMEOUT':
+      return 'timeout';
+    case 'YT_ERR_AGENT_GONE':
+    case 'YT_ERR_TUNNEL_CLOSED':
+      return 'backend_close';
+    case 'YT_ERR_DIAL_CANCELLED':
+      return 'frontend_close';
+    case 'YT_ERR_NO_AGENT':
+      return 'no_backend';
+    default:
+      return 'error_response';
+  }
+}
+
 export class TunnelMetrics {
   readonly registry: Registry;
   private readonly dialFailures: Counter<'reason'>;
+  private readonly konnectivityDialFailures: Counter<'reason'>;
   private readonly dialDuration: Histogram;
+  private readonly konnectivityDialDuration: Histogram;
   private readonly packets: Counter<'type'>;
+  private readonly streamPackets: Counter<'packet_type' | 'segment'>;
   private readonly packetChildren = new Map<string, { inc(n?: number): void }>();
+  private readonly closed: Counter<'reason'>;
+  /** Bytes of connections that have closed; open ones are added at scrape time. */
+  private closedBytes = { to_agent: 0, from_agent: 0 };
+  private reportedBytes = { to_agent: 0, from_agent: 0 };
 
-  constructor(sizes: TunnelTableSizes, registry = new Registry()) {
+  constructor(sizes: TunnelTableSizes, registry = new Registry(), openBytes: () => { to_agent: number; from_agent: number } = () => ({ to_agent: 0, from_agent: 0 })) {
     this.registry = registry;
     const gauge = (name: string, help: string, read: () => number): void => {
       new Gauge({
@@ -57,14 +86,82 @@ export class TunnelMetrics {
       labelNames: ['type'],
       registers: [registry],
     });
+    gauge(`${KONNECTIVITY}_ready_backend_connections`, 'Agent streams connected to this server.', () => sizes.backends());
+    gauge(`${KONNECTIVITY}_pending_backend_dials`, 'Dials waiting for an agent DIAL_RSP.', () => sizes.pendingDials());
+    gauge(`${KONNECTIVITY}_established_connections`, 'Tunnelled connections currently open.', () => sizes.establishedConnections());
+    this.konnectivityDialFailures = new Counter({
+      name: `${KONNECTIVITY}_dial_failure_count`,
+      help: 'Dials that did not produce a connection, by Konnectivity\'s reason.',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    this.konnectivityDialDuration = new Histogram({
+      name: `${KONNECTIVITY}_dial_duration_seconds`,
+      help: 'Time from DIAL_REQ to a successful DIAL_RSP.',
+      buckets: [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5],
+      registers: [registry],
+    });
+    this.streamPackets = new Counter({
+      name: `${KONNECTIVITY}_stream_packets_total`,
+      help: 'Packets on agent streams, by direction (segment) and type.',
+      labelNames: ['packet_type', 'segment'],
+      registers: [registry],
+    });
+    this.closed = new Counter({
+      name: 'yurttunnel_server_connections_closed_total',
+      help: 'Tunnelled connections that ended, by how (closed, or the YT_ERR_* code of the error).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    const metrics = this;
+    new Counter({
+      name: 'yurttunnel_server_tunnelled_bytes_total',
+      help: 'Bytes carried through the tunnel, to the agents and from them.',
+      labelNames: ['direction'],
+      registers: [registry],
+      collect() {
+        const open = openBytes();
+        for (const direction of ['to_agent', 'from_agent'] as const) {
+          const now = metrics.closedBytes[direction] + open[direction];
+          const delta = now - metrics.reportedBytes[direction];
+          // Open connections that closed between scrapes moved their bytes to closedBytes: never negative.
+          if (delta > 0) {
+            this.inc({ direction }, delta);
+            metrics.reportedBytes[direction] = now;
+          }
+        }
+      },
+    });
+  }
+
+  connectionClosed(reason: string, bytesToAgent: number, bytesFromAgent: number): void {
+    this.closed.inc({ reason });
+    this.closedBytes.to_agent += bytesToAgent;
+    this.closedBytes.from_agent += bytesFromAgent;
+  }
+
+  packetSent(type: PacketTypeName): void {
+    this.streamPacket(type, 'to_agent');
+  }
+
+  private streamPacket(type: string, segment: 'to_agent' | 'from_agent'): void {
+    const key = `${segment}/${type}`;
+    let child = this.packetChildren.get(key);
+    if (child === undefined) {
+      child = this.streamPackets.labels(type, segment);
+      this.packetChildren.set(key, child);
+    }
+    child.inc();
   }
 
   dialFailed(reason: DialFailureReason): void {
     this.dialFailures.inc({ reason });
+    this.konnectivityDialFailures.inc({ reason: konnectivityReason(reason) });
   }
 
   dialSucceeded(seconds: number): void {
     this.dialDuration.observe(seconds);
+    this.konnectivityDialDuration.observe(seconds);
   }
 
   packetReceived(type: PacketTypeName | 'UNKNOWN'): void {
@@ -74,6 +171,7 @@ export class TunnelMetrics {
       this.packetChildren.set(type, child);
     }
     child.inc();
+    this.streamPacket(type, 'from_agent');
   }
 
   /** Current count of failures for `reason` (for tests and /debug). */

@@ -96,6 +96,16 @@ export class Tunnel {
         establishedConnections: () => this.establishedCount(),
       },
       opts.metricsRegistry,
+      () => {
+        const open = { to_agent: 0, from_agent: 0 };
+        for (const b of this.registry.all()) {
+          for (const c of b.conns.values()) {
+            open.to_agent += c.bytesSent;
+            open.from_agent += c.bytesReceived;
+          }
+        }
+        return open;
+      },
     );
     this.sweepTimer = setInterval(() => {
       for (const b of this.registry.all()) b.conns.sweep();
@@ -340,13 +350,18 @@ export class Tunnel {
           error: conn.errored.message,
         });
       }
-      if (this.log.enabled(3)) {
-        this.log.verbose(3, 'connection closed', {
+      const ended = conn.errored === null ? 'closed' : ((conn.errored as { code?: unknown }).code as string | undefined) ?? 'error';
+      this.metrics.connectionClosed(typeof ended === 'string' && /^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
+      // The access line: one per tunnelled connection, when it ends.
+      if (this.log.enabled(2)) {
+        this.log.verbose(2, 'connection ended', {
           agentID: backend.agentID,
           dialAddress: dial.address,
           connectID: connectID.toString(),
-          bytesFromAgent: conn.bytesReceived,
           bytesToAgent: conn.bytesSent,
+          bytesFromAgent: conn.bytesReceived,
+          durationMs: Date.now() - conn.openedAt,
+          ended,
           ...(conn.errored ? { error: conn.errored.message } : {}),
         });
       }

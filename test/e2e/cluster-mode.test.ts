@@ -209,7 +209,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const egress = join(dir, 'egress.sock');
     const server = startProcess(h, SERVER_BIN, [
       '--kube-config', cp.adminKubeconfig, '--cert-dir', join(dir, 'server-pki'), '--bind-address', '127.0.0.1',
-      '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0',
+      '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0',
       '--interceptor-proxier-uds', join(dir, 'proxier.sock'),
       '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egress, '--v', '2',
     ]);
@@ -222,7 +222,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     h.defer(() => kubelet.close());
     await putNode(cp, 'edge-cli', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
     const agent = startProcess(h, AGENT_BIN, [
-      '--node-name', 'edge-cli', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+      '--node-name', 'edge-cli', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
       '--kube-config', await kubeletKubeconfig(cp, 'edge-cli'), '--cert-dir', join(dir, 'agent-pki'), '--v', '2',
     ]);
     await agent.waitForLine(/connected to tunnel server/, 30_000);

@@ -78,7 +78,7 @@ async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServ
   const agentPort = await closedPort();
   const proc = startProcess(h, SERVER_BIN, [
     '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--v', '2', ...extra,
+    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', '--v', '2', ...extra,
   ]);
   await proc.waitForLine(/yurt-tunnel-server started/);
   return {
@@ -196,7 +196,7 @@ test('one Go agent and one of ours on our server: each node\'s traffic reaches i
   const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
   await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
   const ours = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`,
+    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`, '--meta-port', '0',
     '--ca-file', join(tsDir, 'ca.crt'), '--cert-file', join(tsDir, 'tls.crt'), '--key-file', join(tsDir, 'tls.key'), '--v', '3',
   ]);
   await ours.waitForLine(/connected to tunnel server/);
@@ -239,7 +239,7 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   };
   let goServer = await startGoServer();
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${ports.agentPort}`,
+    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${ports.agentPort}`, '--meta-port', '0',
     '--ca-file', agentFiles.caFile, '--cert-file', agentFiles.certFile, '--key-file', agentFiles.keyFile,
     '--sync-interval', '200ms', '--sync-interval-cap', '1s', '--v', '2',
   ]);

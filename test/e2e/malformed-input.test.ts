@@ -94,7 +94,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const agentPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [
     '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--v', '2',
+    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', '--v', '2',
     '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egressPath,
   ]);
   const started = await server.waitForLine(/yurt-tunnel-server started/);
@@ -194,7 +194,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const issued = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', certDir, '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', agentDir]);
   assert.equal(issued.code, 0, issued.output);
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`,
+    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
     '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
   ]);
   await agent.waitForLine(/connected to tunnel server/);

@@ -29,6 +29,7 @@ async function setup(h: Harness): Promise<Setup> {
       '--interceptor-proxier-uds', udsPath,
       '--secure-port', '0',
       '--insecure-port', '0',
+      '--meta-port', '0',
       '--v', '2',
     ]);
     await p.waitForLine(/yurt-tunnel-server started/);
@@ -39,6 +40,7 @@ async function setup(h: Harness): Promise<Setup> {
       '--node-name', 'edge-1',
       '--node-ip', '127.0.0.1',
       '--tunnelserver-addr', `127.0.0.1:${port}`,
+      '--meta-port', '0',
       '--ca-file', join(dir, 'agent', 'ca.crt'),
       '--cert-file', join(dir, 'agent', 'tls.crt'),
       '--key-file', join(dir, 'agent', 'tls.key'),

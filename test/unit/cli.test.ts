@@ -74,7 +74,7 @@ async function safeServerFlags(h: Harness): Promise<string[]> {
 /** Agent flags that pass validation up to the one under test, with certificate paths that do not exist. */
 async function baseAgentFlags(h: Harness): Promise<string[]> {
   const dir = await tempDir(h);
-  return ['--node-name', 'edge-1', '--ca-file', join(dir, 'ca.crt'), '--cert-file', join(dir, 'tls.crt'), '--key-file', join(dir, 'tls.key')];
+  return ['--node-name', 'edge-1', '--ca-file', join(dir, 'ca.crt'), '--cert-file', join(dir, 'tls.crt'), '--key-file', join(dir, 'tls.key'), '--meta-port', '0'];
 }
 
 /** Exit 1, nothing on stdout, exactly `line` (one line) on stderr. */
@@ -95,6 +95,11 @@ const SERVER_FLAGS = [
   '--cert-dir',
   '--cert-ips',
   '--cert-dns-names',
+  '--egress-selector-enable',
+  '--egress-selector-uds',
+  '--egress-selector-mode',
+  '--meta-port',
+  '--enable-profiling',
   '--v',
 ];
 
@@ -108,6 +113,11 @@ const AGENT_FLAGS = [
   '--key-file',
   '--agent-identifiers',
   '--allowed-destinations',
+  '--cert-dir',
+  '--kube-config',
+  '--apiserver-addr',
+  '--meta-host',
+  '--meta-port',
   '--dial-timeout',
 ];
 

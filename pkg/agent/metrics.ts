@@ -1,0 +1,95 @@
+// The agent's Prometheus metrics, with Konnectivity's proxy-agent names and
+// labels (checked against v0.30's /metrics). Counts of open links and
+// connections are read from the client set at scrape time.
+
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+const PREFIX = 'konnectivity_network_proxy_agent';
+
+export interface AgentSizes {
+  serverConnections(): number;
+  endpointConnections(): number;
+}
+
+/** Konnectivity's reasons for a failed endpoint dial. */
+export function dialFailureReason(code: string | undefined): string {
+  switch (code) {
+    case 'YT_ERR_DIAL_TIMEOUT':
+    case 'ETIMEDOUT':
+      return 'timeout';
+    case 'ECONNREFUSED':
+      return 'refused';
+    case 'YT_ERR_DIAL_DENIED':
+      return 'denied';
+    case 'YT_ERR_DIAL_CANCELLED':
+      return 'cancelled';
+    default:
+      return 'unknown';
+  }
+}
+
+export class AgentMetrics {
+  readonly registry: Registry;
+  private readonly dialDuration: Histogram;
+  private readonly dialFailures: Counter<'reason'>;
+  private readonly packets: Counter<'packet_type' | 'segment'>;
+
+  constructor(registry = new Registry()) {
+    this.registry = registry;
+    this.dialDuration = new Histogram({
+      name: `${PREFIX}_dial_duration_seconds`,
+      help: 'Time to connect to the destination of a dial.',
+      buckets: [0.005, 0.025, 0.1, 0.5, 2.5, 10, 30],
+      registers: [registry],
+    });
+    this.dialFailures = new Counter({
+      name: `${PREFIX}_endpoint_dial_failure_total`,
+      help: 'Dials to destinations that failed, by reason (timeout, refused, denied, cancelled, unknown).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    this.packets = new Counter({
+      name: `${PREFIX}_stream_packets_total`,
+      help: 'Packets on server streams, by direction (segment, as Konnectivity names them) and type.',
+      labelNames: ['packet_type', 'segment'],
+      registers: [registry],
+    });
+  }
+
+  /** Gauges read from the client set; called once it exists. */
+  watch(sizes: AgentSizes): void {
+    new Gauge({
+      name: `${PREFIX}_open_server_connections`,
+      help: 'Links to tunnel servers currently open.',
+      registers: [this.registry],
+      collect() {
+        this.set(sizes.serverConnections());
+      },
+    });
+    new Gauge({
+      name: `${PREFIX}_open_endpoint_connections`,
+      help: 'Connections to destinations currently open.',
+      registers: [this.registry],
+      collect() {
+        this.set(sizes.endpointConnections());
+      },
+    });
+  }
+
+  dialSucceeded(seconds: number): void {
+    this.dialDuration.observe(seconds);
+  }
+
+  dialFailed(code: string | undefined): void {
+    this.dialFailures.inc({ reason: dialFailureReason(code) });
+  }
+
+  /** A packet from a server (Konnectivity's agent labels these `to_agent`). */
+  packetReceived(type: string): void {
+    this.packets.inc({ packet_type: type, segment: 'to_agent' });
+  }
+
+  packetSent(type: string): void {
+    this.packets.inc({ packet_type: type, segment: 'from_agent' });
+  }
+}

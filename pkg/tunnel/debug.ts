@@ -1,0 +1,76 @@
+// What /debug/agents and /debug/connections show: plain objects read from the
+// registry at the moment of the request.
+
+import type { Backend } from './backend.js';
+import type { BackendRegistry } from './backend-registry.js';
+
+export interface AgentStatus {
+  agentID: string;
+  identifiers: Backend['identifiers'];
+  serverID: string;
+  remoteAddress: string;
+  connectedSince: string;
+  openConnections: number;
+  pendingDials: number;
+  /** Bytes of the open connections: to the node, and from it. */
+  bytesToAgent: number;
+  bytesFromAgent: number;
+  lastKeepaliveRoundTripMs: number | null;
+  draining: boolean;
+  /** Several streams of one agent show as several entries; this tells them apart. */
+  stream: number;
+}
+
+export interface ConnectionStatus {
+  agentID: string;
+  connectID: string;
+  address: string;
+  openedSince: string;
+  bytesToAgent: number;
+  bytesFromAgent: number;
+}
+
+export function agentStatuses(registry: BackendRegistry, serverID: string): AgentStatus[] {
+  return registry.all().map((b) => {
+    let toAgent = 0;
+    let fromAgent = 0;
+    for (const c of b.conns.values()) {
+      toAgent += c.bytesSent;
+      fromAgent += c.bytesReceived;
+    }
+    const rtt = b.roundTripMs();
+    return {
+      agentID: b.agentID,
+      identifiers: b.identifiers,
+      serverID,
+      remoteAddress: b.remoteAddress,
+      connectedSince: new Date(b.connectedAt).toISOString(),
+      openConnections: b.conns.size,
+      pendingDials: b.pendingDials.size,
+      bytesToAgent: toAgent,
+      bytesFromAgent: fromAgent,
+      lastKeepaliveRoundTripMs: rtt === undefined ? null : Math.round(rtt * 1000) / 1000,
+      draining: b.draining,
+      stream: b.serial,
+    };
+  });
+}
+
+/** Open connections, of one agent when `agentID` is given. */
+export function connectionStatuses(registry: BackendRegistry, agentID?: string): ConnectionStatus[] {
+  const out: ConnectionStatus[] = [];
+  for (const b of registry.all()) {
+    if (agentID !== undefined && b.agentID !== agentID) continue;
+    for (const c of b.conns.values()) {
+      out.push({
+        agentID: b.agentID,
+        connectID: String(c.connectID),
+        address: c.address,
+        openedSince: new Date(c.openedAt).toISOString(),
+        bytesToAgent: c.bytesSent,
+        bytesFromAgent: c.bytesReceived,
+      });
+    }
+  }
+  return out;
+}
