@@ -3,6 +3,7 @@
 
 import { Command } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
+import { fetchAgents, formatAgents, type AgentsOutput } from '../../pkg/meta/agents-status.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import {
   DEFAULT_CERT_DIR,
@@ -217,6 +218,20 @@ program
     });
     process.stdout.write(`wrote ${files.caFile}, ${files.certFile}, ${files.keyFile}\n`);
   });
+
+program
+  .command('agents')
+  .description('list the agents connected to a running server, from its meta port')
+  .option('--meta-addr <host:port>', 'the server\'s meta server', '127.0.0.1:10265')
+  .option('-o, --output <format>', 'table, wide or json', parseAgentsOutput, 'table' as AgentsOutput)
+  .action(async (flags: { metaAddr: string; output: AgentsOutput }) => {
+    process.stdout.write(formatAgents(await fetchAgents(flags.metaAddr), flags.output));
+  });
+
+function parseAgentsOutput(text: string): AgentsOutput {
+  if (text === 'table' || text === 'wide' || text === 'json') return text;
+  throw new InvalidArgumentError(`not one of table, wide, json (got ${JSON.stringify(text)})`);
+}
 
 program.parseAsync().catch((err: unknown) => {
   process.stderr.write(`yurt-tunnel-server: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -1,0 +1,164 @@
+// The meta servers of a real server and agent: health and readiness as links
+// come and go, metrics that move by exactly what a test sends, the debug
+// listings and the `agents` status command, profiles, and bad requests.
+
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import { startTestAgent } from '../support/cluster.js';
+import { harness, type Harness } from '../support/harness.js';
+import { MemoryLogger } from '../support/memory-logger.js';
+import { runProcess, SERVER_BIN } from '../support/processes.js';
+import { testServerOptions } from '../support/server-options.js';
+import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+
+function get(port: number, path: string, method = 'GET'): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, method, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('latin1');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** One sample's value from Prometheus text, 0 when absent. */
+function sample(text: string, name: string, labels = ''): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels} `) || (labels === '' && l.startsWith(`${name} `)));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+async function startPair(h: Harness, opts: { profiling?: boolean } = {}) {
+  const dir = await tempDir(h);
+  const server = await TunnelServer.start(testServerOptions(dir, { metaPort: 0, enableProfiling: opts.profiling === true, logger: new MemoryLogger(2) }));
+  h.defer(() => server.stop());
+  const agentDir = join(dir, 'agent');
+  await writeAgentCertificate({ certDir: join(dir, 'server-pki'), nodeName: 'edge-1', outDir: agentDir, nodeIPs: ['127.0.0.1'] });
+  const agent = await startTestAgent(h, server, { nodeName: 'edge-1', certDir: agentDir, metaPort: 0 });
+  await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  return { dir, server, agent, serverMeta: server.meta!.address.port, agentMeta: agent.meta!.address.port };
+}
+
+test('healthz and readyz: the agent is ready only while it holds a server link; verbose lists each check', async (t) => {
+  const h = harness(t);
+  const { server, serverMeta, agentMeta } = await startPair(h);
+  assert.deepEqual(await get(serverMeta, '/healthz'), { status: 200, body: 'ok' });
+  assert.deepEqual(await get(serverMeta, '/readyz'), { status: 200, body: 'ok' });
+  const verbose = await get(serverMeta, '/readyz?verbose');
+  assert.equal(verbose.status, 200);
+  assert.match(verbose.body, /^\[\+\]listeners ok\n\[\+\]certificates ok\n\[\+\]shutdown ok\nreadyz check passed\n$/);
+  await waitFor('the agent to be ready', () => true);
+  assert.deepEqual(await get(agentMeta, '/readyz'), { status: 200, body: 'ok' });
+  await server.stop();
+  let agentReady = await get(agentMeta, '/readyz?verbose');
+  for (let i = 0; i < 50 && agentReady.status === 200; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    agentReady = await get(agentMeta, '/readyz?verbose');
+  }
+  assert.equal(agentReady.status, 503);
+  assert.match(agentReady.body, /\[-\]server-link failed: no link to a tunnel server at 127\.0\.0\.1:\d+ yet/);
+  assert.deepEqual(await get(agentMeta, '/healthz'), { status: 200, body: 'ok' });
+});
+
+test('metrics move by exactly the dials and bytes sent; debug listings and the agents command show the agent and its connections', async (t) => {
+  const h = harness(t);
+  const { dir, serverMeta, agentMeta } = await startPair(h);
+  const echo = await startEchoServer(h);
+  const before = (await get(serverMeta, '/metrics')).body;
+  const agentBefore = (await get(agentMeta, '/metrics')).body;
+  const payloads = ['a'.repeat(1000), 'b'.repeat(2500), 'c'.repeat(77)];
+  for (const p of payloads) {
+    const c = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
+    c.socket.write(p);
+    assert.equal((await readExactly(c.socket, p.length, c.rest)).toString(), p);
+    c.socket.destroy();
+  }
+  const refused = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${await closedPort()}`);
+  assert.equal(refused.status, 502);
+  // An open connection for the listings.
+  const open = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
+  h.defer(() => open.socket.destroy());
+  await waitFor('the three to close', () => echo.sockets.size === 1, 5000);
+  await new Promise((r) => setTimeout(r, 200));
+
+  const after = (await get(serverMeta, '/metrics')).body;
+  const delta = (name: string, labels = ''): number => sample(after, name, labels) - sample(before, name, labels);
+  const sent = payloads.reduce((n, p) => n + p.length, 0);
+  assert.equal(delta('konnectivity_network_proxy_server_dial_duration_seconds_count'), 4);
+  assert.equal(delta('yurttunnel_server_tunnelled_bytes_total', '{direction="to_agent"}'), sent);
+  assert.equal(delta('yurttunnel_server_tunnelled_bytes_total', '{direction="from_agent"}'), sent);
+  assert.equal(delta('yurttunnel_server_connections_closed_total', '{reason="closed"}'), 3);
+  assert.equal(delta('yurttunnel_server_dial_failures_total', '{reason="YT_ERR_DIAL_FAILED"}'), 1);
+  assert.equal(delta('konnectivity_network_proxy_server_dial_failure_count', '{reason="error_response"}'), 1);
+  assert.equal(sample(after, 'konnectivity_network_proxy_server_ready_backend_connections'), 1);
+  assert.equal(sample(after, 'konnectivity_network_proxy_server_established_connections'), 1);
+  assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_REQ",segment="to_agent"}'), 5);
+  assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_RSP",segment="from_agent"}'), 5);
+  assert.doesNotMatch(after, /edge-1|127\.0\.0\.1/, 'no node name or address in a label');
+
+  const agentAfter = (await get(agentMeta, '/metrics')).body;
+  const agentDelta = (name: string, labels = ''): number => sample(agentAfter, name, labels) - sample(agentBefore, name, labels);
+  assert.equal(agentDelta('konnectivity_network_proxy_agent_dial_duration_seconds_count'), 4);
+  assert.equal(agentDelta('konnectivity_network_proxy_agent_endpoint_dial_failure_total', '{reason="refused"}'), 1);
+  assert.equal(sample(agentAfter, 'konnectivity_network_proxy_agent_open_server_connections'), 1);
+  assert.equal(sample(agentAfter, 'konnectivity_network_proxy_agent_open_endpoint_connections'), 1);
+
+  const agents = JSON.parse((await get(serverMeta, '/debug/agents')).body) as Array<Record<string, unknown>>;
+  assert.equal(agents.length, 1);
+  assert.equal(agents[0]!.agentID, 'edge-1');
+  assert.deepEqual((agents[0]!.identifiers as { ipv4: string[] }).ipv4, ['127.0.0.1']);
+  assert.equal(agents[0]!.openConnections, 1);
+  const conns = JSON.parse((await get(serverMeta, '/debug/connections?agent=edge-1')).body) as Array<Record<string, unknown>>;
+  assert.equal(conns.length, 1);
+  assert.equal(conns[0]!.address, `127.0.0.1:${echo.port}`);
+  assert.deepEqual(JSON.parse((await get(serverMeta, '/debug/connections?agent=nobody')).body), []);
+  const agentConns = JSON.parse((await get(agentMeta, '/debug/connections')).body) as Array<Record<string, unknown>>;
+  assert.equal(agentConns.length, 1);
+  assert.equal(agentConns[0]!.address, `127.0.0.1:${echo.port}`);
+
+  const table = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`]);
+  assert.equal(table.code, 0, table.output);
+  const lines = table.output.split('\n');
+  assert.match(lines[0]!, /^AGENT\s+ADDRESSES\s+CONNECTIONS\s+AGE\s+RTT$/);
+  assert.match(lines[1]!, /^edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+/);
+  const wide = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'wide']);
+  assert.match(wide.output.split('\n')[1]!, /edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+edge-1\s+127\.0\.0\.1:\d+\s+/);
+  const json = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'json']);
+  assert.equal((JSON.parse(json.output) as unknown[]).length, 1);
+  const down = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${await closedPort()}`]);
+  assert.equal(down.code, 1);
+  assert.match(down.output, /cannot reach the meta server at 127\.0\.0\.1:\d+ .*is yurt-tunnel-server running with --meta-port\?/);
+});
+
+test('profiles on request, one at a time, only with --enable-profiling; bad requests get clear answers and the meta server keeps serving', async (t) => {
+  const h = harness(t);
+  const { serverMeta, agentMeta } = await startPair(h, { profiling: true });
+  const profile = await get(serverMeta, '/debug/pprof/profile?seconds=0.3');
+  assert.equal(profile.status, 200);
+  assert.ok(Array.isArray((JSON.parse(profile.body) as { nodes: unknown[] }).nodes));
+  const heap = await get(serverMeta, '/debug/pprof/heap');
+  assert.equal(heap.status, 200);
+  assert.ok(heap.body.startsWith('{"snapshot":'), heap.body.slice(0, 40));
+  assert.equal((await get(serverMeta, '/debug/pprof/profile?seconds=-1')).status, 400);
+  assert.equal((await get(agentMeta, '/debug/pprof/profile')).status, 404, 'the agent was started without profiling');
+
+  assert.equal((await get(serverMeta, '/metrics', 'POST')).status, 405);
+  const missing = await get(serverMeta, '/nope');
+  assert.equal(missing.status, 404);
+  assert.match(missing.body, /this server answers \/healthz, \/readyz, \/metrics, \/debug\/agents/);
+  for (const garbage of ['\x00\x01\x02 garbage\r\n\r\n', 'GET /healthz HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n', 'GET /%zz HTTP/1.1\r\n\r\n']) {
+    const s = connect(serverMeta, '127.0.0.1');
+    s.on('error', () => {});
+    s.end(garbage);
+    await Promise.race([new Promise((r) => s.once('close', r)), new Promise((r) => setTimeout(r, 1000))]);
+    s.destroy();
+  }
+  assert.deepEqual(await get(serverMeta, '/healthz'), { status: 200, body: 'ok' });
+});
