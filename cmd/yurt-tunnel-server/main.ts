@@ -63,6 +63,7 @@ interface ServerFlags {
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
+  gracefulShutdownTimeout: number;
   keepaliveTimeout: number;
   v: number;
   logFormat: 'text' | 'json';
@@ -146,6 +147,13 @@ const program = new Command('yurt-tunnel-server')
   .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
+  .addOption(
+    durationOption(
+      '--graceful-shutdown-timeout <duration>',
+      'on SIGTERM: how long open connections may finish (no new clients or agents are taken meanwhile)',
+      '25s',
+    ),
+  )
   .option('--meta-port <port>', 'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one', parsePort, 10265)
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
   .option('-v, --v <level>', 'log verbosity: 2 lifecycle, 3 connections, 5 packets', parseNonNegativeInt, 0)
@@ -186,7 +194,7 @@ const program = new Command('yurt-tunnel-server')
     });
     onShutdownSignals(async (signal) => {
       logger.info('shutting down', { signal });
-      await server.stop();
+      await server.shutdown(flags.gracefulShutdownTimeout);
     });
   });
 

@@ -87,6 +87,11 @@ export class GrpcProxyServer {
     }).start();
   }
 
+  /** Takes no new clients; open streams go on. */
+  stopAccepting(): void {
+    if (this.server.listening) this.server.close();
+  }
+
   /** Stops listening and closes every client connection. Idempotent. */
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {

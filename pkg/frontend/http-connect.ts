@@ -181,6 +181,11 @@ export class HttpConnectServer {
     splice(socket, conn);
   }
 
+  /** Takes no new clients; open connections go on. */
+  stopAccepting(): void {
+    if (this.server.listening) this.server.close();
+  }
+
   /** Stops listening and closes every client connection. Idempotent. */
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {

@@ -244,6 +244,14 @@ export class MasterServer {
   }
 
   /** Stops listening and closes every caller's connection. Idempotent. */
+  /** Takes no new callers and drops idle keep-alive connections (callers then go elsewhere); requests in flight go on. */
+  stopAccepting(): void {
+    for (const { server } of this.servers) {
+      if (server.listening) server.close();
+      server.closeIdleConnections();
+    }
+  }
+
   close(): Promise<void> {
     this.closing ??= (async () => {
       const closed = this.servers.map((s) => new Promise<void>((resolve) => s.server.close(() => resolve())));

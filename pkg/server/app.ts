@@ -39,6 +39,7 @@ export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-conne
 /** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
 interface EgressFrontend {
   start(): Promise<void>;
+  stopAccepting(): void;
   close(): Promise<void>;
 }
 
@@ -180,6 +181,8 @@ export class TunnelServer {
   private stopping: Promise<void> | undefined;
   /** Every listener is up (readiness). */
   private listening = false;
+  /** shutdown() began: no new clients or agents. */
+  private shuttingDown = false;
 
   private constructor(
     readonly serverID: string,
@@ -345,7 +348,7 @@ export class TunnelServer {
                 cluster === undefined || (cluster.serving.current() !== undefined && cluster.proxyClient.current() !== undefined)
                   ? undefined
                   : 'waiting for the serving and proxy-client certificates',
-              shutdown: () => (server?.stopping === undefined ? undefined : 'shutting down'),
+              shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
             },
             debug: {
               '/debug/agents': () => agentStatuses(tunnel.registry, serverID),
@@ -356,6 +359,28 @@ export class TunnelServer {
           });
     server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, log, cluster);
     return server;
+  }
+
+  /**
+   * Graceful shutdown (SIGTERM): takes no new clients or agents at once,
+   * lets open connections and pending dials finish for up to `graceMs`, then
+   * stops. The meta server answers until the end (readyz fails meanwhile).
+   */
+  async shutdown(graceMs: number): Promise<void> {
+    if (this.shuttingDown || this.stopping !== undefined) return this.stop();
+    this.shuttingDown = true;
+    this.agentEndpoint.stopAccepting();
+    this.proxier.stopAccepting();
+    this.egress?.stopAccepting();
+    this.master.stopAccepting();
+    const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount;
+    this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
+    const deadline = Date.now() + graceMs;
+    while (open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    const left = open();
+    if (left > 0) this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: left });
+    else this.log.info('every connection finished');
+    await this.stop();
   }
 
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */

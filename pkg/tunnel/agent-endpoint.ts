@@ -471,6 +471,11 @@ export class AgentEndpoint {
    * Stops accepting agents, ends every agent call with UNAVAILABLE and closes
    * every connection (after `graceMs` for them to go by themselves). Idempotent.
    */
+  /** Takes no new agent connections; those already up keep their streams. */
+  stopAccepting(): void {
+    if (this.listening && this.server.listening) this.server.close();
+  }
+
   close(graceMs = 1000): Promise<void> {
     this.closing ??= this.doClose(graceMs);
     return this.closing;

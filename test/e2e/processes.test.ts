@@ -1,13 +1,14 @@
 // The real yurt-tunnel-server and yurt-tunnel-agent processes: certificates
 // from the server's local CA, an agent killed mid-stream, a server restart, a
-// drained agent.
+// drained agent, a graceful shutdown.
 
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
-import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
+import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
 
 interface Setup {
   dir: string;
@@ -119,4 +120,44 @@ test('SIGTERM makes the agent send DRAIN and exit once its connections finish', 
   res.socket.destroy();
   assert.equal(await agent.exited, 0);
   await server.waitForLine(/agent disconnected/);
+});
+
+test('SIGTERM during a 64 MiB transfer: no new clients, the transfer finishes byte-exact, then the server exits 0', async (t) => {
+  const h = harness(t);
+  const s = await setup(h);
+  const server = await s.startServer();
+  await issueAgentCert(h, s);
+  await s.startAgent();
+  const total = 64 * 1024 * 1024;
+  const source = await startTCPServer(h, (sock) => writePattern(sock, total));
+  const download = await connectVia(s.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(download.status, 200);
+  const verifier = new PatternVerifier();
+  verifier.update(download.rest);
+  // A reader slow enough that the transfer spans the shutdown: 1 MiB per 40 ms.
+  let paced = 0;
+  const done = new Promise<void>((resolve, reject) => {
+    download.socket.on('data', (chunk: Buffer) => {
+      verifier.update(chunk);
+      paced += chunk.length;
+      if (paced >= 1024 * 1024) {
+        paced = 0;
+        download.socket.pause();
+        setTimeout(() => download.socket.resume(), 40);
+      }
+    });
+    download.socket.once('end', resolve);
+    download.socket.once('error', reject);
+  });
+  download.socket.resume();
+  await waitFor('some of the transfer', () => verifier.received > 8 * 1024 * 1024, 10_000);
+  server.kill('SIGTERM');
+  await server.waitForLine(/shutting down: no new clients or agents/);
+  // New clients are not taken any more.
+  await assert.rejects(connectVia(s.udsPath, '127.0.0.1:1'), /ENOENT|ECONNREFUSED/);
+  assert.ok(verifier.received < total, 'the transfer was still running when the server was told to stop');
+  await done;
+  assert.equal(verifier.received, total);
+  assert.equal(await server.exited, 0);
+  assert.ok(server.lines.some((l) => /every connection finished/.test(l)), server.lines.join('\n'));
 });
