@@ -14,7 +14,7 @@ import {
   type EgressSelectorMode,
 } from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
-import { DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
+import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { onShutdownSignals } from '../common/signals.js';
 import {
@@ -53,6 +53,7 @@ interface ServerFlags {
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   maxAgentStreams: number;
+  maxAgentConnectRate: number;
   serverId?: string;
   certDir: string;
   certIps: string[];
@@ -138,6 +139,12 @@ const program = new Command('yurt-tunnel-server')
     parsePositiveInt,
     DEFAULT_MAX_STREAMS_PER_AGENT,
   )
+  .option(
+    '--max-agent-connect-rate <n>',
+    'new agent streams admitted per second (bursts of twice that); the excess gets UNAVAILABLE and retries after its backoff; 0 admits all',
+    parseNonNegativeInt,
+    DEFAULT_MAX_CONNECT_RATE,
+  )
   .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
   .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
   .option('--cert-ips <list>', 'comma list of IPs added to the serving certificate', parseIPList, [])
@@ -179,6 +186,7 @@ const program = new Command('yurt-tunnel-server')
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       maxAgentStreams: flags.maxAgentStreams,
+      maxAgentConnectRate: flags.maxAgentConnectRate,
       serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
       certDir: flags.certDir,
       certIPs: flags.certIps,

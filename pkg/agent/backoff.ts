@@ -1,6 +1,8 @@
 // Jittered exponential backoff: initial, ×factor per failure, capped, each
 // delay stretched by up to `jitter` of itself so that agents restarted together
-// do not redial together.
+// do not redial together. With `fullJitter` each delay is drawn uniformly from
+// (0, current] instead: after a server restart hundreds of agents then spread
+// over the whole interval rather than arriving in waves.
 
 export interface BackoffOptions {
   initialMs: number;
@@ -8,9 +10,14 @@ export interface BackoffOptions {
   /** 0.1 = up to +10 %. */
   jitter: number;
   capMs: number;
+  /** Draw each delay from (0, current] (the jitter fraction is then unused). */
+  fullJitter?: boolean;
   /** Random source in [0, 1); for tests. */
   random?: () => number;
 }
+
+/** The shortest full-jitter delay: a retry never comes back within the same millisecond. */
+const MIN_FULL_JITTER_MS = 10;
 
 export class Backoff {
   private current: number;
@@ -27,7 +34,7 @@ export class Backoff {
 
   /** The delay to wait now; the next call returns a longer one, up to the cap. */
   next(): number {
-    const delay = this.jittered(this.current);
+    const delay = this.opts.fullJitter === true ? Math.max(MIN_FULL_JITTER_MS, this.current * this.random()) : this.jittered(this.current);
     this.current = Math.min(this.current * this.opts.factor, this.opts.capMs);
     return delay;
   }

@@ -40,7 +40,7 @@ export class ClientSet {
     this.log = opts.logger ?? silentLogger();
     this.syncIntervalMs = opts.syncIntervalMs ?? 1000;
     this.keepalive = opts.connection.keepalive ?? { timeMs: opts.connection.keepaliveTimeMs ?? 35_000 };
-    this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, capMs: opts.syncIntervalCapMs ?? 10_000 });
+    this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, fullJitter: true, capMs: opts.syncIntervalCapMs ?? 10_000 });
   }
 
   start(): void {

@@ -81,6 +81,8 @@ export interface ServerOptions {
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
   maxAgentStreams?: number;
+  /** New agent streams admitted per second; 0 admits all. Default 100. */
+  maxAgentConnectRate?: number;
   /** The meta server (/healthz, /readyz, /metrics, /debug/*): port (10265; 0 picks one) on insecureBindAddress. */
   metaPort?: number;
   /** Serve CPU profiles and heap snapshots on the meta port. */
@@ -291,6 +293,7 @@ export class TunnelServer {
       keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
       identityCheck: opts.agentIdentityCheck,
       maxStreamsPerAgent: opts.maxAgentStreams,
+      maxConnectRate: opts.maxAgentConnectRate,
       logger: log,
     });
 

@@ -20,6 +20,7 @@ import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { guardStreamHandler } from '../grpc/error-boundary.js';
 import { Keepalive } from '../grpc/keepalive.js';
+import { ConnectRate } from './connect-rate.js';
 import { IncomingCall, type CallRefusal } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -27,6 +28,9 @@ import { GrpcStatus } from '../grpc/status.js';
 import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
 import type { Backend } from './backend.js';
 import type { Tunnel } from './tunnel.js';
+
+/** New agent streams admitted per second by default (a restart of 1000 agents takes ~10 s to settle). */
+export const DEFAULT_MAX_CONNECT_RATE = 100;
 
 export interface AgentEndpointTLS {
   cert: string;
@@ -67,6 +71,8 @@ export interface AgentEndpointOptions {
    * Default 4 (an agent needs one per server replica it reaches through this one address).
    */
   maxStreamsPerAgent?: number;
+  /** New Connect calls admitted per second (a token bucket with a burst of twice that); 0 admits all. Default 100. */
+  maxConnectRate?: number;
   /** Bytes of control packets that may wait unwritten on one agent call before it is cut off. Default 1 MiB. */
   controlBufferLimit?: number;
   /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
@@ -140,6 +146,10 @@ export class AgentEndpoint {
   refusedForStreamLimit = 0;
   /** Control packets refused because an agent did not read its call (for metrics). */
   refusedControlPackets = 0;
+  /** Calls refused by the connect rate limit (for metrics). */
+  refusedForConnectRate = 0;
+  private readonly connectRate: ConnectRate | undefined;
+  private lastRateLog = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
 
@@ -164,6 +174,7 @@ export class AgentEndpoint {
       identityCheck: opts.identityCheck ?? 'strict',
       halfClose: opts.halfClose ?? true,
       controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
+      maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
     };
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
       throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
@@ -172,6 +183,8 @@ export class AgentEndpoint {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
     }
     this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
+    const rate = this.opts.maxConnectRate;
+    this.connectRate = rate > 0 ? new ConnectRate(rate, 2 * rate) : undefined;
     this.server = http2.createSecureServer({
       cert: opts.tls.cert,
       key: opts.tls.key,
@@ -318,7 +331,19 @@ export class AgentEndpoint {
   }
 
   private refuse(call: IncomingCall, refusal: CallRefusal, remoteAddress: string, state: SessionState | undefined): void {
-    this.log.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
+    if (refusal.message.startsWith('too many agents are connecting')) {
+      // A reconnect storm refuses hundreds at once: one summary line every few seconds, not one each.
+      const now = Date.now();
+      if (now - this.lastRateLog >= 5000) {
+        this.lastRateLog = now;
+        this.log.warn('agents refused by the connect rate limit; they retry after a backoff', {
+          refusedSoFar: this.refusedForConnectRate,
+          limitPerSecond: this.connectRate?.perSecond,
+        });
+      }
+    } else {
+      this.log.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
+    }
     if (call.refuse(refusal)) state?.pings.headersSent();
   }
 
@@ -395,6 +420,13 @@ export class AgentEndpoint {
   /** Whether we take this call now, and the agent's metadata if so. */
   private admit(call: IncomingCall): AgentMetadata | CallRefusal {
     if (this.closing !== undefined) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down' };
+    if (this.connectRate !== undefined && !this.connectRate.tryTake()) {
+      this.refusedForConnectRate++;
+      return {
+        code: GrpcStatus.UNAVAILABLE,
+        message: `too many agents are connecting (limit ${this.connectRate.perSecond} per second, --max-agent-connect-rate); retry after a backoff`,
+      };
+    }
     return call.check([AGENT_CONNECT_PATH]) ?? this.readAgentMetadata(call);
   }
 

@@ -78,3 +78,13 @@ test('NaN options are invalid too (they would make every delay NaN, i.e. a redia
     assert.throws(() => new Backoff(opts), TypeError, `${key}: NaN was accepted`);
   }
 });
+
+test('full jitter draws each delay from (0, current], growing the ceiling as usual', () => {
+  const draws = [0, 0.5, 0.999, 0.25];
+  let i = 0;
+  const b = new Backoff({ initialMs: 1000, factor: 2, jitter: 0.1, fullJitter: true, capMs: 4000, random: () => draws[i++ % draws.length]! });
+  assert.equal(b.next(), 10, 'never below 10 ms');
+  assert.equal(b.next(), 1000);
+  assert.ok(Math.abs(b.next() - 3996) < 1e-6);
+  assert.equal(b.next(), 1000, 'capped ceiling 4000 × 0.25');
+});
