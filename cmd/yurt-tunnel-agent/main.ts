@@ -26,6 +26,7 @@ interface AgentFlags {
   keepaliveTimeout: number;
   syncInterval: number;
   syncIntervalCap: number;
+  serverProbeInterval: number;
   drainTimeout: number;
   maxConcurrentDials: number;
   metaHost?: string;
@@ -63,6 +64,13 @@ const program = new Command('yurt-tunnel-agent')
   .addOption(durationOption('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', '20s'))
   .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s'))
   .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s'))
+  .addOption(
+    durationOption(
+      '--server-probe-interval <duration>',
+      'while holding servercount servers, dial the address this often anyway, to find replicas added behind it (0: never)',
+      '30s',
+    ),
+  )
   .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
   .option(
     '--max-concurrent-dials <n>',
@@ -93,6 +101,7 @@ const program = new Command('yurt-tunnel-agent')
       keepaliveTimeoutMs: flags.keepaliveTimeout,
       syncIntervalMs: flags.syncInterval,
       syncIntervalCapMs: flags.syncIntervalCap,
+      serverProbeIntervalMs: flags.serverProbeInterval,
       drainTimeoutMs: flags.drainTimeout,
       maxConcurrentDials: flags.maxConcurrentDials,
       metaHost: flags.metaHost,

@@ -42,6 +42,8 @@ export interface AgentOptions {
   keepaliveTimeoutMs: number;
   syncIntervalMs: number;
   syncIntervalCapMs: number;
+  /** While holding servercount servers, dial this often anyway to find new replicas; 0 never. Default 30 s. */
+  serverProbeIntervalMs?: number;
   /** How long a draining agent waits for its connections before exiting. */
   drainTimeoutMs: number;
   /** Dials the agent runs at once (all links together). Default 256. */
@@ -161,6 +163,7 @@ export class TunnelAgent {
       },
       syncIntervalMs: opts.syncIntervalMs,
       syncIntervalCapMs: opts.syncIntervalCapMs,
+      probeIntervalMs: opts.serverProbeIntervalMs,
       logger: opts.logger,
     });
     opts.logger.info('yurt-tunnel-agent starting', {

@@ -15,6 +15,12 @@ export interface ClientSetOptions {
   syncIntervalMs?: number;
   /** Longest retry delay. Default 10 s. */
   syncIntervalCapMs?: number;
+  /**
+   * While holding servercount servers, dial once this often anyway, so that a
+   * replica added behind the address is found (and kept) without a restart.
+   * 0 never probes. Default 30 s.
+   */
+  probeIntervalMs?: number;
   logger?: Logger;
 }
 
@@ -29,6 +35,7 @@ export class ClientSet {
   /** The server count announced by the newest distinct server. */
   private serverCount = 1;
   private dialing: ServerConnection | undefined;
+  private lastProbe = 0;
   private draining = false;
   private stopped = false;
   private loop: Promise<void> | undefined;
@@ -99,9 +106,14 @@ export class ClientSet {
     }
   }
 
-  /** One step: dial a new link if fewer than serverCount distinct servers are held. */
+  /** One step: dial a new link if fewer than serverCount distinct servers are held, or to probe for a new one. */
   private async syncOnce(): Promise<void> {
-    if (this.draining || this.stopped || this.clients.size >= this.serverCount) return;
+    if (this.draining || this.stopped) return;
+    if (this.clients.size >= this.serverCount) {
+      const every = this.opts.probeIntervalMs ?? 30_000;
+      if (!(every > 0) || Date.now() - this.lastProbe < every) return;
+      this.lastProbe = Date.now();
+    }
     const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive });
     this.dialing = conn;
     let identity;

@@ -119,6 +119,8 @@ export interface TestAgentOptions {
   tls?: ServerConnectionOptions['tls'];
   connection?: Partial<ServerConnectionOptions>;
   syncIntervalMs?: number;
+  /** See ClientSetOptions.probeIntervalMs; default never in tests. */
+  probeIntervalMs?: number;
   logger?: Logger;
 }
 
@@ -140,6 +142,7 @@ export function startAgent(h: Harness, serverAddress: string, opts: TestAgentOpt
     },
     syncIntervalMs: opts.syncIntervalMs ?? 100,
     syncIntervalCapMs: 1000,
+    probeIntervalMs: opts.probeIntervalMs ?? 0,
     logger: opts.logger ?? log,
   });
   clients.start();
@@ -274,8 +277,8 @@ export function startEchoServer(h: Harness): Promise<{ server: Server; port: num
 }
 
 /** CONNECTs through `udsPath` to `target`, sends `text`, half-closes, and returns all that came back. */
-export async function roundTrip(udsPath: string, target: string, text: string): Promise<string> {
-  const c = await connectVia(udsPath, target);
+export async function roundTrip(udsPath: string, target: string, text: string, headers?: Record<string, string>): Promise<string> {
+  const c = await connectVia(udsPath, target, headers === undefined ? {} : { headers });
   if (c.status !== 200) throw new Error(`CONNECT ${target} answered ${c.head.split('\r\n')[0]}`);
   c.socket.end(text);
   return Buffer.concat([c.rest, await readAll(c.socket)]).toString();

@@ -1,0 +1,96 @@
+// Several server replicas behind one address (a round-robin TCP relay, as a
+// Service or load balancer would be): every node is reachable through every
+// replica, losing one does not stop the others, and a replica added later is
+// found by every agent without a restart.
+
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { harness, type Harness } from '../support/harness.js';
+import { roundTrip, startAgent, startEchoServer, startServer, startTCPServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
+
+/** A loopback relay sending each new connection to the next of `ports` (which the test may change). */
+async function roundRobin(h: Harness, ports: number[]): Promise<number> {
+  let next = 0;
+  const lb = await startTCPServer(h, (client: Socket) => {
+    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
+    upstream.on('error', () => client.destroy());
+    client.on('error', () => upstream.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.pipe(upstream).pipe(client);
+  });
+  return lb.port;
+}
+
+const NODES = 5;
+
+async function everyNodeThrough(server: TestServer, echoPort: number): Promise<void> {
+  for (let i = 0; i < NODES; i++) {
+    const text = `through one replica to edge-${i}`;
+    const c = await roundTrip(server.udsPath, `127.0.0.1:${echoPort}`, text, { 'X-Tunnel-Proxy-Host': `edge-${i}` });
+    assert.equal(c, text);
+  }
+}
+
+test('3 replicas, 5 agents: every node through every replica; one replica killed, traffic through the others never stops; new replicas are found', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const servers = new Map<string, TestServer>();
+  const ports: number[] = [];
+  const add = async (id: string, serverCount: number): Promise<TestServer> => {
+    const s = await startServer(h, { serverID: id, endpoint: { serverCount } });
+    servers.set(id, s);
+    ports.push(s.endpoint.address.port);
+    return s;
+  };
+  for (const id of ['server-a', 'server-b', 'server-c']) await add(id, 3);
+  const lbPort = await roundRobin(h, ports);
+  const agents: TestAgent[] = [];
+  for (let i = 0; i < NODES; i++) {
+    agents.push(
+      startAgent(h, `127.0.0.1:${lbPort}`, {
+        nodeName: `edge-${i}`,
+        connection: { serverName: 'localhost' },
+        syncIntervalMs: 100,
+        probeIntervalMs: 500,
+      }),
+    );
+  }
+  await waitFor('every agent on all three replicas', () => agents.every((a) => a.clients.connectedServers === 3), 20_000);
+  for (const s of servers.values()) {
+    assert.equal(s.tunnel.registry.agentCount, NODES);
+    await everyNodeThrough(s, echo.port);
+  }
+
+  // Kill server-b while traffic runs through the other two.
+  const a = servers.get('server-a')!;
+  const c = servers.get('server-c')!;
+  let stop = false;
+  let roundTrips = 0;
+  const traffic = (async () => {
+    while (!stop) {
+      for (const s of [a, c]) await everyNodeThrough(s, echo.port);
+      roundTrips += 2 * NODES;
+    }
+  })();
+  const bPort = servers.get('server-b')!.endpoint.address.port;
+  await servers.get('server-b')!.stop();
+  ports.splice(ports.indexOf(bPort), 1);
+  servers.delete('server-b');
+  await waitFor('agents to notice', () => agents.every((x) => x.clients.connectedServers === 2), 10_000);
+  await waitFor('more traffic after the loss', () => roundTrips >= 60, 20_000);
+  stop = true;
+  await traffic;
+
+  // A fourth replica: agents holding two of three find it.
+  const d = await add('server-d', 3);
+  await waitFor('every agent to reach server-d', () => agents.every((x) => x.clients.serverIDs.includes('server-d')), 15_000);
+  await everyNodeThrough(d, echo.port);
+
+  // A fifth announcing servercount 4 while every agent holds three of three: found by the agents' probes.
+  const e = await add('server-e', 4);
+  await waitFor('every agent to reach server-e by probing', () => agents.every((x) => x.clients.serverIDs.includes('server-e')), 30_000);
+  assert.ok(agents.every((x) => x.clients.connectedServers === 4));
+  await everyNodeThrough(e, echo.port);
+});
