@@ -329,7 +329,7 @@ export class ServerConnection {
   private onPacket(p: Packet): void {
     if (this.closed) return;
     this.opts.metrics?.packetReceived(p.type);
-    if (this.log.enabled(5)) this.log.verbose(5, 'packet from server', describePacket(p));
+    if (this.log.enabled(4)) this.log.verbose(4, 'packet from server', describePacket(p));
     switch (p.type) {
       case 'DIAL_REQ':
         this.onDialRequest(p);
@@ -424,12 +424,15 @@ export class ServerConnection {
           });
         }
         splice(socket, conn, (err) => {
-          if (this.log.enabled(3)) {
-            this.log.verbose(3, 'connection closed', {
+          // The access line: one per tunnelled connection, when it ends.
+          if (this.log.enabled(2)) {
+            this.log.verbose(2, 'connection ended', {
               connectID: connectID.toString(),
               dialAddress: address,
-              bytesIn: conn.bytesReceived,
-              bytesOut: conn.bytesSent,
+              bytesToDestination: conn.bytesReceived,
+              bytesFromDestination: conn.bytesSent,
+              durationMs: Date.now() - conn.openedAt,
+              ended: err === undefined ? 'closed' : ((err as { code?: string }).code ?? 'error'),
               ...(err !== undefined ? { error: err.message } : {}),
             });
           }

@@ -239,6 +239,7 @@ export class Tunnel {
   handlePacket(backend: Backend, p: Packet): void {
     if (backend.closed) return;
     this.metrics.packetReceived(p.type);
+    if (this.log.enabled(4)) this.log.verbose(4, 'packet from agent', { agentID: backend.agentID, ...describePacket(p) });
     switch (p.type) {
       case 'DATA': {
         const conn = backend.conns.get(p.connectID);

@@ -37,13 +37,14 @@ function sample(text: string, name: string, labels = ''): number {
 
 async function startPair(h: Harness, opts: { profiling?: boolean } = {}) {
   const dir = await tempDir(h);
-  const server = await TunnelServer.start(testServerOptions(dir, { metaPort: 0, enableProfiling: opts.profiling === true, logger: new MemoryLogger(2) }));
+  const log = new MemoryLogger(2);
+  const server = await TunnelServer.start(testServerOptions(dir, { metaPort: 0, enableProfiling: opts.profiling === true, logger: log }));
   h.defer(() => server.stop());
   const agentDir = join(dir, 'agent');
   await writeAgentCertificate({ certDir: join(dir, 'server-pki'), nodeName: 'edge-1', outDir: agentDir, nodeIPs: ['127.0.0.1'] });
   const agent = await startTestAgent(h, server, { nodeName: 'edge-1', certDir: agentDir, metaPort: 0 });
   await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
-  return { dir, server, agent, serverMeta: server.meta!.address.port, agentMeta: agent.meta!.address.port };
+  return { dir, log, server, agent, serverMeta: server.meta!.address.port, agentMeta: agent.meta!.address.port };
 }
 
 test('healthz and readyz: the agent is ready only while it holds a server link; verbose lists each check', async (t) => {
@@ -69,7 +70,7 @@ test('healthz and readyz: the agent is ready only while it holds a server link; 
 
 test('metrics move by exactly the dials and bytes sent; debug listings and the agents command show the agent and its connections', async (t) => {
   const h = harness(t);
-  const { dir, serverMeta, agentMeta } = await startPair(h);
+  const { dir, log, serverMeta, agentMeta } = await startPair(h);
   const echo = await startEchoServer(h);
   const before = (await get(serverMeta, '/metrics')).body;
   const agentBefore = (await get(agentMeta, '/metrics')).body;
@@ -102,6 +103,14 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_REQ",segment="to_agent"}'), 5);
   assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_RSP",segment="from_agent"}'), 5);
   assert.doesNotMatch(after, /edge-1|127\.0\.0\.1/, 'no node name or address in a label');
+  // One access line per connection that ended: agent, destination, bytes each way, duration, how it ended.
+  const access = log.records.filter((r) => r.message === 'connection ended');
+  assert.equal(access.length, 3);
+  assert.deepEqual(
+    access.map((r) => [r.fields.agentID, r.fields.dialAddress, r.fields.bytesToAgent, r.fields.bytesFromAgent, r.fields.ended]),
+    payloads.map((p) => ['edge-1', `127.0.0.1:${echo.port}`, p.length, p.length, 'closed']),
+  );
+  assert.ok(access.every((r) => typeof r.fields.durationMs === 'number'));
 
   const agentAfter = (await get(agentMeta, '/metrics')).body;
   const agentDelta = (name: string, labels = ''): number => sample(agentAfter, name, labels) - sample(agentBefore, name, labels);
