@@ -1,0 +1,34 @@
+# One image for both yurt-tunnel-server and yurt-tunnel-agent.
+#   docker build -t yurt-tunnel .
+#   docker run yurt-tunnel yurt-tunnel-server --help
+#   docker run yurt-tunnel yurt-tunnel-agent --help
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /src
+COPY package.json package-lock.json tsconfig.json ./
+# Scripts off: `prepare` would build before the sources are here.
+RUN npm ci --ignore-scripts
+COPY cmd ./cmd
+COPY pkg ./pkg
+COPY proto ./proto
+RUN npx tsc -p tsconfig.json && npm prune --omit=dev --ignore-scripts
+
+FROM node:20-bookworm-slim
+# The server's iptables manager needs iptables and conntrack (and root with NET_ADMIN); the agent needs neither.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iptables conntrack \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY --from=build /src/package.json ./
+COPY --from=build /src/node_modules ./node_modules
+COPY --from=build /src/dist/cmd ./dist/cmd
+COPY --from=build /src/dist/pkg ./dist/pkg
+COPY --from=build /src/proto ./proto
+RUN chmod +x dist/cmd/*/main.js \
+ && ln -s /app/dist/cmd/yurt-tunnel-server/main.js /usr/local/bin/yurt-tunnel-server \
+ && ln -s /app/dist/cmd/yurt-tunnel-agent/main.js /usr/local/bin/yurt-tunnel-agent
+# Non-root by default; a server that runs the iptables manager is given root and NET_ADMIN by its manifest.
+USER node
+# Meta ports: server 10265, agent 10266 (/healthz, /readyz, /metrics).
+EXPOSE 10262 10263 10264 10265 10266
+CMD ["yurt-tunnel-server", "--help"]
