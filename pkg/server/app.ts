@@ -4,7 +4,7 @@
 import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { Registry } from 'prom-client';
+import { Counter, Registry } from 'prom-client';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
@@ -135,6 +135,29 @@ export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles>
   ]);
   const proxyClient = proxyCert !== undefined && proxyKey !== undefined ? { cert: proxyCert, key: proxyKey } : undefined;
   return { clientCA, proxyClient, kubeletCA };
+}
+
+/** The agent endpoint's refusals as one counter, read at scrape time: `reason` is what limit refused the call. */
+function registerRefusalCounters(registry: Registry, endpoint: AgentEndpoint): void {
+  const reported: Record<string, number> = {};
+  new Counter({
+    name: 'yurttunnel_server_agent_refusals_total',
+    help: 'Agent calls and packets refused by a limit: stream_limit (--max-agent-streams), connect_rate (--max-agent-connect-rate), unread_control (an agent that does not read).',
+    labelNames: ['reason'],
+    registers: [registry],
+    collect() {
+      const now: Record<string, number> = {
+        stream_limit: endpoint.refusedForStreamLimit,
+        connect_rate: endpoint.refusedForConnectRate,
+        unread_control: endpoint.refusedControlPackets,
+      };
+      for (const [reason, value] of Object.entries(now)) {
+        const delta = value - (reported[reason] ?? 0);
+        this.inc({ reason }, delta > 0 ? delta : 0);
+        reported[reason] = value;
+      }
+    },
+  });
 }
 
 /** The certificates the listeners and the kubelet connector use, whichever mode made them. */
@@ -336,6 +359,7 @@ export class TunnelServer {
         });
       }
     }
+    registerRefusalCounters(opts.metricsRegistry!, agentEndpoint);
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
     const meta: MetaServer | undefined =

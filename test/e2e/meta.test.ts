@@ -103,6 +103,9 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_REQ",segment="to_agent"}'), 5);
   assert.equal(delta('konnectivity_network_proxy_server_stream_packets_total', '{packet_type="DIAL_RSP",segment="from_agent"}'), 5);
   assert.doesNotMatch(after, /edge-1|127\.0\.0\.1/, 'no node name or address in a label');
+  for (const reason of ['stream_limit', 'connect_rate', 'unread_control']) {
+    assert.match(after, new RegExp(`^yurttunnel_server_agent_refusals_total\\{reason="${reason}"\\} 0$`, 'm'));
+  }
   // One access line per connection that ended: agent, destination, bytes each way, duration, how it ended.
   const access = log.records.filter((r) => r.message === 'connection ended');
   assert.equal(access.length, 3);
