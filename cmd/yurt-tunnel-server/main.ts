@@ -50,6 +50,7 @@ interface ServerFlags {
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
   stalledConnectionTimeout: number;
+  halfClosedLinger: number;
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   maxAgentStreams: number;
@@ -124,6 +125,14 @@ const program = new Command('yurt-tunnel-server')
       '5s',
     ),
   )
+  .addOption(
+    durationOption(
+      '--half-closed-linger <duration>',
+      'with agents that cannot half-close (upstream Go agents): how long a connection whose caller ended its side stays open ' +
+        'for the answer without traffic before it is closed',
+      '60s',
+    ),
+  )
   .option(
     '--agent-identity-check <mode>',
     'what an agent\'s client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every ' +
@@ -183,6 +192,7 @@ const program = new Command('yurt-tunnel-server')
       proxyStrategies: flags.proxyStrategy,
       dialTimeoutMs: flags.dialTimeout,
       stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
+      halfClosedLingerMs: flags.halfClosedLinger,
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       maxAgentStreams: flags.maxAgentStreams,

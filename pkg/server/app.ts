@@ -66,6 +66,8 @@ export interface ServerOptions {
   dialTimeoutMs: number;
   /** See TunnelOptions.stalledConnectionTimeoutMs. */
   stalledConnectionTimeoutMs?: number;
+  /** See TunnelOptions.lingerAfterEndMs (agents that cannot half-close). */
+  halfClosedLingerMs?: number;
   /** What an agent's certificate must name; default `strict`. */
   agentIdentityCheck?: AgentIdentityCheck;
   serverCount: number;
@@ -258,6 +260,7 @@ export class TunnelServer {
       strategies: opts.proxyStrategies,
       dialTimeoutMs: opts.dialTimeoutMs,
       stalledConnectionTimeoutMs: opts.stalledConnectionTimeoutMs,
+      lingerAfterEndMs: opts.halfClosedLingerMs,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });

@@ -81,7 +81,8 @@ test('unknown identifier keys are ignored with a warning; known ones still route
 
 test('int64 random and connectID of 2^63-1 survive the server ↔ upstream agent round trip exactly', async (t) => {
   const h = harness(t);
-  const server = await startServer(h, { tunnel: { newDialID: () => BigInt(INT64_MAX) } });
+  // A short linger: an upstream agent cannot half-close, so our end waits for it at most this long before CLOSE_REQ.
+  const server = await startServer(h, { tunnel: { newDialID: () => BigInt(INT64_MAX), lingerAfterEndMs: 100 } });
   const agent = upstreamAgent(h, server.agentAddress);
   await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
   const dialing = server.tunnel.dial('127.0.0.1:10250');

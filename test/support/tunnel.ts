@@ -128,12 +128,16 @@ export interface TestAgentOptions {
 export function startAgent(h: Harness, serverAddress: string, opts: TestAgentOptions): TestAgent {
   const pki = testPKI();
   const identifiers = opts.identifiers ?? `ipv4=127.0.0.1&host=${opts.nodeName}`;
-  const cert = pki.agent(opts.nodeName, identifiers);
+  // Issued only when the test brings none: each costs an RSA key.
+  const tls = opts.tls ?? ((): ServerConnectionOptions['tls'] => {
+    const cert = pki.agent(opts.nodeName, identifiers);
+    return { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+  })();
   const log = new MemoryLogger(3);
   const clients = new ClientSet({
     connection: {
       address: serverAddress,
-      tls: opts.tls ?? { ca: pki.ca.cert, cert: cert.cert, key: cert.key },
+      tls,
       agentID: opts.nodeName,
       identifiers,
       dialer: new Dialer({ allowList: opts.allowList ?? AllowList.parse('127.0.0.0/8,::1/128'), timeoutMs: opts.dialTimeoutMs }),

@@ -100,6 +100,9 @@ const SERVER_FLAGS = [
   '--egress-selector-mode',
   '--meta-port',
   '--enable-profiling',
+  '--graceful-shutdown-timeout',
+  '--max-agent-connect-rate',
+  '--half-closed-linger',
   '--v',
 ];
 
@@ -118,6 +121,8 @@ const AGENT_FLAGS = [
   '--apiserver-addr',
   '--meta-host',
   '--meta-port',
+  '--server-probe-interval',
+  '--enable-profiling',
   '--dial-timeout',
 ];
 
