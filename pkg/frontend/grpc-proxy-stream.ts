@@ -12,8 +12,13 @@ import type { DialRequestPacket, Packet } from '../protocol/packet.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import type { TunnelConn } from '../tunnel/tunnel-conn.js';
 
+/** A stream that sends no DIAL_REQ within this long is ended: it only holds resources. */
+export const DIAL_REQUEST_TIMEOUT_MS = 30_000;
+
 export interface EgressStreamOptions {
   tunnel: Tunnel;
+  /** Default DIAL_REQUEST_TIMEOUT_MS. */
+  dialRequestTimeoutMs?: number;
   /** The node an address belongs to, so that a failed dial names it. */
   nodeNameOf?: (host: string) => string | undefined;
   logger: Logger;
@@ -29,6 +34,7 @@ export class EgressStream {
   private readonly started = performance.now();
   private bytesIn = 0;
   private bytesOut = 0;
+  private dialRequestTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly call: ServerPacketCall,
@@ -44,6 +50,11 @@ export class EgressStream {
 
   start(): void {
     this.call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.onCallClosed(reason) });
+    const timeoutMs = this.opts.dialRequestTimeoutMs ?? DIAL_REQUEST_TIMEOUT_MS;
+    this.dialRequestTimer = setTimeout(() => {
+      if (this.state === 'awaiting-dial') this.fail(GrpcStatus.DEADLINE_EXCEEDED, `no DIAL_REQ within ${timeoutMs} ms of the stream opening`);
+    }, timeoutMs);
+    this.dialRequestTimer.unref();
   }
 
   private onPacket(p: Packet): void {
@@ -83,6 +94,7 @@ export class EgressStream {
 
   private async dial(req: DialRequestPacket): Promise<void> {
     this.state = 'dialing';
+    clearTimeout(this.dialRequestTimer);
     if (req.protocol !== 'tcp') {
       this.answerDialError(req, `protocol ${JSON.stringify(req.protocol)} is not supported; only tcp`);
       return;
@@ -122,6 +134,7 @@ export class EgressStream {
 
   private answerDialError(req: DialRequestPacket, reason: string): void {
     this.state = 'closed';
+    clearTimeout(this.dialRequestTimer);
     this.call.sendControl({ type: 'DIAL_RSP', random: req.random, connectID: 0n, error: reason });
     this.call.end(GrpcStatus.OK, '', `dial failed: ${reason}`);
   }
@@ -149,14 +162,16 @@ export class EgressStream {
   }
 
   private fail(code: number, message: string): void {
-    this.log.warn('egress stream refused a packet; ending it', { error: message });
+    this.log.warn('egress stream ended', { error: message });
     this.state = 'closed';
+    clearTimeout(this.dialRequestTimer);
     this.abort.abort();
     this.conn?.destroy();
     this.call.end(code, message);
   }
 
   private onCallClosed(reason: string): void {
+    clearTimeout(this.dialRequestTimer);
     if (this.state === 'closed') return;
     this.state = 'closed';
     this.abort.abort();

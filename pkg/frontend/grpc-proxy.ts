@@ -21,6 +21,8 @@ export interface GrpcProxyServerOptions {
   /** File mode of the socket. Default 0o660. */
   mode?: number;
   nodeNameOf?: (host: string) => string | undefined;
+  /** See EgressStreamOptions.dialRequestTimeoutMs. */
+  dialRequestTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -83,6 +85,7 @@ export class GrpcProxyServer {
     new EgressStream(new ServerPacketCall(stream, { logger: this.log }), {
       tunnel: this.tunnel,
       nodeNameOf: this.opts.nodeNameOf,
+      dialRequestTimeoutMs: this.opts.dialRequestTimeoutMs,
       logger: this.log,
     }).start();
   }

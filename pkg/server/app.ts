@@ -126,6 +126,9 @@ async function readOptional(flag: string, path: string | undefined, kind: 'certi
 
 /** Reads and checks every file named by a flag; throws naming the flag and the file. */
 export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles> {
+  if (opts.egressSelector !== undefined && opts.egressSelector.uds === opts.interceptorProxierUDS) {
+    throw new TypeError(`--egress-selector-uds and --interceptor-proxier-uds are both ${opts.interceptorProxierUDS}; give each its own socket`);
+  }
   if ((opts.proxyClientCertFile ?? '') === '' !== ((opts.proxyClientKeyFile ?? '') === '')) {
     throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
   }

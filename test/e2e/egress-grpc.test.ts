@@ -58,10 +58,14 @@ function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; n
   };
 }
 
-async function startEgress(h: Harness): Promise<{ path: string; server: Awaited<ReturnType<typeof startTunnel>>['server'] }> {
+async function startEgress(h: Harness, dialRequestTimeoutMs?: number): Promise<{ path: string; server: Awaited<ReturnType<typeof startTunnel>>['server'] }> {
   const { server } = await startTunnel(h);
   const path = join(await tempDir(h), 'egress.sock');
-  const egress = new GrpcProxyServer(server.tunnel, { path, nodeNameOf: (host) => (host === '127.0.0.1' ? 'edge-1' : undefined) });
+  const egress = new GrpcProxyServer(server.tunnel, {
+    path,
+    nodeNameOf: (host) => (host === '127.0.0.1' ? 'edge-1' : undefined),
+    ...(dialRequestTimeoutMs !== undefined ? { dialRequestTimeoutMs } : {}),
+  });
   await egress.start();
   h.defer(() => egress.close());
   return { path, server };
@@ -164,4 +168,11 @@ test('a grpc-js ProxyService client: dial, echo, CLOSE_REQ', async (t) => {
   await waitFor('CLOSE_RSP', () => packets.length === 3);
   assert.equal(packets[2]!.type, 'CLOSE_RSP');
   call.end();
+});
+
+test('a stream that sends no DIAL_REQ is ended with DEADLINE_EXCEEDED', async (t) => {
+  const h = harness(t);
+  const { path } = await startEgress(h, 300);
+  const call = recordedCall(h, path);
+  assert.equal(await call.status, '4');
 });

@@ -67,3 +67,12 @@ test('a missing file and a key that is not a key are refused naming their flags'
   });
   await assert.rejects(readdir(certDir), { code: 'ENOENT' });
 });
+
+test('the egress selector socket must not be the proxier\'s', async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  await assert.rejects(
+    TunnelServer.start(localOptions(dir, { egressSelector: { uds: join(dir, 'proxier.sock'), mode: 'grpc' } })),
+    /--egress-selector-uds and --interceptor-proxier-uds are both .*; give each its own socket/,
+  );
+});
