@@ -8,12 +8,13 @@
 // "Failed to connect".
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
 import { splice } from '../mux/splice.js';
+import { REMOTE_CLOSE_EVENT } from '../mux/packet-conn.js';
 import { errorMessage } from '../protocol/errors.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
@@ -413,6 +414,7 @@ export class ServerConnection {
             });
           }
         });
+        stopReadingOnRemoteClose(socket, conn);
       },
       (err: unknown) => {
         this.dials.delete(random);
@@ -448,4 +450,23 @@ export class ServerConnection {
     this.session?.destroy();
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }
+}
+
+/**
+ * The server closed the connection (CLOSE_REQ): nothing the target still
+ * sends will be delivered, so stop reading it. Left to the pipe, the socket
+ * would be drained at full speed into garbage until the target answers our
+ * FIN (everything in its send buffer and our receive buffer, megabytes per
+ * connection on a fast link); under churn that garbage was most of the
+ * agent's memory peak. What the server sent before its CLOSE_REQ is still
+ * written out (the pipe ends the socket once it is); then the socket goes.
+ */
+function stopReadingOnRemoteClose(socket: Socket, conn: EndpointConn): void {
+  conn.once(REMOTE_CLOSE_EVENT, () => {
+    if (socket.destroyed) return;
+    socket.unpipe(conn);
+    socket.pause();
+    if (socket.writableFinished) socket.destroy();
+    else socket.once('finish', () => socket.destroy());
+  });
 }

@@ -23,6 +23,12 @@ import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 
+/**
+ * Emitted (without arguments) when the peer has closed the connection without
+ * an error: what is written afterwards goes nowhere.
+ */
+export const REMOTE_CLOSE_EVENT = 'remote-close';
+
 /** Largest DATA payload we send: Go peers refuse gRPC messages over 4 MiB. */
 export const MAX_DATA_PAYLOAD = 1024 * 1024;
 
@@ -185,6 +191,8 @@ export abstract class PacketConn extends Duplex {
     this.releaseWaitingWrite();
     this.push(null);
     this.startCloseTimer();
+    // Whatever is written from now on is dropped: the owner can stop producing it.
+    this.emit(REMOTE_CLOSE_EVENT);
   }
 
   /** Called by the owner on CLOSE_WRITE: the peer sends no more, and still reads what we send. */
