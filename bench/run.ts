@@ -210,7 +210,9 @@ async function main(): Promise<void> {
   const verbose = VERBOSE ? ['--v', '3'] : [];
   const echo = VERBOSE ? (who: string, text: string): void => void process.stderr.write(`[${who}] ${text}`) : undefined;
   const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
-  const local = await startLocalTunnel({ nodeName: 'bench', serverArgs: verbose, agentArgs: verbose, onOutput: echo });
+  // BENCH_AGENT_NODE_ARGS: Node/V8 options for the agent (e.g. --max-semi-space-size=2), to see what they cost.
+  const agentNodeArgs = (process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
+  const local = await startLocalTunnel({ nodeName: 'bench', serverArgs: verbose, agentArgs: verbose, agentNodeArgs, onOutput: echo });
   try {
     const targetPort = Number(target.match[1]);
     const uds = local.udsPath;

@@ -2,10 +2,21 @@
 // sends picks the mode:
 //   'B' + 8-byte big-endian n: send n bytes, then close   (bulk)
 //   'P': echo everything                                  (ping-pong)
+//   'C': answer "bye" and close first                     (churn)
+//   'S': send 16 KiB blocks until the client goes         (churn)
 
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 
 const CHUNK = Buffer.alloc(64 * 1024, 0x5a);
+const BLOCK = CHUNK.subarray(0, 16 * 1024);
+
+function stream(socket: Socket): void {
+  const pump = (): void => {
+    while (!socket.destroyed && socket.writable && socket.write(BLOCK));
+  };
+  socket.on('drain', pump);
+  pump();
+}
 
 function bulk(socket: Socket, n: number): void {
   let left = n;
@@ -37,6 +48,13 @@ const server = createServer({ noDelay: true }, (socket) => {
       socket.off('data', onData);
       bulk(socket, Number(head.readBigUInt64BE(1)));
       socket.resume();
+    } else if (mode === 'C') {
+      socket.off('data', onData);
+      socket.end('bye');
+    } else if (mode === 'S') {
+      socket.off('data', onData);
+      socket.resume();
+      stream(socket);
     } else if (mode !== 'B') {
       socket.destroy();
     }

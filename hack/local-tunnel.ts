@@ -28,8 +28,12 @@ export function startProcess(
   args: string[],
   ready: RegExp,
   onOutput?: (text: string) => void,
+  spawnOpts: { nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
 ): Promise<{ child: ChildProcess; match: RegExpMatchArray }> {
-  const child = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(spawnOpts.nodeArgs ?? []), bin, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: spawnOpts.env === undefined ? process.env : { ...process.env, ...spawnOpts.env },
+  });
   children.push(child);
   let out = '';
   return new Promise((resolve, reject) => {
@@ -65,6 +69,10 @@ export interface LocalTunnelOptions {
   nodeName?: string;
   serverArgs?: string[];
   agentArgs?: string[];
+  /** Node.js options for the agent process (before its script), e.g. --import of a probe or V8 flags. */
+  agentNodeArgs?: string[];
+  /** Extra environment for the agent process. */
+  agentEnv?: NodeJS.ProcessEnv;
   /** Sees every line the server and agent print (e.g. to echo them). */
   onOutput?: (who: 'server' | 'agent', text: string) => void;
   /** Called between the steps, for narration. */
@@ -119,6 +127,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       ],
       /connected to tunnel server/,
       (t) => opts.onOutput?.('agent', t),
+      { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },
     );
     opts.onStep?.('agent', nodeName);
   } catch (err: unknown) {

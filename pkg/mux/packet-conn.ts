@@ -23,12 +23,23 @@ import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 
+/**
+ * Emitted (without arguments) when the peer has closed the connection without
+ * an error: what is written afterwards goes nowhere.
+ */
+export const REMOTE_CLOSE_EVENT = 'remote-close';
+
 /** Largest DATA payload we send: Go peers refuse gRPC messages over 4 MiB. */
 export const MAX_DATA_PAYLOAD = 1024 * 1024;
 
 export interface PacketConnOptions {
   /** Bytes buffered each way before back-pressure applies (no flow control). Default 256 KiB. */
   highWaterMark?: number;
+  /**
+   * Bytes written to the connection and not yet handed to the link before
+   * writers wait (the writable side's highWaterMark). Default: highWaterMark.
+   */
+  sendHighWaterMark?: number;
   /** How long to wait for the peer to finish closing before giving up. Default 10 s. */
   closeTimeoutMs?: number;
   /** Per-connection flow control, when the link negotiated it. */
@@ -94,7 +105,7 @@ export abstract class PacketConn extends Duplex {
     // With flow control the peer never sends past our window; reading stays
     // below it so that consumption is noticed (in _read) before the window closes.
     const readHwm = flow !== undefined ? Math.max(1, Math.floor(flow.receiveWindow / 2)) : (opts.highWaterMark ?? 256 * 1024);
-    super({ allowHalfOpen: opts.halfClose === true, readableHighWaterMark: readHwm, writableHighWaterMark: opts.highWaterMark ?? 256 * 1024 });
+    super({ allowHalfOpen: opts.halfClose === true, readableHighWaterMark: readHwm, writableHighWaterMark: opts.sendHighWaterMark ?? opts.highWaterMark ?? 256 * 1024 });
     this.halfClose = opts.halfClose === true;
     this.lingerAfterEndMs = opts.halfClose === true ? undefined : opts.lingerAfterEndMs;
     this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
@@ -187,6 +198,8 @@ export abstract class PacketConn extends Duplex {
     this.releaseWaitingWrite();
     this.push(null);
     this.startCloseTimer();
+    // Whatever is written from now on is dropped: the owner can stop producing it.
+    this.emit(REMOTE_CLOSE_EVENT);
   }
 
   /** Called by the owner on CLOSE_WRITE: the peer sends no more, and still reads what we send. */

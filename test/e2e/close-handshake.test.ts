@@ -4,6 +4,8 @@
 // target socket and a megabyte of buffers; under churn that piled up.
 
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { harness } from '../support/harness.js';
 import { connectVia, startFirehose, startTunnel, waitFor } from '../support/tunnel.js';
@@ -40,3 +42,40 @@ for (const flowControl of [true, false]) {
     await waitFor('the server tables empty', () => server.tunnel.establishedCount() === 0);
   });
 }
+
+test('once the server closes a connection, the agent stops reading its target and closes it, even a target that keeps sending after our FIN', LIMIT, async (t) => {
+  const h = harness(t);
+  // Half-open: our FIN does not end it; it sends until its socket is closed.
+  // An agent that kept reading (and dropping) what it sends would hold it forever.
+  const block = Buffer.alloc(16 * 1024, 5);
+  const sockets = new Set<Socket>();
+  const target = createServer({ allowHalfOpen: true }, (s) => {
+    sockets.add(s);
+    s.on('error', () => {});
+    s.once('close', () => sockets.delete(s));
+    s.resume();
+    const pump = (): void => {
+      while (!s.destroyed && s.writable && s.write(block));
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  target.listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  h.defer(() => new Promise<void>((resolve) => {
+    for (const s of sockets) s.destroy();
+    target.close(() => resolve());
+  }));
+  const { server, agent } = await startTunnel(h);
+  for (let i = 0; i < 5; i++) {
+    const c = await connectVia(server.udsPath, `127.0.0.1:${(target.address() as AddressInfo).port}`);
+    assert.equal(c.status, 200, c.head);
+    await new Promise<void>((resolve) => c.socket.once('data', () => resolve()).resume());
+    c.socket.destroy();
+  }
+  await waitFor('the agent to close every target socket', () => sockets.size === 0 && agent.clients.connCount === 0, 20_000);
+  await waitFor('the server tables empty', () => server.tunnel.establishedCount() === 0);
+  // Closed because the agent stopped reading, not by the close timer that drops a connection that never finishes.
+  const timedOut = agent.log.records.filter((r) => JSON.stringify(r).includes('did not finish closing'));
+  assert.deepEqual(timedOut, []);
+});

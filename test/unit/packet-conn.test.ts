@@ -176,6 +176,22 @@ test('back-pressure: while the link holds its callback, write() returns false, a
   assert.equal(link.pendingCallbacks, 0);
 });
 
+test('sendHighWaterMark bounds what writers may queue, apart from the receive side\'s highWaterMark', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  link.holdCallbacks = true;
+  const conn = new EndpointConn(link, 8n, '10.0.0.5:10250', { highWaterMark: 256, sendHighWaterMark: 64 });
+  h.defer(() => conn.destroy());
+  assert.equal(conn.writableHighWaterMark, 64);
+  assert.equal(conn.readableHighWaterMark, 256);
+  assert.equal(conn.write(Buffer.alloc(32)), true);
+  assert.equal(conn.write(Buffer.alloc(32)), false, 'writers wait once 64 bytes are queued');
+  const plain = endpointConn(h, new RecordingLink(), 9n, { highWaterMark: 256 });
+  assert.equal(plain.writableHighWaterMark, 256, 'without it, highWaterMark applies to both sides');
+  link.releaseOne();
+  link.releaseOne();
+});
+
 // --- reads and the shared link's pause ------------------------------------
 
 test('deliver() beyond the highWaterMark pauses the link exactly once; reading resumes it exactly once', LIMIT, async (t) => {
