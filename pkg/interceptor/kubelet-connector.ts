@@ -9,7 +9,7 @@ import { isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { errorMessage, KubeletTLSError } from '../protocol/errors.js';
 import { dialThroughProxier } from './proxier-dialer.js';
 
 /** Where one request goes; passed to the agent as the `tunnel` request option. */
@@ -31,14 +31,6 @@ export interface KubeletTLSMaterial {
   kubeletCA: string | undefined;
 }
 
-/** The TLS session to the kubelet could not be set up. */
-export class KubeletTLSError extends Error {
-  override readonly name = 'KubeletTLSError';
-  readonly code = 'YT_ERR_KUBELET_TLS';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
-}
 
 export interface KubeletConnectorOptions {
   /** The proxier's Unix socket. */

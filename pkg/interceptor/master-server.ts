@@ -15,9 +15,9 @@ import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { errorResponse } from '../frontend/http-answer.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { errorMessage, HttpError } from '../protocol/errors.js';
 import type { Middleware } from './middleware/middleware.js';
-import { HttpError, PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
+import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
 import type { RequestInterceptor } from './request-interceptor.js';
 
 export interface SecurePortOptions {

@@ -3,22 +3,10 @@
 // error that carries the proxier's status and reason.
 
 import { connect, type Socket } from 'node:net';
+import { ProxierError } from '../protocol/errors.js';
 
 const MAX_ANSWER_BYTES = 64 * 1024;
 
-export class ProxierError extends Error {
-  override readonly name = 'ProxierError';
-  readonly code = 'YT_ERR_PROXIER_STATUS';
-  constructor(
-    /** The proxier's HTTP status, or 0 if it gave none. */
-    readonly status: number,
-    /** The proxier's one-line reason. */
-    readonly reason: string,
-    address: string,
-  ) {
-    super(status === 0 ? `proxier closed the connection to ${address} without an answer: ${reason}` : `proxier answered ${status} for ${address}: ${reason}`);
-  }
-}
 
 export interface ProxierDialOptions {
   /** The proxier's Unix socket. */

@@ -4,16 +4,6 @@
 
 import { isIP } from 'node:net';
 
-/** A request the caller should get an HTTP error for, with a one-line reason. */
-export class HttpError extends Error {
-  override readonly name = 'HttpError';
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
 export const PROXY_DEST_HEADER = 'x-tunnel-proxy-dest';

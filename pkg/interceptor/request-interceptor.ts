@@ -13,9 +13,8 @@ import type { Duplex } from 'node:stream';
 import { errorResponse } from '../frontend/http-answer.js';
 import { splice } from '../mux/splice.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
-import { KubeletTLSError, type KubeletConnector, type TunnelTarget } from './kubelet-connector.js';
-import { ProxierError } from './proxier-dialer.js';
+import { errorMessage, ProxierError, KubeletTLSError } from '../protocol/errors.js';
+import { type KubeletConnector, type TunnelTarget } from './kubelet-connector.js';
 import { readResponseHead, type RawResponseHead } from './response-head.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, splitAddress, type RequestContext } from './request-context.js';
 

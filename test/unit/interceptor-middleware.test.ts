@@ -3,15 +3,15 @@
 import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { test } from 'node:test';
-import { KubeletTLSError } from '../../pkg/interceptor/kubelet-connector.js';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
-import { connectRequest, ProxierError } from '../../pkg/interceptor/proxier-dialer.js';
-import { HttpError, pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
+import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
+import { pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
 import { MemoryLogger } from '../support/memory-logger.js';
+import { HttpError, ProxierError, KubeletTLSError } from '../../pkg/protocol/errors.js';
 
 const edge1: NodeInfo = { name: 'edge-1', addresses: ['10.0.0.5'], kubeletPort: 10250 };
 const edge6: NodeInfo = { name: 'edge-6', addresses: ['fd00::6'] };

@@ -5,8 +5,9 @@
 
 import { isIP } from 'node:net';
 import type { NodeResolver } from '../node-resolver.js';
-import { HttpError, joinAddress, splitAddress } from '../request-context.js';
+import { joinAddress, splitAddress } from '../request-context.js';
 import type { Middleware } from './middleware.js';
+import { HttpError } from '../../protocol/errors.js';
 
 /** `ports` is read on every request, so a reloaded configuration applies at once. */
 export function localhostProxy(ports: () => ReadonlySet<number>, resolver: NodeResolver): Middleware {

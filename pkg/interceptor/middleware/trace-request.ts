@@ -13,8 +13,9 @@
 import { isIP } from 'node:net';
 import type { Logger } from '../../log/logger.js';
 import { DEFAULT_KUBELET_PORT, type NodeInfo, type NodeResolver } from '../node-resolver.js';
-import { HttpError, joinAddress, splitAddress, type RequestContext } from '../request-context.js';
+import { joinAddress, splitAddress, type RequestContext } from '../request-context.js';
 import type { Middleware } from './middleware.js';
+import { HttpError } from '../../protocol/errors.js';
 
 const POD_PATH = /^\/(?:exec|attach|portForward|containerLogs)\/([^/?]+)\/([^/?]+)/;
 const NODE_PROXY = /^\/api\/v1\/nodes\/([^/?]+)\/proxy(?:[/?]|$)/;
