@@ -4,32 +4,19 @@ import assert from 'node:assert/strict';
 import { stat, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { HttpConnectServer } from '../../pkg/frontend/http-connect.js';
 import { Tunnel } from '../../pkg/tunnel/tunnel.js';
-import { harness, type Harness } from '../support/harness.js';
-import { startAgent, startServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+import { harness } from '../support/harness.js';
+import { startAgent, startRoundRobin, startServer, tempDir, waitFor } from '../support/tunnel.js';
 
-/** A TCP load balancer on loopback that sends each new connection to the next backend in turn. */
-async function roundRobin(h: Harness, ports: number[]): Promise<number> {
-  let next = 0;
-  const lb = await startTCPServer(h, (client: Socket) => {
-    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
-    upstream.on('error', () => client.destroy());
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    client.pipe(upstream).pipe(client);
-  });
-  return lb.port;
-}
 
 test('behind a load balancer the agent keeps dialling until it holds servercount distinct servers', async (t) => {
   const h = harness(t);
   const a = await startServer(h, { serverID: 'server-a', endpoint: { serverCount: 2 } });
   const b = await startServer(h, { serverID: 'server-b', endpoint: { serverCount: 2 } });
-  const lbPort = await roundRobin(h, [a.endpoint.address.port, a.endpoint.address.port, b.endpoint.address.port]);
+  const lbPort = await startRoundRobin(h, [a.endpoint.address.port, a.endpoint.address.port, b.endpoint.address.port]);
   const agent = startAgent(h, `127.0.0.1:${lbPort}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
   await waitFor('links to both servers', () => agent.clients.connectedServers === 2, 10_000);
   assert.deepEqual(agent.clients.serverIDs.sort(), ['server-a', 'server-b']);

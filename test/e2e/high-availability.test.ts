@@ -4,24 +4,10 @@
 // found by every agent without a restart.
 
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
-import { harness, type Harness } from '../support/harness.js';
-import { roundTrip, startAgent, startEchoServer, startServer, startTCPServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
+import { harness } from '../support/harness.js';
+import { roundTrip, startAgent, startEchoServer, startRoundRobin, startServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
 
-/** A loopback relay sending each new connection to the next of `ports` (which the test may change). */
-async function roundRobin(h: Harness, ports: number[]): Promise<number> {
-  let next = 0;
-  const lb = await startTCPServer(h, (client: Socket) => {
-    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
-    upstream.on('error', () => client.destroy());
-    client.on('error', () => upstream.destroy());
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    client.pipe(upstream).pipe(client);
-  });
-  return lb.port;
-}
 
 const NODES = 5;
 
@@ -45,7 +31,7 @@ test('3 replicas, 5 agents: every node through every replica; one replica killed
     return s;
   };
   for (const id of ['server-a', 'server-b', 'server-c']) await add(id, 3);
-  const lbPort = await roundRobin(h, ports);
+  const lbPort = await startRoundRobin(h, ports);
   const agents: TestAgent[] = [];
   for (let i = 0; i < NODES; i++) {
     agents.push(

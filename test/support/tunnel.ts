@@ -280,6 +280,24 @@ export function startEchoServer(h: Harness): Promise<{ server: Server; port: num
   return startTCPServer(h, (s) => s.pipe(s));
 }
 
+/**
+ * A loopback TCP relay that sends each new connection to the next of `ports`
+ * in turn, as a Service or load balancer in front of server replicas would;
+ * the test may change `ports` while it runs.
+ */
+export async function startRoundRobin(h: Harness, ports: number[]): Promise<number> {
+  let next = 0;
+  const lb = await startTCPServer(h, (client: Socket) => {
+    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
+    upstream.on('error', () => client.destroy());
+    client.on('error', () => upstream.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.pipe(upstream).pipe(client);
+  });
+  return lb.port;
+}
+
 /** CONNECTs through `udsPath` to `target`, sends `text`, half-closes, and returns all that came back. */
 export async function roundTrip(udsPath: string, target: string, text: string, headers?: Record<string, string>): Promise<string> {
   const c = await connectVia(udsPath, target, headers === undefined ? {} : { headers });
