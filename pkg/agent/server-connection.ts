@@ -33,13 +33,15 @@ import { Keepalive } from '../grpc/keepalive.js';
 const CERT_REFUSAL_WINDOW_MS = 1000;
 
 /**
- * Default of connSendHighWaterMark: one socket read (64 KiB). Whatever the
+ * Default of connSendHighWaterMark: two socket reads (128 KiB). Whatever the
  * target sends beyond it waits in the kernel's socket buffer rather than in
  * the agent's memory, and is not read at all if the connection closes first.
- * Under churn (bench/agent-memory) this took the peak of live and garbage
- * Buffers from ~44 to ~28 MB against 256 KiB.
+ * Under churn (bench/agent-memory) 64 KiB took the peak of live and garbage
+ * Buffers from ~44 to ~25 MB against 256 KiB; but at exactly one read every
+ * 64 KiB write returns false and the target socket is paused and resumed per
+ * read even when the link takes it at once, so one read of slack is left.
  */
-export const CONN_SEND_HIGH_WATER_MARK = 64 * 1024;
+export const CONN_SEND_HIGH_WATER_MARK = 128 * 1024;
 
 /** SNI sent when the server is addressed by IP (servers select no certificate by it). */
 const IP_TARGET_SNI = 'yurt-tunnel-server';
