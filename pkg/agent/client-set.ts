@@ -134,6 +134,8 @@ export class ClientSet {
     }
     this.clients.set(identity.serverID, conn);
     this.serverCount = identity.serverCount;
+    // The next probe comes a whole interval after the last new server, not at once.
+    this.lastProbe = Date.now();
     this.log.info('connected to tunnel server', {
       server: conn.address,
       serverID: identity.serverID,

@@ -55,3 +55,13 @@ test('the proxier replaces a stale socket file, refuses any other file, and make
   });
   await refused.close();
 });
+
+test('an agent holding servercount servers probes only once per probe interval, not right after connecting', async (t) => {
+  const h = harness(t);
+  const a = await startServer(h, { serverID: 'server-a' });
+  const agent = startAgent(h, a.agentAddress, { nodeName: 'edge-1', connection: { serverName: 'localhost' }, syncIntervalMs: 50, probeIntervalMs: 1500 });
+  await waitFor('the link', () => agent.clients.connectedServers === 1);
+  await new Promise((r) => setTimeout(r, 700));
+  assert.equal(agent.log.find('already connected to this server').length, 0, 'no probe within the interval');
+  await waitFor('a probe after the interval', () => agent.log.find('already connected to this server').length >= 1, 5000);
+});
