@@ -9,7 +9,9 @@ import { GrpcStatus } from '../grpc/status.js';
 import type { ServerPacketCall } from '../grpc/server-call.js';
 import { DialError, errorMessage } from '../protocol/errors.js';
 import type { DialRequestPacket, Packet } from '../protocol/packet.js';
+import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import type { TunnelConn } from '../tunnel/tunnel-conn.js';
 
 /** A stream that sends no DIAL_REQ within this long is ended: it only holds resources. */
@@ -20,7 +22,7 @@ export interface EgressStreamOptions {
   /** Default DIAL_REQUEST_TIMEOUT_MS. */
   dialRequestTimeoutMs?: number;
   /** The node an address belongs to, so that a failed dial names it. */
-  nodeNameOf?: (host: string) => string | undefined;
+  nodeNameOf?: NodeNameOf;
   logger: Logger;
 }
 
@@ -104,9 +106,7 @@ export class EgressStream {
       conn = await this.opts.tunnel.dial(req.address, { signal: this.abort.signal });
     } catch (err: unknown) {
       if (this.closed) return;
-      const host = req.address.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
-      const node = this.opts.nodeNameOf?.(host);
-      const reason = node === undefined ? errorMessage(err) : `node ${node}: ${errorMessage(err)}`;
+      const reason = dialFailureReason(err, removePortFromHost(req.address), this.opts.nodeNameOf);
       this.log.warn('egress dial failed', { dialAddress: req.address, reason: err instanceof DialError ? err.code : 'unknown', error: reason });
       this.answerDialError(req, reason);
       return;

@@ -11,6 +11,7 @@ import { DialError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
+import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
 import { listenUnix } from './unix-listener.js';
 
@@ -26,7 +27,7 @@ export interface HttpConnectServerOptions {
   /** How long a client may take to send its request head. Default 60 s. */
   headTimeoutMs?: number;
   /** The node an address belongs to, so that a failed dial's answer names it. */
-  nodeNameOf?: (host: string) => string | undefined;
+  nodeNameOf?: NodeNameOf;
   logger?: Logger;
 }
 
@@ -156,8 +157,7 @@ export class HttpConnectServer {
         return;
       }
       const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
-      const node = this.opts.nodeNameOf?.(removePortFromHost(proxyHost ?? target));
-      const reason = node === undefined ? errorMessage(err) : `node ${node}: ${errorMessage(err)}`;
+      const reason = dialFailureReason(err, removePortFromHost(proxyHost ?? target), this.opts.nodeNameOf);
       this.log.warn('CONNECT failed', {
         dialAddress: target,
         proxyHost,

@@ -96,3 +96,12 @@ test('a CONNECT error carries its reason in the status line (kube-apiserver show
   assert.equal(answer.split('\r\n').filter((l) => l.startsWith('X-Injected')).length, 0, 'no header can be injected');
   assert.match(errorResponse(503, 'plain').split('\r\n')[0]!, /^HTTP\/1\.1 503 Service Unavailable$/);
 });
+
+test('a failed dial\'s reason is led by its node, unless the message names the node\'s agent already', async () => {
+  const { dialFailureReason } = await import('../../pkg/frontend/dial-reason.js');
+  const nodes = (host: string): string | undefined => (host === '10.0.0.5' ? 'edge-1' : undefined);
+  assert.equal(dialFailureReason(new Error('no agent serves 10.0.0.5'), '10.0.0.5', nodes), 'node edge-1: no agent serves 10.0.0.5');
+  assert.equal(dialFailureReason(new Error('agent edge-1 could not dial 10.0.0.5:1: refused'), '10.0.0.5', nodes), 'agent edge-1 could not dial 10.0.0.5:1: refused');
+  assert.equal(dialFailureReason(new Error('no agent serves 10.9.9.9'), '10.9.9.9', nodes), 'no agent serves 10.9.9.9');
+  assert.equal(dialFailureReason(new Error('x'), '10.0.0.5', undefined), 'x');
+});
