@@ -3,6 +3,7 @@
 // connections are read from the client set at scrape time.
 
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { PacketCounter } from '../mux/packet-counter.js';
 
 const PREFIX = 'konnectivity_network_proxy_agent';
 
@@ -32,7 +33,7 @@ export class AgentMetrics {
   readonly registry: Registry;
   private readonly dialDuration: Histogram;
   private readonly dialFailures: Counter<'reason'>;
-  private readonly packets: Counter<'packet_type' | 'segment'>;
+  private readonly packets: PacketCounter<'to_agent' | 'from_agent'>;
 
   constructor(registry = new Registry()) {
     this.registry = registry;
@@ -48,12 +49,11 @@ export class AgentMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
-    this.packets = new Counter({
-      name: `${PREFIX}_stream_packets_total`,
-      help: 'Packets on server streams, by direction (segment, as Konnectivity names them) and type.',
-      labelNames: ['packet_type', 'segment'],
-      registers: [registry],
-    });
+    this.packets = new PacketCounter(
+      `${PREFIX}_stream_packets_total`,
+      'Packets on server streams, by direction (segment, as Konnectivity names them) and type.',
+      registry,
+    );
   }
 
   /** Gauges read from the client set; called once it exists. */
@@ -86,10 +86,10 @@ export class AgentMetrics {
 
   /** A packet from a server (Konnectivity's agent labels these `to_agent`). */
   packetReceived(type: string): void {
-    this.packets.inc({ packet_type: type, segment: 'to_agent' });
+    this.packets.inc('to_agent', type);
   }
 
   packetSent(type: string): void {
-    this.packets.inc({ packet_type: type, segment: 'from_agent' });
+    this.packets.inc('from_agent', type);
   }
 }

@@ -7,6 +7,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { DialFailureReason } from '../protocol/errors.js';
 import type { PacketTypeName } from '../protocol/packet.js';
+import { PacketCounter } from '../mux/packet-counter.js';
 
 export interface TunnelTableSizes {
   backends(): number;
@@ -39,10 +40,7 @@ export class TunnelMetrics {
   private readonly dialFailures: Counter<'reason'>;
   private readonly konnectivityDialFailures: Counter<'reason'>;
   private readonly dialDuration: Histogram;
-  private readonly konnectivityDialDuration: Histogram;
-  private readonly packets: Counter<'type'>;
-  private readonly streamPackets: Counter<'packet_type' | 'segment'>;
-  private readonly packetChildren = new Map<string, { inc(n?: number): void }>();
+  private readonly streamPackets: PacketCounter<'to_agent' | 'from_agent'>;
   private readonly closed: Counter<'reason'>;
   /** Bytes of connections that have closed; open ones are added at scrape time. */
   private closedBytes = { to_agent: 0, from_agent: 0 };
@@ -60,30 +58,12 @@ export class TunnelMetrics {
         },
       });
     };
-    gauge('yurttunnel_server_ready_backends', 'Agent streams connected to this server.', () => sizes.backends());
+    // Where Konnectivity has a metric for the idea, it is the only one (below).
     gauge('yurttunnel_server_registered_agents', 'Distinct agents connected to this server.', () => sizes.agents());
-    gauge('yurttunnel_server_pending_dials', 'Dials waiting for an agent DIAL_RSP.', () => sizes.pendingDials());
-    gauge(
-      'yurttunnel_server_established_connections',
-      'Tunnelled connections currently open.',
-      () => sizes.establishedConnections(),
-    );
     this.dialFailures = new Counter({
       name: 'yurttunnel_server_dial_failures_total',
       help: 'Dials that did not produce a connection, by reason.',
       labelNames: ['reason'],
-      registers: [registry],
-    });
-    this.dialDuration = new Histogram({
-      name: 'yurttunnel_server_dial_duration_seconds',
-      help: 'Time from DIAL_REQ to a successful DIAL_RSP.',
-      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers: [registry],
-    });
-    this.packets = new Counter({
-      name: 'yurttunnel_server_agent_packets_received_total',
-      help: 'Packets received on agent streams, by type.',
-      labelNames: ['type'],
       registers: [registry],
     });
     gauge(`${KONNECTIVITY}_ready_backend_connections`, 'Agent streams connected to this server.', () => sizes.backends());
@@ -95,18 +75,17 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
-    this.konnectivityDialDuration = new Histogram({
+    this.dialDuration = new Histogram({
       name: `${KONNECTIVITY}_dial_duration_seconds`,
       help: 'Time from DIAL_REQ to a successful DIAL_RSP.',
       buckets: [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5],
       registers: [registry],
     });
-    this.streamPackets = new Counter({
-      name: `${KONNECTIVITY}_stream_packets_total`,
-      help: 'Packets on agent streams, by direction (segment) and type.',
-      labelNames: ['packet_type', 'segment'],
-      registers: [registry],
-    });
+    this.streamPackets = new PacketCounter(
+      `${KONNECTIVITY}_stream_packets_total`,
+      'Packets on agent streams, by direction (segment) and type.',
+      registry,
+    );
     this.closed = new Counter({
       name: 'yurttunnel_server_connections_closed_total',
       help: 'Tunnelled connections that ended, by how (closed, or the YT_ERR_* code of the error).',
@@ -141,17 +120,7 @@ export class TunnelMetrics {
   }
 
   packetSent(type: PacketTypeName): void {
-    this.streamPacket(type, 'to_agent');
-  }
-
-  private streamPacket(type: string, segment: 'to_agent' | 'from_agent'): void {
-    const key = `${segment}/${type}`;
-    let child = this.packetChildren.get(key);
-    if (child === undefined) {
-      child = this.streamPackets.labels(type, segment);
-      this.packetChildren.set(key, child);
-    }
-    child.inc();
+    this.streamPackets.inc('to_agent', type);
   }
 
   dialFailed(reason: DialFailureReason): void {
@@ -161,17 +130,10 @@ export class TunnelMetrics {
 
   dialSucceeded(seconds: number): void {
     this.dialDuration.observe(seconds);
-    this.konnectivityDialDuration.observe(seconds);
   }
 
   packetReceived(type: PacketTypeName | 'UNKNOWN'): void {
-    let child = this.packetChildren.get(type);
-    if (child === undefined) {
-      child = this.packets.labels(type);
-      this.packetChildren.set(type, child);
-    }
-    child.inc();
-    this.streamPacket(type, 'from_agent');
+    this.streamPackets.inc('from_agent', type);
   }
 
   /** Current count of failures for `reason` (for tests and /debug). */
