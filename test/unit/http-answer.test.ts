@@ -97,11 +97,15 @@ test('a CONNECT error carries its reason in the status line (kube-apiserver show
   assert.match(errorResponse(503, 'plain').split('\r\n')[0]!, /^HTTP\/1\.1 503 Service Unavailable$/);
 });
 
-test('a failed dial\'s reason is led by its node, unless the message names the node\'s agent already', async () => {
+test('a failed dial\'s reason is led by its node when no agent took the dial (an agent\'s message names it already)', async () => {
   const { dialFailureReason } = await import('../../pkg/frontend/dial-reason.js');
+  const { DialError } = await import('../../pkg/protocol/errors.js');
   const nodes = (host: string): string | undefined => (host === '10.0.0.5' ? 'edge-1' : undefined);
-  assert.equal(dialFailureReason(new Error('no agent serves 10.0.0.5'), '10.0.0.5', nodes), 'node edge-1: no agent serves 10.0.0.5');
-  assert.equal(dialFailureReason(new Error('agent edge-1 could not dial 10.0.0.5:1: refused'), '10.0.0.5', nodes), 'agent edge-1 could not dial 10.0.0.5:1: refused');
-  assert.equal(dialFailureReason(new Error('no agent serves 10.9.9.9'), '10.9.9.9', nodes), 'no agent serves 10.9.9.9');
+  assert.equal(dialFailureReason(new DialError('YT_ERR_NO_AGENT', 'no agent serves 10.0.0.5'), '10.0.0.5', nodes), 'node edge-1: no agent serves 10.0.0.5');
+  assert.equal(
+    dialFailureReason(new DialError('YT_ERR_DIAL_FAILED', 'agent edge-1 could not dial 10.0.0.5:1: refused'), '10.0.0.5', nodes),
+    'agent edge-1 could not dial 10.0.0.5:1: refused',
+  );
+  assert.equal(dialFailureReason(new DialError('YT_ERR_NO_AGENT', 'no agent serves 10.9.9.9'), '10.9.9.9', nodes), 'no agent serves 10.9.9.9');
   assert.equal(dialFailureReason(new Error('x'), '10.0.0.5', undefined), 'x');
 });
