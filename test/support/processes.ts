@@ -24,6 +24,8 @@ export interface StartOptions {
   node?: boolean;
   /** A command the process runs under, e.g. `['ip', 'netns', 'exec', 'ns1']`. */
   prefix?: string[];
+  /** Open Node's IPC channel (child.send / 'message'). */
+  ipc?: boolean;
 }
 
 /**
@@ -36,7 +38,7 @@ export function startProcess(h: Harness, bin: string, args: string[], env: NodeJ
   const [command, argv] = prefix.length === 0 ? [plain, plainArgv] : [prefix[0]!, [...prefix.slice(1), plain, ...plainArgv]];
   const child = spawn(command, argv, {
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: opts.ipc === true ? ['ignore', 'pipe', 'pipe', 'ipc'] : ['ignore', 'pipe', 'pipe'],
   });
   const lines: string[] = [];
   const watchers: Array<{ re: RegExp; resolve: (l: string) => void }> = [];

@@ -11,7 +11,7 @@ import { startProcess, type Proc } from '../processes.js';
 import { repoRoot } from '../upstream.js';
 import type { NetworkNamespace } from './namespace.js';
 
-export { NetworkNamespace, netnsSkipReason, run, vethPair, type RunResult, type VethEnd } from './namespace.js';
+export { commandSkipReason, NetworkNamespace, netnsSkipReason, run, vethPair, type RunResult, type VethEnd } from './namespace.js';
 
 export const NETNS_TOOL = join(repoRoot(), 'dist/test/support/netns/tool.js');
 

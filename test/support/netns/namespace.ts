@@ -48,6 +48,16 @@ async function must(command: string, args: string[]): Promise<string> {
   return r.stdout;
 }
 
+/** Why `command` cannot be run here (one line), or undefined when `command --version` works. */
+export function commandSkipReason(command: string, hint: string): string | undefined {
+  try {
+    execFileSync(command, ['--version'], { stdio: 'ignore' });
+    return undefined;
+  } catch (err: unknown) {
+    return (err as { code?: unknown }).code === 'ENOENT' ? `${command} is not installed (${hint})` : `${command} --version failed: ${(err as Error).message}`;
+  }
+}
+
 let skipReason: string | null | undefined;
 
 /** Why network namespaces cannot be made here (one line), or undefined when they can. Checked once per process. */
@@ -116,8 +126,8 @@ export class NetworkNamespace {
   }
 
   /** Like run(), but throws with the command's stderr when it fails; returns stdout. */
-  async must(command: string, args: string[]): Promise<string> {
-    const r = await this.run(command, args);
+  async must(command: string, args: string[], input?: string): Promise<string> {
+    const r = await this.run(command, args, input === undefined ? {} : { input });
     if (r.code !== 0) throw new Error(`${command} ${args.join(' ')} in ${this.name} failed (${r.code}): ${r.stderr.trim()}`);
     return r.stdout;
   }
@@ -127,9 +137,9 @@ export class NetworkNamespace {
     return must('ip', ['-n', this.name, ...args]);
   }
 
-  /** Adds `cidr` (e.g. `10.1.0.5/32`) to `dev` (`lo` takes extra addresses too). */
+  /** Adds `cidr` (e.g. `10.1.0.5/32`, `fd00::5/64`) to `dev` (`lo` takes extra addresses too); IPv6 ones usable at once (no DAD). */
   async addAddress(dev: string, cidr: string): Promise<void> {
-    await this.ip('addr', 'add', cidr, 'dev', dev);
+    await this.ip('addr', 'add', cidr, 'dev', dev, ...(cidr.includes(':') ? ['nodad'] : []));
   }
 
   /** A process inside the namespace (a Node.js script unless opts.node is false), killed when the test ends. */
