@@ -6,7 +6,8 @@
 // a veth that holds every node address. iptables-save shows the rest.
 
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -320,14 +321,27 @@ describe('iptables manager in a network namespace', { skip }, () => {
     assert.equal(await probe('10.251.0.3', 10250), 'direct 10.251.0.3:10250');
   });
 
-  test('the legacy backend is chosen when it holds more rules, and only it is written', async () => {
+  test('the legacy backend is chosen when it holds more rules, and only it is written; a missing conntrack is one warning', async () => {
     await host.must('iptables-legacy-restore', ['--noflush'], LEGACY_RULES);
-    const legacy = ManagerChild.start(suite, host, childOpts);
+    // A PATH with every iptables command and no conntrack.
+    const bin = join(dir, 'no-conntrack');
+    await mkdir(bin);
+    for (const name of ['iptables', ...['', '6'].flatMap((v) => ['nft', 'legacy'].flatMap((m) => [`ip${v}tables-${m}-save`, `ip${v}tables-${m}-restore`]))]) {
+      await symlink(execFileSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' }).trim(), join(bin, name));
+    }
+    const legacy = ManagerChild.start(suite, host, { ...childOpts, path: bin });
     await legacy.next(isRestoringSync);
     assert.ok(legacy.proc.lines.some((l) => /iptables backend chosen.*mode=legacy.*it holds the most rules \(nft 2, legacy 3\)/.test(l)), legacy.proc.lines.join('\n'));
     assert.deepEqual(ourChains(await natLines(host, 'iptables-legacy-save')), ['TUNNEL-PORT', 'TUNNEL-PORT-10250', 'TUNNEL-PORT-10255']);
     assert.deepEqual(ourChains(await natLines(host)), []);
     assert.equal(await probe('10.251.0.3', 10250), 'master secure');
+    for (const value of ['true', 'false']) {
+      const mark = legacy.messages.length;
+      await kubectl(['label', 'node', 'edge-2', `openyurt.io/is-edge-worker=${value}`, '--overwrite']);
+      const sync = await legacy.next(isRestoringSync, mark);
+      assert.equal(sync.conntrackDeletions, 0);
+    }
+    assert.equal(legacy.proc.lines.filter((l) => /conntrack is not on the PATH/.test(l)).length, 1, legacy.proc.lines.join('\n'));
     legacy.send({ type: 'stop' });
     assert.equal(await legacy.proc.exited, 0);
     assert.deepEqual(ourChains(await natLines(host, 'iptables-legacy-save')), []);

@@ -30,6 +30,20 @@ export interface ControlPlaneOptions {
   /** More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). */
   apiserverArgs?: string[];
   egressSelector?: EgressSelector;
+  /**
+   * Run etcd, kube-apiserver and kube-controller-manager inside a network
+   * namespace (its `ip netns exec` prefix); `expose` carries the API server's
+   * port to the same address on the root namespace's loopback, for kubectl
+   * and the tests.
+   */
+  netns?: { prefix: string[]; expose(port: number): Promise<void> };
+  /**
+   * Verify kubelets' serving certificates with the cluster CA (default true).
+   * The iptables and DNS routes end kube-apiserver's TLS at the tunnel server,
+   * whose certificate does not name the node, so there kube-apiserver runs
+   * without --kubelet-certificate-authority, as OpenYurt's documentation says.
+   */
+  verifyKubelets?: boolean;
 }
 
 export interface KubectlResult {
@@ -72,6 +86,8 @@ export class ControlPlane {
     readonly bins: ControlPlaneBinaries,
     readonly pki: ControlPlanePKI,
     private readonly apiserverArgs: readonly string[] = [],
+    private readonly netns: ControlPlaneOptions['netns'] = undefined,
+    private readonly verifyKubelets = true,
   ) {}
 
   get url(): string {
@@ -98,7 +114,7 @@ export class ControlPlane {
     const bins = findControlPlane();
     if ('missing' in bins) throw new Error(bins.missing);
     const dir = await mkdtemp(join(tmpdir(), 'yt-envtest-'));
-    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs);
+    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs, opts.netns, opts.verifyKubelets ?? true);
     try {
       await cp.writeFiles();
       await cp.startEtcd();
@@ -145,6 +161,7 @@ export class ControlPlane {
         `--initial-cluster=default=http://127.0.0.1:${peer}`,
       ],
       this.file('etcd.log'),
+      this.netns?.prefix,
     );
   }
 
@@ -152,7 +169,10 @@ export class ControlPlane {
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
-    if (this.apiserverPort === 0) this.apiserverPort = await freePort();
+    if (this.apiserverPort === 0) {
+      this.apiserverPort = await freePort();
+      await this.netns?.expose(this.apiserverPort);
+    }
     const args = [
       `--etcd-servers=${this.etcdURL}`,
       `--secure-port=${this.apiserverPort}`,
@@ -172,7 +192,7 @@ export class ControlPlane {
       '--disable-admission-plugins=ServiceAccount',
       `--kubelet-client-certificate=${this.file('kubelet-client.crt')}`,
       `--kubelet-client-key=${this.file('kubelet-client.key')}`,
-      `--kubelet-certificate-authority=${this.file('ca.crt')}`,
+      ...(this.verifyKubelets ? [`--kubelet-certificate-authority=${this.file('ca.crt')}`] : []),
       '--kubelet-preferred-address-types=InternalIP',
       ...this.apiserverArgs,
     ];
@@ -180,7 +200,7 @@ export class ControlPlane {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
       args.push(`--egress-selector-config-file=${this.file('egress.yaml')}`);
     }
-    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'));
+    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'), this.netns?.prefix);
     await this.waitReady(this.apiserver, '/readyz', this.apiserverPort, 60_000);
   }
 
@@ -207,6 +227,7 @@ export class ControlPlane {
         `--secure-port=${await freePort()}`,
       ],
       this.file('kube-controller-manager.log'),
+      this.netns?.prefix,
     );
   }
 

@@ -120,6 +120,11 @@ export class NetworkNamespace {
     return ns;
   }
 
+  /** The command that runs another inside the namespace: `ip netns exec <name>`. */
+  get execPrefix(): string[] {
+    return ['ip', 'netns', 'exec', this.name];
+  }
+
   /** `command args` inside the namespace; never throws for a non-zero exit. */
   run(command: string, args: string[], opts: { timeoutMs?: number; input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
     return run('ip', ['netns', 'exec', this.name, command, ...args], opts);
