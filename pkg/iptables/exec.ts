@@ -86,7 +86,8 @@ function backend(mode: IptablesMode | undefined, reason: string): IptablesBacken
   };
 }
 
-async function exists(runner: CommandRunner, command: string): Promise<boolean> {
+/** `command --version` runs: the command is on the PATH. */
+export async function commandExists(runner: CommandRunner, command: string): Promise<boolean> {
   try {
     await runner.run(command, ['--version']);
     return true;
@@ -99,7 +100,7 @@ async function exists(runner: CommandRunner, command: string): Promise<boolean> 
 /** Rules (not ours) in both families of a backend; permission failures throw. */
 async function ruleCount(runner: CommandRunner, b: IptablesBackend): Promise<number> {
   let n = countOtherRules(await runner.must(b.save[4], []));
-  if (await exists(runner, b.save[6])) n += countOtherRules(await runner.must(b.save[6], []));
+  if (await commandExists(runner, b.save[6])) n += countOtherRules(await runner.must(b.save[6], []));
   return n;
 }
 
@@ -111,10 +112,10 @@ async function ruleCount(runner: CommandRunner, b: IptablesBackend): Promise<num
 export async function chooseBackend(runner: CommandRunner): Promise<{ chosen: IptablesBackend; present: IptablesBackend[] }> {
   const present: IptablesBackend[] = [];
   for (const mode of ['nft', 'legacy'] as const) {
-    if (await exists(runner, `iptables-${mode}-save`)) present.push(backend(mode, ''));
+    if (await commandExists(runner, `iptables-${mode}-save`)) present.push(backend(mode, ''));
   }
   if (present.length === 0) {
-    if (!(await exists(runner, 'iptables-save')) || !(await exists(runner, 'iptables-restore'))) {
+    if (!(await commandExists(runner, 'iptables-save')) || !(await commandExists(runner, 'iptables-restore'))) {
       throw new IptablesError(
         'YT_ERR_IPTABLES_MISSING',
         'neither iptables-save/iptables-restore nor their -nft/-legacy variants are on the PATH: install iptables, or set --enable-iptables=false',
@@ -133,7 +134,7 @@ export async function chooseBackend(runner: CommandRunner): Promise<{ chosen: Ip
   }
   // A tie (usually no rules anywhere): the default of the iptables on the PATH.
   let version = '';
-  if (await exists(runner, 'iptables')) version = (await runner.run('iptables', ['--version'])).stdout;
+  if (await commandExists(runner, 'iptables')) version = (await runner.run('iptables', ['--version'])).stdout;
   const mode: IptablesMode = /legacy/.test(version) ? 'legacy' : 'nft';
   const chosen = present.find((b) => b.mode === mode) ?? present[0]!;
   return { chosen: { ...chosen, reason: `no backend holds more rules (${describe}); \`iptables --version\` says ${version.trim() || 'nothing'}` }, present };

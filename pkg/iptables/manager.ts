@@ -14,7 +14,7 @@ import type { ServerConfig } from '../kube/server-config.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage, IptablesError } from '../protocol/errors.js';
 import { staleConntrackEntries } from './conntrack.js';
-import { chooseBackend, CommandRunner, type IptablesBackend } from './exec.js';
+import { chooseBackend, CommandRunner, commandExists, type IptablesBackend } from './exec.js';
 import { describeChains, desiredChains, parseNatTable, restoreText, type Chains } from './rules.js';
 import { SyncRunner } from './sync-runner.js';
 import { canonicalIP, computeTargets, FAMILIES, isEdgeNode, type Family, type MasterAddresses, type Targets } from './targets.js';
@@ -87,6 +87,7 @@ export class IptablesManager {
   private stopping: Promise<void> | undefined;
   /** Observers of each sync (tests, the log). */
   private readonly syncListeners = new Set<(report: SyncReport) => void>();
+  /** Syncs done, and how many of them ran iptables-restore (a restore per family counts once). */
   syncs = 0;
   restores = 0;
 
@@ -111,11 +112,15 @@ export class IptablesManager {
   async start(): Promise<void> {
     const { chosen, present } = await chooseBackend(this.runner);
     this.backend = chosen;
-    this.ipv6 = (await this.exists(chosen.save[6])) && (await this.exists(chosen.restore[6]));
+    this.ipv6 = (await this.families(chosen)).includes(6);
     this.log.info('iptables backend chosen', { mode: chosen.mode ?? 'default', reason: chosen.reason, ipv6: this.ipv6 });
     for (const b of present) await this.removeOurs(b, 'removed the rules an earlier run left');
 
-    const request = (): void => this.syncRunner.request();
+    // Events before both are read would sync half a picture; the first sync comes once they are.
+    let ready = false;
+    const request = (): void => {
+      if (ready) this.syncRunner.request();
+    };
     this.unsubscribe.push(
       this.opts.nodes.addHandler({
         add: request,
@@ -125,7 +130,9 @@ export class IptablesManager {
       this.opts.config.subscribe(request),
     );
     void Promise.all([this.opts.nodes.waitForSync(), this.opts.config.waitForSync()]).then(() => {
-      if (this.stopping === undefined) this.syncRunner.start();
+      if (this.stopping !== undefined) return;
+      ready = true;
+      this.syncRunner.start();
     });
   }
 
@@ -140,20 +147,13 @@ export class IptablesManager {
     this.syncRunner.request(full);
   }
 
-  private async exists(command: string): Promise<boolean> {
-    try {
-      await this.runner.run(command, ['--version']);
-      return true;
-    } catch (err: unknown) {
-      if (err instanceof IptablesError && err.code === 'YT_ERR_IPTABLES_MISSING') return false;
-      throw err;
+  /** The families whose save and restore commands the backend has. */
+  private async families(b: IptablesBackend): Promise<Family[]> {
+    const present: Family[] = [];
+    for (const f of FAMILIES) {
+      if ((await commandExists(this.runner, b.save[f])) && (await commandExists(this.runner, b.restore[f]))) present.push(f);
     }
-  }
-
-  private families(b: IptablesBackend): Promise<Family[]> {
-    return Promise.all(FAMILIES.map(async (f) => ((await this.exists(b.save[f])) && (await this.exists(b.restore[f])) ? f : undefined))).then((fs) =>
-      fs.filter((f) => f !== undefined),
-    );
+    return present;
   }
 
   /** Deletes our chains and every jump to them from one backend's tables. */
