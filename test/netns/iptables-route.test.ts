@@ -5,7 +5,7 @@
 // carries the edge address; kube-apiserver dials it as always, and only the
 // rules the server writes make that land on the master port.
 //
-//   cloud: etcd, kube-apiserver, kube-controller-manager, yurt-tunnel-server (0.0.0.0:10262-10265)
+//   cloud: kube-apiserver (etcd and kube-controller-manager in the root namespace), yurt-tunnel-server (0.0.0.0:10262-10265)
 //          to-edge 10.252.0.1/30 ─── agent link ─── to-cloud 10.252.0.2/30 :edge
 //          void0 10.254.0.1/30 → route 10.253.0.0/24 (a dead end: no one answers)
 //   edge:  lo 10.253.0.2 (node edge-1's InternalIP): stand-in kubelet :10250, yurt-tunnel-agent
@@ -25,7 +25,7 @@ import { AGENT_BIN, SERVER_BIN, type Proc } from '../support/processes.js';
 import { repoRoot } from '../support/upstream.js';
 import { waitFor } from '../support/tunnel.js';
 
-const KUBELET_CHILD = join(repoRoot(), 'dist/test/support/standin-kubelet/child.js');
+const KUBELET_MAIN = join(repoRoot(), 'dist/test/support/standin-kubelet/main.js');
 const NODE_IP = '10.253.0.2';
 const SERVER_LINK = '10.252.0.1';
 
@@ -69,10 +69,18 @@ describe('the iptables route end to end: kubectl through rules the server writes
 
     dir = await mkdtemp(join(tmpdir(), 'yt-iptables-route-'));
     suite.defer(() => rm(dir, { recursive: true, force: true }));
+    // etcd and kube-controller-manager here, kube-apiserver in the cloud namespace, not verifying kubelets'
+    // serving certificates: the tunnel answers for them, as OpenYurt's iptables mode requires.
     cp = await startControlPlane({
       controllerManager: true,
-      verifyKubelets: false,
-      netns: { prefix: cloud.execPrefix, expose: (port) => exposePort(suite, { from: cloud, port }) },
+      apiserverArgs: ['--kubelet-certificate-authority='],
+      apiserverIn: {
+        prefix: cloud.execPrefix,
+        reach: async ({ etcd, apiserver }) => {
+          await exposePort(suite, { to: cloud, port: etcd });
+          await exposePort(suite, { from: cloud, port: apiserver });
+        },
+      },
     });
     suite.defer(() => cp.stop());
     const approver = autoApprove(cp, 'yurttunnel-');
@@ -80,10 +88,8 @@ describe('the iptables route end to end: kubectl through rules the server writes
 
     // The edge: a kubelet on the node's address, and an agent with a certificate naming the node.
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', dnsNames: ['edge-1'], ips: [NODE_IP], usages: ['serverAuth'] });
-    const kubelet = edge.startProcess(suite, KUBELET_CHILD, [
-      JSON.stringify({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, host: NODE_IP, port: 10250, nodeName: 'edge-1' }),
-    ]);
-    await kubelet.waitForLine(/^listening 10250$/);
+    await writeFile(join(dir, 'kubelet.json'), JSON.stringify({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, host: NODE_IP, port: 10250, nodeName: 'edge-1' }));
+    await edge.startProcess(suite, KUBELET_MAIN, [join(dir, 'kubelet.json')]).waitForLine(/^ready 10250$/);
     await putNode(cp, 'edge-1', { internalIP: NODE_IP, kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
     await putPod(cp, 'default', 'p1', 'edge-1');
     // The cloud's own node, reached directly.

@@ -27,23 +27,18 @@ export interface EgressSelector {
 
 export interface ControlPlaneOptions {
   controllerManager?: boolean;
-  /** More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). */
+  /**
+   * More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). One
+   * named like a default replaces it (`--kubelet-certificate-authority=` drops the kubelet CA).
+   */
   apiserverArgs?: string[];
   egressSelector?: EgressSelector;
   /**
-   * Run etcd, kube-apiserver and kube-controller-manager inside a network
-   * namespace (its `ip netns exec` prefix); `expose` carries the API server's
-   * port to the same address on the root namespace's loopback, for kubectl
-   * and the tests.
+   * kube-apiserver runs under `prefix` (e.g. inside a network namespace: `ip netns exec <ns>`);
+   * before it starts, `reach` makes etcd's port (on this namespace's loopback) reachable where
+   * it runs, and its own port reachable here, on the same loopback address and port.
    */
-  netns?: { prefix: string[]; expose(port: number): Promise<void> };
-  /**
-   * Verify kubelets' serving certificates with the cluster CA (default true).
-   * The iptables and DNS routes end kube-apiserver's TLS at the tunnel server,
-   * whose certificate does not name the node, so there kube-apiserver runs
-   * without --kubelet-certificate-authority, as OpenYurt's documentation says.
-   */
-  verifyKubelets?: boolean;
+  apiserverIn?: { prefix: string[]; reach(ports: { etcd: number; apiserver: number }): Promise<void> };
 }
 
 export interface KubectlResult {
@@ -86,8 +81,7 @@ export class ControlPlane {
     readonly bins: ControlPlaneBinaries,
     readonly pki: ControlPlanePKI,
     private readonly apiserverArgs: readonly string[] = [],
-    private readonly netns: ControlPlaneOptions['netns'] = undefined,
-    private readonly verifyKubelets = true,
+    private readonly apiserverIn?: ControlPlaneOptions['apiserverIn'],
   ) {}
 
   get url(): string {
@@ -114,7 +108,7 @@ export class ControlPlane {
     const bins = findControlPlane();
     if ('missing' in bins) throw new Error(bins.missing);
     const dir = await mkdtemp(join(tmpdir(), 'yt-envtest-'));
-    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs, opts.netns, opts.verifyKubelets ?? true);
+    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs, opts.apiserverIn);
     try {
       await cp.writeFiles();
       await cp.startEtcd();
@@ -147,6 +141,7 @@ export class ControlPlane {
 
   private async startEtcd(): Promise<void> {
     const [client, peer] = [await freePort(), await freePort()];
+    this.etcdPort = client;
     this.etcdURL = `http://127.0.0.1:${client}`;
     this.etcd = new ControlPlaneProcess(
       'etcd',
@@ -161,18 +156,16 @@ export class ControlPlane {
         `--initial-cluster=default=http://127.0.0.1:${peer}`,
       ],
       this.file('etcd.log'),
-      this.netns?.prefix,
     );
   }
 
   private etcdURL = '';
+  private etcdPort = 0;
+  private reached = false;
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
-    if (this.apiserverPort === 0) {
-      this.apiserverPort = await freePort();
-      await this.netns?.expose(this.apiserverPort);
-    }
+    if (this.apiserverPort === 0) this.apiserverPort = await freePort();
     const args = [
       `--etcd-servers=${this.etcdURL}`,
       `--secure-port=${this.apiserverPort}`,
@@ -192,15 +185,21 @@ export class ControlPlane {
       '--disable-admission-plugins=ServiceAccount',
       `--kubelet-client-certificate=${this.file('kubelet-client.crt')}`,
       `--kubelet-client-key=${this.file('kubelet-client.key')}`,
-      ...(this.verifyKubelets ? [`--kubelet-certificate-authority=${this.file('ca.crt')}`] : []),
+      `--kubelet-certificate-authority=${this.file('ca.crt')}`,
       '--kubelet-preferred-address-types=InternalIP',
-      ...this.apiserverArgs,
     ];
+    const flagName = (arg: string): string => arg.split('=')[0]!;
+    const replaced = new Set(this.apiserverArgs.map(flagName));
+    args.splice(0, args.length, ...args.filter((a) => !replaced.has(flagName(a))), ...this.apiserverArgs.filter((a) => !/^--[^=]+=$/.test(a)));
     if (egress !== undefined) {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
       args.push(`--egress-selector-config-file=${this.file('egress.yaml')}`);
     }
-    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'), this.netns?.prefix);
+    if (this.apiserverIn !== undefined && !this.reached) {
+      await this.apiserverIn.reach({ etcd: this.etcdPort, apiserver: this.apiserverPort });
+      this.reached = true;
+    }
+    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'), this.apiserverIn?.prefix);
     await this.waitReady(this.apiserver, '/readyz', this.apiserverPort, 60_000);
   }
 
@@ -227,7 +226,6 @@ export class ControlPlane {
         `--secure-port=${await freePort()}`,
       ],
       this.file('kube-controller-manager.log'),
-      this.netns?.prefix,
     );
   }
 
