@@ -159,7 +159,8 @@ export class IptablesManager {
   /** Deletes our chains and every jump to them from one backend's tables. */
   private async removeOurs(b: IptablesBackend, message: string): Promise<void> {
     for (const family of await this.families(b)) {
-      const current = parseNatTable(await this.runner.must(b.save[family], ['-t', 'nat']));
+      // Without -t: a table not loaded stays so (legacy's nat on an nft host), and it holds nothing of ours.
+      const current = parseNatTable(await this.runner.must(b.save[family], []));
       const text = restoreText(current, new Map());
       if (text === undefined) continue;
       await this.runner.must(b.restore[family], ['-w', '5', '--noflush'], text);
