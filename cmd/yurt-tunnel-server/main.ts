@@ -61,6 +61,7 @@ interface ServerFlags {
   certDnsNames: string[];
   kubeConfig?: string;
   enableIptables: boolean;
+  iptablesSyncPeriod: number;
   enableDnsController: boolean;
   keepaliveTime: number;
   metaPort: number;
@@ -159,7 +160,14 @@ const program = new Command('yurt-tunnel-server')
   .option('--cert-ips <list>', 'comma list of IPs added to the serving certificate', parseIPList, [])
   .option('--cert-dns-names <list>', 'comma list of DNS names added to the serving certificate', parseList, [])
   .option('--kube-config <path>', 'kubeconfig of the cluster (empty: in-cluster config if present, else local mode)')
-  .option('--enable-iptables [bool]', 'run the iptables manager (cluster mode only)', parseBool, true)
+  .option(
+    '--enable-iptables [bool]',
+    'cluster mode: DNAT this host\'s TCP connections to nodes\' kubelet ports (10250, 10255) and the ConfigMap\'s proxy ports ' +
+      'to the master ports (nat OUTPUT, chains TUNNEL-PORT*), except towards cloud nodes; for a kube-apiserver on this host; needs NET_ADMIN',
+    parseBool,
+    true,
+  )
+  .addOption(durationOption('--iptables-sync-period <duration>', 'how often the iptables rules are checked against the nat table (at least 15s; changes of nodes and the ConfigMap apply at once)', '60s'))
   .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
@@ -203,6 +211,7 @@ const program = new Command('yurt-tunnel-server')
       certDNSNames: flags.certDnsNames,
       kubeConfig: flags.kubeConfig,
       enableIptables: flags.enableIptables,
+      iptablesSyncPeriodMs: flags.iptablesSyncPeriod,
       enableDNSController: flags.enableDnsController,
       keepaliveTimeMs: flags.keepaliveTime,
       keepaliveTimeoutMs: flags.keepaliveTimeout,

@@ -90,8 +90,13 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     this.log = opts.logger.child({ informer: opts.name });
   }
 
-  addHandler(handler: InformerHandler<T>): void {
+  /** Adds `handler`; returns what removes it. */
+  addHandler(handler: InformerHandler<T>): () => void {
     this.handlers.push(handler);
+    return () => {
+      const i = this.handlers.indexOf(handler);
+      if (i >= 0) this.handlers.splice(i, 1);
+    };
   }
 
   start(): void {

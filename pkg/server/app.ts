@@ -15,14 +15,17 @@ import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
+import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { NodeResolverChain } from '../interceptor/node-resolver.js';
 import { serverKubeConfigSource } from '../kube/client.js';
+import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
 import { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
+import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { errorMessage, IptablesError } from '../protocol/errors.js';
 import { AgentEndpoint } from '../tunnel/agent-endpoint.js';
 import type { AgentIdentityCheck } from '../tunnel/agent-identity.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
@@ -77,7 +80,10 @@ export interface ServerOptions {
   certIPs: string[];
   certDNSNames: string[];
   kubeConfig?: string;
+  /** Cluster mode: run the iptables manager (DNAT of this host's connections to nodes' kubelet ports to the master ports). */
   enableIptables: boolean;
+  /** Its full check against the nat table; default 60 s, at least 15 s. */
+  iptablesSyncPeriodMs?: number;
   enableDNSController: boolean;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
@@ -203,8 +209,57 @@ async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions
   }
   const { serving, proxyClient } = await cluster.certificates();
   if (opts.enableDNSController) log.info('DNS controller not started: it comes in a later version');
-  if (opts.enableIptables) log.info('iptables manager not started: it comes in a later version');
   return { ca: cluster.clusterCA, server: serving, proxyClient };
+}
+
+/**
+ * The iptables manager on the master ports' bound addresses. A manager that
+ * cannot start (no iptables, no NET_ADMIN) is one error in the log; the
+ * server serves on without it.
+ */
+async function startIptables(cluster: ClusterServices, master: MasterServer, opts: ServerOptions): Promise<IptablesManager | undefined> {
+  const log = opts.logger;
+  let syncPeriodMs = opts.iptablesSyncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
+  if (syncPeriodMs < MIN_SYNC_PERIOD_MS) {
+    log.info('--iptables-sync-period raised to its minimum', { requestedMs: syncPeriodMs, usedMs: MIN_SYNC_PERIOD_MS });
+    syncPeriodMs = MIN_SYNC_PERIOD_MS;
+  }
+  const manager = new IptablesManager({
+    nodes: cluster.nodes,
+    config: cluster.config,
+    master: {
+      secure: { host: opts.bindAddress, port: master.address('secure').port },
+      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: master.address('insecure').port },
+    },
+    syncPeriodMs,
+    logger: log,
+    metricsRegistry: opts.metricsRegistry,
+  });
+  try {
+    await manager.start();
+    return manager;
+  } catch (err: unknown) {
+    if (!(err instanceof IptablesError)) throw err;
+    log.error(`iptables manager not started: ${err.message}; the tunnel serves on, but this host's connections to nodes are not redirected to it`, {
+      code: err.code,
+    });
+    return undefined;
+  }
+}
+
+interface ServerSettings {
+  localhostProxyPorts: ReadonlySet<number>;
+  mappings: ReadonlyMap<number, 'secure' | 'insecure'>;
+}
+
+/** The current port settings, recomputed only when the server ConfigMap changes. */
+function serverSettings(opts: ServerOptions, cluster: ClusterServices | undefined): () => ServerSettings {
+  const of = (config: ServerConfig): ServerSettings => ({ localhostProxyPorts: config.localhostProxyPorts, mappings: masterPortMappings(config) });
+  let settings = of(cluster?.config.current() ?? defaultServerConfig({ insecurePort: opts.insecurePort, localhostProxyPorts: opts.localhostProxyPorts }));
+  cluster?.config.subscribe((config) => {
+    settings = of(config);
+  });
+  return () => settings;
 }
 
 export class TunnelServer {
@@ -213,6 +268,8 @@ export class TunnelServer {
   private listening = false;
   /** shutdown() began: no new clients or agents. */
   private shuttingDown = false;
+  /** The iptables manager, when it runs (cluster mode, --enable-iptables, and it could start). */
+  iptables: IptablesManager | undefined;
 
   private constructor(
     readonly serverID: string,
@@ -245,6 +302,8 @@ export class TunnelServer {
         certDir: opts.certDir,
         certIPs: opts.certIPs,
         certDNSNames: opts.certDNSNames,
+        insecurePort: opts.insecurePort,
+        localhostProxyPorts: opts.localhostProxyPorts,
         logger: log,
         csrPollMs: opts.csrPollMs,
       });
@@ -284,6 +343,7 @@ export class TunnelServer {
       await master.start();
       server.listening = true;
       await meta?.start();
+      if (cluster !== undefined && opts.enableIptables) server.iptables = await startIptables(cluster, master, opts);
     } catch (err: unknown) {
       await server.stop();
       throw err;
@@ -343,11 +403,16 @@ export class TunnelServer {
         : e.mode === 'grpc'
           ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, logger: log })
           : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, logger: log });
-    const localhostPorts = new Set(opts.localhostProxyPorts);
+    // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
+    const settings = serverSettings(opts, cluster);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
       insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
-      middleware: [traceRequest(resolver, log), localhostProxy(() => localhostPorts, resolver)],
+      middleware: [
+        traceRequest(resolver, log),
+        localhostProxy(() => settings().localhostProxyPorts, resolver),
+        masterPortTLS(() => settings().mappings),
+      ],
       interceptor: new RequestInterceptor(connector, log),
       logger: log,
       metricsRegistry: opts.metricsRegistry,
@@ -419,6 +484,8 @@ export class TunnelServer {
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      // The rules go first: connections to the nodes stop coming here before the master ports close.
+      await this.iptables?.stop();
       await this.meta?.close();
       await this.master.close();
       this.connector.destroy();

@@ -57,7 +57,6 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const serverLog = new MemoryLogger(2);
     const server = await startClusterServer(h, cp, dir, { log: serverLog });
     assert.equal(serverLog.records.filter((r) => r.message.includes('DNS controller not started')).length, 1);
-    assert.equal(serverLog.records.filter((r) => r.message.includes('iptables manager not started')).length, 1);
 
     const serving = new X509Certificate(await readFile(join(dir, 'server-pki', 'yurttunnel-server-current.pem'), 'utf8'));
     assert.match(serving.subject, /CN=system:node:tunnel-server/);
@@ -212,6 +211,8 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
       '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0',
       '--interceptor-proxier-uds', join(dir, 'proxier.sock'),
       '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egress, '--v', '2',
+      // The root network namespace: its iptables are never ours to change.
+      '--enable-iptables=false',
     ]);
     const started = await server.waitForLine(/yurt-tunnel-server started/, 30_000);
     assert.match(started, /mode=cluster/);

@@ -11,8 +11,9 @@ import type { Harness } from './harness.js';
 import { MemoryLogger } from './memory-logger.js';
 import { testServerOptions } from './server-options.js';
 
+/** In-process servers share the root network namespace: never with the iptables manager (test/netns runs it inside namespaces). */
 export function clusterServerOptions(dir: string, kubeConfig: string, log: MemoryLogger, extra: Partial<ServerOptions> = {}): ServerOptions {
-  return testServerOptions(dir, { kubeConfig, enableIptables: true, enableDNSController: true, logger: log, csrPollMs: 200, ...extra });
+  return testServerOptions(dir, { kubeConfig, enableIptables: false, enableDNSController: true, logger: log, csrPollMs: 200, ...extra });
 }
 
 export async function startClusterServer(

@@ -96,6 +96,8 @@ const SERVER_FLAGS = [
   '--cert-ips',
   '--cert-dns-names',
   '--egress-selector-enable',
+  '--enable-iptables',
+  '--iptables-sync-period',
   '--egress-selector-uds',
   '--egress-selector-mode',
   '--meta-port',
