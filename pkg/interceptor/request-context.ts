@@ -12,7 +12,7 @@ export interface RequestContext {
   method: string;
   /** Path and query as received. */
   url: string;
-  /** The caller came over TLS (secure port): TLS runs to the kubelet too. */
+  /** TLS runs to the far end: starts as "the caller came over TLS" (secure port); see middleware/master-port-tls.ts. */
   tls: boolean;
   /** host:port the agent will dial; starts as the request's Host. */
   dialAddress: string;

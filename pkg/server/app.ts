@@ -15,9 +15,11 @@ import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
+import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { NodeResolverChain } from '../interceptor/node-resolver.js';
 import { serverKubeConfigSource } from '../kube/client.js';
+import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
 import { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
@@ -207,6 +209,21 @@ async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions
   return { ca: cluster.clusterCA, server: serving, proxyClient };
 }
 
+interface ServerSettings {
+  localhostProxyPorts: ReadonlySet<number>;
+  mappings: ReadonlyMap<number, 'secure' | 'insecure'>;
+}
+
+/** The current port settings, recomputed only when the server ConfigMap changes. */
+function serverSettings(opts: ServerOptions, cluster: ClusterServices | undefined): () => ServerSettings {
+  const of = (config: ServerConfig): ServerSettings => ({ localhostProxyPorts: config.localhostProxyPorts, mappings: masterPortMappings(config) });
+  let settings = of(cluster?.config.current() ?? defaultServerConfig({ insecurePort: opts.insecurePort, localhostProxyPorts: opts.localhostProxyPorts }));
+  cluster?.config.subscribe((config) => {
+    settings = of(config);
+  });
+  return () => settings;
+}
+
 export class TunnelServer {
   private stopping: Promise<void> | undefined;
   /** Every listener is up (readiness). */
@@ -245,6 +262,8 @@ export class TunnelServer {
         certDir: opts.certDir,
         certIPs: opts.certIPs,
         certDNSNames: opts.certDNSNames,
+        insecurePort: opts.insecurePort,
+        localhostProxyPorts: opts.localhostProxyPorts,
         logger: log,
         csrPollMs: opts.csrPollMs,
       });
@@ -343,11 +362,16 @@ export class TunnelServer {
         : e.mode === 'grpc'
           ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, logger: log })
           : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, logger: log });
-    const localhostPorts = new Set(opts.localhostProxyPorts);
+    // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
+    const settings = serverSettings(opts, cluster);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
       insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
-      middleware: [traceRequest(resolver, log), localhostProxy(() => localhostPorts, resolver)],
+      middleware: [
+        traceRequest(resolver, log),
+        localhostProxy(() => settings().localhostProxyPorts, resolver),
+        masterPortTLS(() => settings().mappings),
+      ],
       interceptor: new RequestInterceptor(connector, log),
       logger: log,
       metricsRegistry: opts.metricsRegistry,

@@ -24,6 +24,7 @@ import { createKubeClient, describeSource, type KubeClient, type KubeConfigSourc
 import { CsrSigner } from '../kube/csr-signer.js';
 import { Informer } from '../kube/informer.js';
 import { InformerNodeResolver, nodeInformer, podPlacementInformer, type PodPlacement } from '../kube/node-resolver.js';
+import { ServerConfigSource } from '../kube/server-config-source.js';
 import { servingNames, TUNNEL_NAMESPACE, TUNNEL_SERVICE_SELECTOR } from '../kube/tunnel-addresses.js';
 
 export const SERVING_CERT_PREFIX = 'yurttunnel-server';
@@ -34,6 +35,10 @@ export interface ClusterOptions {
   certDir: string;
   certIPs: string[];
   certDNSNames: string[];
+  /** --insecure-port (the right side `dnat-ports-pair` honours). */
+  insecurePort: number;
+  /** --localhost-proxy-ports: used while the server ConfigMap does not set them. */
+  localhostProxyPorts: readonly number[];
   logger: Logger;
   /** For tests: how often a pending CSR is read. */
   csrPollMs?: number;
@@ -60,6 +65,8 @@ export class ClusterServices {
     readonly nodes: Informer<V1Node>,
     readonly pods: Informer<PodPlacement, V1Pod>,
     readonly services: Informer<V1Service>,
+    /** The server ConfigMap kube-system/yurt-tunnel-server-cfg, live. */
+    readonly config: ServerConfigSource,
     readonly resolver: NodeResolver,
     readonly serving: CertificateManager,
     readonly proxyClient: CertificateManager,
@@ -80,6 +87,11 @@ export class ClusterServices {
       watchPath: `/api/v1/namespaces/${TUNNEL_NAMESPACE}/services`,
       labelSelector: TUNNEL_SERVICE_SELECTOR,
       watch: client.watch,
+      logger: kubeLog,
+    });
+    const config = new ServerConfigSource(client, {
+      insecurePort: opts.insecurePort,
+      localhostProxyPorts: opts.localhostProxyPorts,
       logger: kubeLog,
     });
     const signer = new CsrSigner(client, { logger: kubeLog, ...(opts.csrPollMs !== undefined ? { pollMs: opts.csrPollMs } : {}) });
@@ -130,9 +142,10 @@ export class ClusterServices {
     nodes.start();
     pods.start();
     services.start();
+    config.start();
     await Promise.all([serving.start(), proxyClient.start()]);
     const resolver = new InformerNodeResolver(nodes, pods);
-    return new ClusterServices(client, ca, nodes, pods, services, resolver, serving, proxyClient);
+    return new ClusterServices(client, ca, nodes, pods, services, config, resolver, serving, proxyClient);
   }
 
   /** Both certificates, as soon as both exist. */
@@ -142,6 +155,6 @@ export class ClusterServices {
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop()]);
+    await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop(), this.config.stop()]);
   }
 }

@@ -19,12 +19,21 @@ export interface Proc {
   kill(signal?: NodeJS.Signals): void;
 }
 
+export interface StartOptions {
+  /** false: `bin` is an executable of its own, not a script for this Node.js. */
+  node?: boolean;
+  /** A command the process runs under, e.g. `['ip', 'netns', 'exec', 'ns1']`. */
+  prefix?: string[];
+}
+
 /**
  * Starts `bin` (a script run by this Node.js, or with `node: false` an
  * executable of its own, such as the Go Konnectivity binaries).
  */
-export function startProcess(h: Harness, bin: string, args: string[], env: NodeJS.ProcessEnv = {}, opts: { node?: boolean } = {}): Proc {
-  const [command, argv] = opts.node === false ? [bin, args] : [process.execPath, [bin, ...args]];
+export function startProcess(h: Harness, bin: string, args: string[], env: NodeJS.ProcessEnv = {}, opts: StartOptions = {}): Proc {
+  const [plain, plainArgv] = opts.node === false ? [bin, args] : [process.execPath, [bin, ...args]];
+  const prefix = opts.prefix ?? [];
+  const [command, argv] = prefix.length === 0 ? [plain, plainArgv] : [prefix[0]!, [...prefix.slice(1), plain, ...plainArgv]];
   const child = spawn(command, argv, {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

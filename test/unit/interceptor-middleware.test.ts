@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { test } from 'node:test';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
+import { masterPortTLS } from '../../pkg/interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
 import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
@@ -181,4 +182,26 @@ test('the interceptor\'s CONNECT request is exactly OpenYurt\'s, each optional h
     'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\nX-Tunnel-Proxy-Host: edge-1\r\nUser-Agent: kube-apiserver/v1.24\r\n\r\n',
   );
   assert.equal(connectRequest('[fd00::1]:10250', undefined, 'ua'), 'CONNECT [fd00::1]:10250 HTTP/1.1\r\nHost: localhost\r\nUser-Agent: ua\r\n\r\n');
+});
+
+test('master-port TLS: a TLS caller gets plain HTTP to a port of the insecure master port, TLS to any other; a plain caller never gets TLS', () => {
+  const mappings = new Map([
+    [10250, 'secure'],
+    [10255, 'insecure'],
+    [9100, 'insecure'],
+    [9443, 'secure'],
+  ] as const);
+  const tls = masterPortTLS(() => mappings);
+  const farEnd = (over: Partial<RequestContext>): boolean => {
+    const c = ctx(over);
+    tls(c);
+    return c.tls;
+  };
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:10250' }), true);
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:9443' }), true);
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:8443' }), true, 'an unmapped port keeps the caller\'s TLS');
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:10255' }), false);
+  assert.equal(farEnd({ dialAddress: '[fd00::6]:9100' }), false);
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:10250', tls: false }), false);
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:9443', tls: false }), false);
 });
