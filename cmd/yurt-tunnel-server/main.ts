@@ -62,6 +62,7 @@ interface ServerFlags {
   kubeConfig?: string;
   enableIptables: boolean;
   enableDnsController: boolean;
+  dnsSyncPeriod: number;
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
@@ -160,7 +161,15 @@ const program = new Command('yurt-tunnel-server')
   .option('--cert-dns-names <list>', 'comma list of DNS names added to the serving certificate', parseList, [])
   .option('--kube-config <path>', 'kubeconfig of the cluster (empty: in-cluster config if present, else local mode)')
   .option('--enable-iptables [bool]', 'run the iptables manager (cluster mode only)', parseBool, true)
-  .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
+  .option(
+    '--enable-dns-controller [bool]',
+    'run the DNS controller (cluster mode only): node names → addresses in ConfigMap kube-system/yurt-tunnel-nodes (edge nodes → ' +
+      'the ClusterIP of x-tunnel-server-internal-svc) for CoreDNS\'s hosts plugin, and that Service\'s dnat-<port> ports; ' +
+      'leader-elected (Lease kube-system/tunnel-dns-controller)',
+    parseBool,
+    true,
+  )
+  .addOption(durationOption('--dns-sync-period <duration>', 'the DNS controller\'s full resync besides every change (at least 30s)', '1800s'))
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
   .addOption(
@@ -204,6 +213,7 @@ const program = new Command('yurt-tunnel-server')
       kubeConfig: flags.kubeConfig,
       enableIptables: flags.enableIptables,
       enableDNSController: flags.enableDnsController,
+      dnsSyncPeriodMs: flags.dnsSyncPeriod,
       keepaliveTimeMs: flags.keepaliveTime,
       keepaliveTimeoutMs: flags.keepaliveTimeout,
       metaPort: flags.metaPort,

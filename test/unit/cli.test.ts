@@ -103,6 +103,8 @@ const SERVER_FLAGS = [
   '--graceful-shutdown-timeout',
   '--max-agent-connect-rate',
   '--half-closed-linger',
+  '--enable-dns-controller',
+  '--dns-sync-period',
   '--v',
 ];
 
