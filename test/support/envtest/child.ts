@@ -15,9 +15,12 @@ export class ControlPlaneProcess {
     bin: string,
     args: string[],
     readonly logFile: string,
+    /** A command it runs under, e.g. `['ip', 'netns', 'exec', 'cloud-1a2b']`. */
+    prefix: string[] = [],
   ) {
     const out = createWriteStream(logFile);
-    this.child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const [command, ...argv] = [...prefix, bin, ...args];
+    this.child = spawn(command!, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child.stdout!.pipe(out, { end: false });
     this.child.stderr!.pipe(out, { end: false });
     this.exit = once(this.child, 'exit').then(() => {

@@ -27,9 +27,18 @@ export interface EgressSelector {
 
 export interface ControlPlaneOptions {
   controllerManager?: boolean;
-  /** More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). */
+  /**
+   * More kube-apiserver flags (e.g. --watch-cache=false so that watches see etcd compaction). One
+   * named like a default replaces it (`--kubelet-certificate-authority=` drops the kubelet CA).
+   */
   apiserverArgs?: string[];
   egressSelector?: EgressSelector;
+  /**
+   * kube-apiserver runs under `prefix` (e.g. inside a network namespace: `ip netns exec <ns>`);
+   * before it starts, `reach` makes etcd's port (on this namespace's loopback) reachable where
+   * it runs, and its own port reachable here, on the same loopback address and port.
+   */
+  apiserverIn?: { prefix: string[]; reach(ports: { etcd: number; apiserver: number }): Promise<void> };
 }
 
 export interface KubectlResult {
@@ -72,6 +81,7 @@ export class ControlPlane {
     readonly bins: ControlPlaneBinaries,
     readonly pki: ControlPlanePKI,
     private readonly apiserverArgs: readonly string[] = [],
+    private readonly apiserverIn?: ControlPlaneOptions['apiserverIn'],
   ) {}
 
   get url(): string {
@@ -98,7 +108,7 @@ export class ControlPlane {
     const bins = findControlPlane();
     if ('missing' in bins) throw new Error(bins.missing);
     const dir = await mkdtemp(join(tmpdir(), 'yt-envtest-'));
-    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs);
+    const cp = new ControlPlane(dir, bins, controlPlanePKI(), opts.apiserverArgs, opts.apiserverIn);
     try {
       await cp.writeFiles();
       await cp.startEtcd();
@@ -131,6 +141,7 @@ export class ControlPlane {
 
   private async startEtcd(): Promise<void> {
     const [client, peer] = [await freePort(), await freePort()];
+    this.etcdPort = client;
     this.etcdURL = `http://127.0.0.1:${client}`;
     this.etcd = new ControlPlaneProcess(
       'etcd',
@@ -149,6 +160,8 @@ export class ControlPlane {
   }
 
   private etcdURL = '';
+  private etcdPort = 0;
+  private reached = false;
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
@@ -174,13 +187,19 @@ export class ControlPlane {
       `--kubelet-client-key=${this.file('kubelet-client.key')}`,
       `--kubelet-certificate-authority=${this.file('ca.crt')}`,
       '--kubelet-preferred-address-types=InternalIP',
-      ...this.apiserverArgs,
     ];
+    const flagName = (arg: string): string => arg.split('=')[0]!;
+    const replaced = new Set(this.apiserverArgs.map(flagName));
+    args.splice(0, args.length, ...args.filter((a) => !replaced.has(flagName(a))), ...this.apiserverArgs.filter((a) => !/^--[^=]+=$/.test(a)));
     if (egress !== undefined) {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
       args.push(`--egress-selector-config-file=${this.file('egress.yaml')}`);
     }
-    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'));
+    if (this.apiserverIn !== undefined && !this.reached) {
+      await this.apiserverIn.reach({ etcd: this.etcdPort, apiserver: this.apiserverPort });
+      this.reached = true;
+    }
+    this.apiserver = new ControlPlaneProcess('kube-apiserver', this.bins.kubeAPIServer, args, this.file('kube-apiserver.log'), this.apiserverIn?.prefix);
     await this.waitReady(this.apiserver, '/readyz', this.apiserverPort, 60_000);
   }
 
