@@ -187,6 +187,21 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
       follow.kill('SIGINT');
       await exited;
     }
+    // The records follow the nodes, and so does the DNS server: a new edge node resolves, a deleted one no longer does.
+    const resolves = async (name: string): Promise<string> => (await cloud.run('getent', ['hosts', name])).stdout.trim();
+    /** dnsmasq's "read <file> - N names" lines: it re-read the records. */
+    const reads = (): string[] => dns.lines.filter((l) => /read .*tunnel-nodes - \d+ names/.test(l));
+    const readsBefore = reads().length;
+    await putNode(cp, 'edge-2', { internalIP: '10.20.0.2', kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
+    await waitFor('the record of edge-2', () => served.split('\n').includes(`${clusterIP}\tedge-2`), 30_000);
+    await waitFor('dnsmasq to read 2 records', () => reads().slice(readsBefore).some((l) => / - 2 names/.test(l)), 10_000);
+    const readsWithTwo = reads().length;
+    assert.match(await resolves('edge-2'), new RegExp(`^${clusterIP.replace(/\./g, '\\.')}\\s+edge-2$`));
+    const deleted = await cp.kubectl(['delete', 'node', 'edge-2']);
+    assert.equal(deleted.code, 0, deleted.stderr);
+    await waitFor('edge-2 gone from the records', () => !served.includes('edge-2'), 30_000);
+    await waitFor('dnsmasq to read 1 record again', () => reads().slice(readsWithTwo).some((l) => / - 1 names/.test(l)), 10_000);
+    assert.equal(await resolves('edge-2'), '');
     assert.ok(server.lines.every((l) => !/forbidden/i.test(l)), 'the server was refused nothing');
   });
   assert.notEqual(resolvConf, '');
