@@ -44,7 +44,11 @@ const program = new Command('yurt-tunnel-agent')
   .version(packageVersion(), '--version', 'print the version and exit')
   .option('--node-name <name>', 'this node\'s name, used as the agent ID (default: env NODE_NAME)')
   .option('--node-ip <ip>', 'this node\'s IP, advertised and allowed by default (default: env NODE_IP)', parseIP)
-  .option('--tunnelserver-addr <host:port>', 'address of yurt-tunnel-server\'s agent port (10262)')
+  .option(
+    '--tunnelserver-addr <host:port>',
+    'address of yurt-tunnel-server\'s agent port (10262) (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: ' +
+      'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
+  )
   .option('--cert-dir <dir>', 'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster', DEFAULT_AGENT_CERT_DIR)
   .option('--ca-file <path>', 'CA that signs the server\'s certificate (default: the cluster CA in cluster mode, else <cert-dir>/ca.crt)')
   .option('--cert-file <path>', 'this agent\'s client certificate (default: <cert-dir>/tls.crt; without it and with a cluster, one is requested by CSR)')

@@ -63,6 +63,7 @@ interface ServerFlags {
   enableIptables: boolean;
   iptablesSyncPeriod: number;
   enableDnsController: boolean;
+  dnsSyncPeriod: number;
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
@@ -168,7 +169,15 @@ const program = new Command('yurt-tunnel-server')
     true,
   )
   .addOption(durationOption('--iptables-sync-period <duration>', 'how often the iptables rules are checked against the nat table (at least 15s; changes of nodes and the ConfigMap apply at once)', '60s'))
-  .option('--enable-dns-controller [bool]', 'run the DNS controller (cluster mode only)', parseBool, true)
+  .option(
+    '--enable-dns-controller [bool]',
+    'run the DNS controller (cluster mode only): node names → addresses in ConfigMap kube-system/yurt-tunnel-nodes (edge nodes → ' +
+      'the ClusterIP of x-tunnel-server-internal-svc) for CoreDNS\'s hosts plugin, and that Service\'s dnat-<port> ports; ' +
+      'leader-elected (Lease kube-system/tunnel-dns-controller)',
+    parseBool,
+    true,
+  )
+  .addOption(durationOption('--dns-sync-period <duration>', 'the DNS controller\'s full resync besides every change (at least 30s)', '1800s'))
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
   .addOption(
@@ -213,6 +222,7 @@ const program = new Command('yurt-tunnel-server')
       enableIptables: flags.enableIptables,
       iptablesSyncPeriodMs: flags.iptablesSyncPeriod,
       enableDNSController: flags.enableDnsController,
+      dnsSyncPeriodMs: flags.dnsSyncPeriod,
       keepaliveTimeMs: flags.keepaliveTime,
       keepaliveTimeoutMs: flags.keepaliveTimeout,
       metaPort: flags.metaPort,

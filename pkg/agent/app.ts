@@ -4,7 +4,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
-import type { KubeConfigSource } from '../kube/client.js';
+import { createKubeClient, type KubeConfigSource } from '../kube/client.js';
+import { discoverTunnelServer } from '../kube/tunnel-server-discovery.js';
+import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { startClusterCertificate } from './cluster-certificate.js';
@@ -21,6 +23,7 @@ import { Dialer } from './dialer.js';
 export interface AgentOptions {
   nodeName: string;
   nodeIP?: string;
+  /** host:port of the server's agent port; '' with a cluster: found from Service kube-system/x-tunnel-server-svc. */
   tunnelServerAddr: string;
   /** CA of the server's certificate; default the cluster's CA in cluster mode, else `<certDir>/ca.crt`. */
   caFile?: string;
@@ -40,7 +43,9 @@ export interface AgentOptions {
   dialTimeoutMs: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
+  /** First reconnect delay (and first retry of the server's discovery). */
   syncIntervalMs: number;
+  /** Longest reconnect delay (and longest between tries of the discovery). */
   syncIntervalCapMs: number;
   /** While holding servercount servers, dial this often anyway to find new replicas; 0 never. Default 30 s. */
   serverProbeIntervalMs?: number;
@@ -130,12 +135,17 @@ export class TunnelAgent {
     /** Cluster mode's certificate. */
     private readonly certificate: CertificateManager | undefined,
     readonly meta: MetaServer | undefined,
+    /** Ends the search for the server's address (when --tunnelserver-addr is not given). */
+    private readonly discovery: { abort: AbortController; done: Promise<void> } | undefined,
   ) {}
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
     if (opts.nodeName === '') throw new TypeError('a node name is required (--node-name or env NODE_NAME)');
-    if (opts.tunnelServerAddr === '') {
-      throw new TypeError('--tunnelserver-addr is required (host:port of yurt-tunnel-server\'s agent port, 10262)');
+    if (opts.tunnelServerAddr === '' && opts.kubeSource === undefined) {
+      throw new TypeError(
+        '--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server\'s agent port, 10262); ' +
+          `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
+      );
     }
     if (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 0) {
       throw new TypeError(`--node-ip ${JSON.stringify(opts.nodeIP)} is not an IP address`);
@@ -166,9 +176,11 @@ export class TunnelAgent {
       probeIntervalMs: opts.serverProbeIntervalMs,
       logger: opts.logger,
     });
+    const discover = opts.tunnelServerAddr === '';
+    let discoveryProblem = 'not read yet';
     opts.logger.info('yurt-tunnel-agent starting', {
       agentID: opts.nodeName,
-      server: opts.tunnelServerAddr,
+      server: discover ? `from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}` : opts.tunnelServerAddr,
       identifiers,
       allowedDestinations: allowList.description,
     });
@@ -185,7 +197,12 @@ export class TunnelAgent {
             port: opts.metaPort,
             registry: metrics.registry,
             readyChecks: {
-              'server-link': () => (clients.connectedServers > 0 ? undefined : `no link to a tunnel server at ${opts.tunnelServerAddr} yet`),
+              'server-link': () =>
+                clients.connectedServers > 0
+                  ? undefined
+                  : clients.address === ''
+                    ? `no tunnel server address yet: ${discoveryProblem}`
+                    : `no link to a tunnel server at ${clients.address} yet`,
             },
             debug: { '/debug/connections': () => clients.connections() },
             raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
@@ -197,8 +214,30 @@ export class TunnelAgent {
       await credentials.manager?.stop();
       throw err;
     }
-    clients.start();
-    return new TunnelAgent(clients, opts, credentials.manager, meta);
+    let discovery: { abort: AbortController; done: Promise<void> } | undefined;
+    if (discover) {
+      const abort = new AbortController();
+      const done = discoverTunnelServer({
+        client: createKubeClient(opts.kubeSource!),
+        signal: abort.signal,
+        logger: opts.logger,
+        retryMs: opts.syncIntervalMs,
+        capMs: Math.max(opts.syncIntervalCapMs, opts.syncIntervalMs),
+        onProblem: (problem) => (discoveryProblem = problem),
+      }).then(
+        (address) => {
+          clients.setAddress(address);
+          clients.start();
+        },
+        (err: unknown) => {
+          if (!abort.signal.aborted) opts.logger.error('the search for the tunnel server failed', { error: String(err) });
+        },
+      );
+      discovery = { abort, done };
+    } else {
+      clients.start();
+    }
+    return new TunnelAgent(clients, opts, credentials.manager, meta, discovery);
   }
 
   /**
@@ -219,6 +258,8 @@ export class TunnelAgent {
   /** Closes every link and connection. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      this.discovery?.abort.abort();
+      await this.discovery?.done;
       await this.certificate?.stop();
       await this.clients.close();
       await this.meta?.close();

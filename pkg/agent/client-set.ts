@@ -54,6 +54,15 @@ export class ClientSet {
     this.loop ??= this.run();
   }
 
+  /** The server address for the next links (found after construction, e.g. from the cluster). */
+  setAddress(address: string): void {
+    this.opts.connection = { ...this.opts.connection, address };
+  }
+
+  get address(): string {
+    return this.opts.connection.address;
+  }
+
   /** Certificates for the next links; links already up keep theirs until they reconnect. */
   setTLS(tls: AgentTLS): void {
     this.opts.connection = { ...this.opts.connection, tls };

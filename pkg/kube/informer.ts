@@ -312,3 +312,12 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     });
   }
 }
+
+/** What a controller needs of an informer another component runs: its store, its events, its first sync. */
+export interface SharedInformer<T> {
+  addHandler(handler: InformerHandler<T>): void;
+  get(key: string): T | undefined;
+  list(): T[];
+  synced(): boolean;
+  waitForSync(): Promise<void>;
+}

@@ -8,6 +8,7 @@ import { V1MicroTime, type V1Lease } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { apiErrorMessage, isConflict, isNotFound } from './errors.js';
+import { abortable } from './request-options.js';
 
 export interface LeaderElectionOptions {
   namespace: string;
@@ -28,6 +29,8 @@ export class LeaderElector {
   private readonly leaseDurationMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryPeriodMs: number;
+  /** How long one API call may take: half the renew deadline, as client-go's leader-election clients. */
+  private readonly requestTimeoutMs: number;
   private readonly log: Logger;
   private leading = false;
   private stopped = false;
@@ -36,6 +39,8 @@ export class LeaderElector {
   /** The lease as last read or written, and when (our clock) its holder or renew time last changed. */
   private observed: { lease: V1Lease; at: number } | undefined;
   private lastRenewed = 0;
+  /** Ends the requests in flight when stop() is called. */
+  private readonly stopRequests = new AbortController();
 
   constructor(
     private readonly client: KubeClient,
@@ -47,6 +52,7 @@ export class LeaderElector {
     if (!(this.leaseDurationMs > this.renewDeadlineMs && this.renewDeadlineMs > this.retryPeriodMs && this.retryPeriodMs > 0)) {
       throw new TypeError('leader election needs leaseDuration > renewDeadline > retryPeriod > 0');
     }
+    this.requestTimeoutMs = this.renewDeadlineMs / 2;
     this.log = opts.logger.child({ lease: `${opts.namespace}/${opts.name}`, identity: opts.identity });
   }
 
@@ -63,6 +69,7 @@ export class LeaderElector {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    this.stopRequests.abort();
     await this.inFlight;
     if (this.leading) {
       await this.release();
@@ -110,9 +117,11 @@ export class LeaderElector {
     const { namespace, name, identity } = this.opts;
     const api = this.client.coordination;
     const now = new V1MicroTime();
+    // An API server that stops answering must not hold an attempt open: the leader would never notice it cannot renew.
+    const options = abortable(AbortSignal.any([this.stopRequests.signal, AbortSignal.timeout(this.requestTimeoutMs)]));
     let lease: V1Lease;
     try {
-      lease = await api.readNamespacedLease({ namespace, name });
+      lease = await api.readNamespacedLease({ namespace, name }, options);
     } catch (err: unknown) {
       if (!isNotFound(err)) throw err;
       const created = await api.createNamespacedLease({
@@ -127,7 +136,7 @@ export class LeaderElector {
             leaseTransitions: 0,
           },
         },
-      });
+      }, options);
       this.observe(created);
       return true;
     }
@@ -148,7 +157,7 @@ export class LeaderElector {
       },
     };
     try {
-      this.observe(await api.replaceNamespacedLease({ namespace, name, body }));
+      this.observe(await api.replaceNamespacedLease({ namespace, name, body }, options));
       return true;
     } catch (err: unknown) {
       if (isConflict(err)) return false; // Someone else wrote it first; read again next period.
@@ -176,7 +185,7 @@ export class LeaderElector {
         namespace,
         name,
         body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } },
-      });
+      }, abortable(AbortSignal.timeout(this.requestTimeoutMs)));
     } catch (err: unknown) {
       this.log.warn('could not release the lease; the next leader waits for it to expire', { error: apiErrorMessage(err) });
     }

@@ -27,7 +27,8 @@ function serviceDomains(name: string): string[] {
   return [name, `${name}.${TUNNEL_NAMESPACE}`, `${name}.${TUNNEL_NAMESPACE}.svc`, `${name}.${TUNNEL_NAMESPACE}.svc.cluster.local`];
 }
 
-function hasClusterIP(svc: V1Service): string | undefined {
+/** The Service's ClusterIP, unless it is headless or has none yet. */
+export function clusterIPOf(svc: V1Service): string | undefined {
   const ip = svc.spec?.clusterIP;
   return ip !== undefined && ip !== '' && ip !== 'None' && isIP(ip) !== 0 ? ip : undefined;
 }
@@ -84,12 +85,12 @@ export function servingNames(
         problems.push(`Service ${TUNNEL_SERVICE} has type ${svc.spec?.type}, which agents cannot reach the server by`);
     }
     dnsNames.push(...serviceDomains(TUNNEL_SERVICE));
-    add(hasClusterIP(svc));
+    add(clusterIPOf(svc));
   }
   ips.push('127.0.0.1', '::1');
   const internal = byName(TUNNEL_INTERNAL_SERVICE);
   if (internal !== undefined) {
-    add(hasClusterIP(internal));
+    add(clusterIPOf(internal));
     dnsNames.push(...serviceDomains(TUNNEL_INTERNAL_SERVICE));
   }
   ips.push(...extra.ips);

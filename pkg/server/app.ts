@@ -22,6 +22,7 @@ import { serverKubeConfigSource } from '../kube/client.js';
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
 import { ClusterServices } from './cluster.js';
+import { DnsController, MIN_DNS_SYNC_PERIOD_MS } from '../dns/controller.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
@@ -85,6 +86,8 @@ export interface ServerOptions {
   /** Its full check against the nat table; default 60 s, at least 15 s. */
   iptablesSyncPeriodMs?: number;
   enableDNSController: boolean;
+  /** The DNS controller's full resync (--dns-sync-period); default 1800 s, at least 30 s. */
+  dnsSyncPeriodMs?: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
@@ -208,7 +211,6 @@ async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions
     });
   }
   const { serving, proxyClient } = await cluster.certificates();
-  if (opts.enableDNSController) log.info('DNS controller not started: it comes in a later version');
   return { ca: cluster.clusterCA, server: serving, proxyClient };
 }
 
@@ -270,6 +272,8 @@ export class TunnelServer {
   private shuttingDown = false;
   /** The iptables manager, when it runs (cluster mode, --enable-iptables, and it could start). */
   iptables: IptablesManager | undefined;
+  /** Cluster mode's DNS record controller (--enable-dns-controller). */
+  private dns: DnsController | undefined;
 
   private constructor(
     readonly serverID: string,
@@ -342,6 +346,7 @@ export class TunnelServer {
       await egress?.start();
       await master.start();
       server.listening = true;
+      if (cluster !== undefined && opts.enableDNSController) server.startDnsController(cluster, opts);
       await meta?.start();
       if (cluster !== undefined && opts.enableIptables) server.iptables = await startIptables(cluster, master, opts);
     } catch (err: unknown) {
@@ -459,6 +464,23 @@ export class TunnelServer {
     return server;
   }
 
+  /** The `dnat-*` ports it keeps point at the master ports as they listen. */
+  private startDnsController(cluster: ClusterServices, opts: ServerOptions): void {
+    if (opts.dnsSyncPeriodMs !== undefined && opts.dnsSyncPeriodMs < MIN_DNS_SYNC_PERIOD_MS) {
+      this.log.warn(`--dns-sync-period ${opts.dnsSyncPeriodMs / 1000}s raised to the minimum ${MIN_DNS_SYNC_PERIOD_MS / 1000}s`);
+    }
+    this.dns = new DnsController({
+      client: cluster.client,
+      nodes: cluster.nodes,
+      services: cluster.services,
+      proxyPorts: cluster.config,
+      masterPorts: { secure: this.master.address('secure').port, insecure: this.master.address('insecure').port },
+      ...(opts.dnsSyncPeriodMs !== undefined ? { syncPeriodMs: opts.dnsSyncPeriodMs } : {}),
+      logger: this.log,
+    });
+    this.dns.start();
+  }
+
   /**
    * Graceful shutdown (SIGTERM): takes no new clients or agents at once,
    * lets open connections and pending dials finish for up to `graceMs`, then
@@ -493,6 +515,7 @@ export class TunnelServer {
       await this.egress?.close();
       await this.tunnel.close();
       await this.agentEndpoint.close();
+      await this.dns?.stop();
       await this.cluster?.stop();
       this.log.info('yurt-tunnel-server stopped', { serverID: this.serverID });
     })();

@@ -105,6 +105,8 @@ const SERVER_FLAGS = [
   '--graceful-shutdown-timeout',
   '--max-agent-connect-rate',
   '--half-closed-linger',
+  '--enable-dns-controller',
+  '--dns-sync-period',
   '--v',
 ];
 
@@ -213,10 +215,14 @@ test('agent --allowed-destinations 10.0.0.0/99: exit 1, one line naming the flag
   );
 });
 
-test('agent without --tunnelserver-addr: exit 1, one line saying it is required', LIMIT, async (t) => {
+test('agent without --tunnelserver-addr and without a cluster: exit 1, one line saying it is required and where it is found otherwise', LIMIT, async (t) => {
   const h = harness(t);
   const r = await run(h, AGENT, await baseAgentFlags(h));
-  assertRefused(r, "yurt-tunnel-agent: --tunnelserver-addr is required (host:port of yurt-tunnel-server's agent port, 10262)");
+  assertRefused(
+    r,
+    "yurt-tunnel-agent: --tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server's agent port, 10262); " +
+      "with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service kube-system/x-tunnel-server-svc",
+  );
 });
 
 test('agent --agent-identifiers zone=a: exit 1, one line naming the unknown key', LIMIT, async (t) => {
