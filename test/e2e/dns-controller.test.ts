@@ -177,6 +177,8 @@ describe('DNS record controller with a real kube-apiserver', { skip }, () => {
     const a = await startReplica(h, cp.adminKubeconfig, 'dns-a');
     const records = watchRecords(h, admin);
     await waitFor('the records ConfigMap to be created', () => records.versions.length > 0, 20_000);
+    // The watch can show the ConfigMap before the controller's create call has returned and logged.
+    await waitFor('the controller to log its create', () => a.log.find('DNS records ConfigMap created').length > 0, 5000);
     assert.equal(a.log.find('DNS records ConfigMap created').length, 1);
 
     /** Runs `change`, waits for the records to read `expected`, and measures from the node's watch event that made them. */
