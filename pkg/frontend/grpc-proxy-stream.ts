@@ -129,7 +129,8 @@ export class EgressStream {
       this.bytesIn += chunk.length;
       conn.pause();
       this.call.sendData(conn.connectID, chunk, (err) => {
-        if (err) conn.destroy();
+        // The client's stream is gone (a failure, not an end): the target is reset.
+        if (err) conn.destroy(err);
         else conn.resume();
       });
     });
