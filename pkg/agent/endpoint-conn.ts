@@ -1,7 +1,8 @@
 // The agent's side of a tunnelled connection: wraps nothing itself; the
 // server connection pipes it to the dialled socket. The agent owes the server
 // a CLOSE_RSP however the connection ends (the target closed, the server sent
-// CLOSE_REQ, or an error).
+// CLOSE_REQ, or an error); when the target failed (reset the connection) its
+// `error` says so, and the server resets the caller.
 
 import { PacketConn, type PacketConnOptions } from '../mux/packet-conn.js';
 import type { PacketLink } from '../mux/packet-link.js';
@@ -20,7 +21,7 @@ export class EndpointConn extends PacketConn {
   }
 
   protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket {
-    const error = err !== null && !remoteInitiated ? err.message : '';
+    const error = err !== null && !remoteInitiated ? err.message || err.name : '';
     return { type: 'CLOSE_RSP', connectID: this.connectID, error };
   }
 }

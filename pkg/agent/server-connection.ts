@@ -15,7 +15,7 @@ import { silentLogger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
 import { splice } from '../mux/splice.js';
 import { REMOTE_CLOSE_EVENT } from '../mux/packet-conn.js';
-import { errorMessage } from '../protocol/errors.js';
+import { ConnectionClosedError, errorMessage } from '../protocol/errors.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
@@ -362,7 +362,8 @@ export class ServerConnection {
       }
       case 'CLOSE_REQ': {
         const conn = this.conns.get(p.connectID);
-        if (conn !== undefined) conn.remoteClose();
+        // With an error (our server's extension) the caller's side failed: the target is reset, not closed.
+        if (conn !== undefined) conn.remoteClose(p.error ? new ConnectionClosedError(`tunnel server ${this.address} ended the connection with an error: ${p.error}`) : undefined);
         else if (!this.conns.isTombstoned(p.connectID)) {
           this.send({ type: 'CLOSE_RSP', connectID: p.connectID, error: 'Unknown connectID' });
         }
@@ -489,7 +490,8 @@ export class ServerConnection {
     this.link?.cancel(reason);
     for (const d of this.dials.values()) d.abort();
     this.dials.clear();
-    for (const c of this.conns.takeAll()) c.destroy(new Error(`connection to tunnel server ${this.address} closed: ${reason}`));
+    // A failure for every connection on the link: their targets are reset.
+    for (const c of this.conns.takeAll()) c.destroy(new ConnectionClosedError(`connection to tunnel server ${this.address} closed: ${reason}`));
     this.session?.destroy();
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }
@@ -509,7 +511,13 @@ function stopReadingOnRemoteClose(socket: Socket, conn: EndpointConn): void {
     if (socket.destroyed) return;
     socket.unpipe(conn);
     socket.pause();
-    if (socket.writableFinished) socket.destroy();
-    else socket.once('finish', () => socket.destroy());
+    // A normal end on both sides: the connection goes first, so that the
+    // socket's close (before its own EOF) is not taken for a failure.
+    const done = (): void => {
+      conn.destroy();
+      socket.destroy();
+    };
+    if (socket.writableFinished) done();
+    else socket.once('finish', done);
   });
 }

@@ -3,11 +3,17 @@
 // one connection, and CLOSE_REQ → CLOSE_RSP. When the far end closes first,
 // CLOSE_RSP goes out unasked: kube-apiserver waits for it and would otherwise
 // keep the stream (and the kubelet connection) open forever.
+//
+// A connection cut by a failure (the agent gone, the target reset) is not a
+// finished one: its CLOSE_RSP carries the error and the stream ends with
+// UNAVAILABLE. (konnectivity-client turns both into EOF for its reader; other
+// clients can tell.) A client whose stream ends without CLOSE_REQ gave up
+// abruptly: the target is reset.
 
 import type { Logger } from '../log/logger.js';
 import { GrpcStatus } from '../grpc/status.js';
 import type { ServerPacketCall } from '../grpc/server-call.js';
-import { DialError, errorMessage } from '../protocol/errors.js';
+import { ConnectionClosedError, DialError, errorMessage } from '../protocol/errors.js';
 import type { DialRequestPacket, Packet } from '../protocol/packet.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
@@ -123,13 +129,14 @@ export class EgressStream {
       this.bytesIn += chunk.length;
       conn.pause();
       this.call.sendData(conn.connectID, chunk, (err) => {
-        if (err) conn.destroy();
+        // The client's stream is gone (a failure, not an end): the target is reset.
+        if (err) conn.destroy(err);
         else conn.resume();
       });
     });
     conn.once('end', () => this.closeConnection('the far end closed', ''));
-    conn.once('close', () => this.closeConnection('the tunnel connection closed', ''));
     conn.on('error', (err: Error) => this.closeConnection('the tunnel connection failed', errorMessage(err)));
+    conn.once('close', () => this.closeConnection('the tunnel connection closed', conn.readableEnded ? '' : 'closed before its end'));
   }
 
   private answerDialError(req: DialRequestPacket, reason: string): void {
@@ -139,7 +146,7 @@ export class EgressStream {
     this.call.end(GrpcStatus.OK, '', `dial failed: ${reason}`);
   }
 
-  /** Ends the connection and the stream, answering CLOSE_RSP (asked for or not). */
+  /** Ends the connection and the stream, answering CLOSE_RSP (asked for or not); an `error` is a failure. */
   private closeConnection(why: string, error: string): void {
     if (this.state === 'closed') return;
     const conn = this.conn;
@@ -153,12 +160,14 @@ export class EgressStream {
         dialAddress: conn.address,
         connectID: String(conn.connectID),
         why,
+        ...(error !== '' ? { error } : {}),
         bytesToNode: this.bytesOut,
         bytesFromNode: this.bytesIn,
         durationMs: Math.round(performance.now() - this.started),
       });
     }
-    this.call.end(GrpcStatus.OK, '', why);
+    if (error === '') this.call.end(GrpcStatus.OK, '', why);
+    else this.call.end(GrpcStatus.UNAVAILABLE, `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`);
   }
 
   private fail(code: number, message: string): void {
@@ -175,7 +184,8 @@ export class EgressStream {
     if (this.state === 'closed') return;
     this.state = 'closed';
     this.abort.abort();
-    this.conn?.destroy();
+    // No CLOSE_REQ came first: the client went away abruptly, and the target is reset.
+    this.conn?.destroy(new ConnectionClosedError(`the egress client's stream ended without CLOSE_REQ: ${reason}`));
     this.log.verbose(2, 'egress stream ended by the client', { reason });
   }
 }

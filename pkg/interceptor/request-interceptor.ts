@@ -11,6 +11,7 @@
 import { request, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { errorResponse } from '../frontend/http-answer.js';
+import { abortStream } from '../mux/abort.js';
 import { splice } from '../mux/splice.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage, ProxierError, KubeletTLSError } from '../protocol/errors.js';
@@ -55,6 +56,17 @@ export function failureFor(err: unknown, ctx: RequestContext): { status: number;
   return { status: 502, reason: `connection to the kubelet of node ${node} at ${ctx.dialAddress} failed: ${errorMessage(err)}` };
 }
 
+/**
+ * The kubelet's answer was cut: the caller's response stops where it is, with
+ * no terminating chunk, on a connection closed abortively (reset, on the plain
+ * port), so that it cannot be taken for a whole answer.
+ */
+function abortResponse(res: ServerResponse, err: Error): void {
+  const socket = res.socket;
+  if (socket !== null) abortStream(socket, err);
+  res.destroy();
+}
+
 function rawHeaderLines(raw: readonly string[]): string {
   let text = '';
   for (let i = 0; i + 1 < raw.length; i += 2) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
@@ -96,11 +108,11 @@ export class RequestInterceptor {
       // Headers go out now: a log stream may send its first line much later.
       res.flushHeaders();
       answer.pipe(res);
-      answer.on('error', () => res.destroy());
+      answer.on('error', (err) => abortResponse(res, err));
     });
     up.on('error', (err) => {
       if (res.headersSent) {
-        res.destroy();
+        abortResponse(res, err);
         return;
       }
       const { status, reason } = failureFor(err, ctx);

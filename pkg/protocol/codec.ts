@@ -160,7 +160,10 @@ function payloadFields(p: KnownPacket): Field[] {
       ];
     case 'CLOSE_REQ':
       checkInt64(p.connectID, 'connectID');
-      return [{ no: 1, kind: 'int64', value: p.connectID }];
+      return [
+        { no: 1, kind: 'int64', value: p.connectID },
+        { no: 2, kind: 'string', value: p.error ?? '' },
+      ];
     case 'CLOSE_RSP':
       checkInt64(p.connectID, 'connectID');
       return [
@@ -333,7 +336,7 @@ function truncated(): ProtocolError {
 
 interface Fields {
   s1: string; // error / protocol
-  s2: string; // address / Data.error
+  s2: string; // address / Data.error / CloseRequest.error (our extension)
   i1: bigint; // field 1 as int64
   i2: bigint;
   i3: bigint;
@@ -376,7 +379,7 @@ type SubSchema = Readonly<Record<number, 'int64' | 'string' | 'bytes'>>;
 const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
   DIAL_REQ: { 1: 'string', 2: 'string', 3: 'int64' },
   DIAL_RSP: { 1: 'string', 2: 'int64', 3: 'int64' },
-  CLOSE_REQ: { 1: 'int64' },
+  CLOSE_REQ: { 1: 'int64', 2: 'string' },
   CLOSE_RSP: { 1: 'string', 2: 'int64' },
   DATA: { 1: 'int64', 2: 'string', 3: 'bytes' },
   DIAL_CLS: { 1: 'int64' },
@@ -432,7 +435,7 @@ export function decodePacket(buf: Buffer): Packet {
     case 'DIAL_RSP':
       return { type: name, error: f.s1, connectID: f.i2, random: f.i3 };
     case 'CLOSE_REQ':
-      return { type: name, connectID: f.i1 };
+      return f.s2 === '' ? { type: name, connectID: f.i1 } : { type: name, connectID: f.i1, error: f.s2 };
     case 'CLOSE_RSP':
       return { type: name, error: f.s1, connectID: f.i2 };
     case 'DATA': {

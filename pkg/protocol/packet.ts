@@ -36,6 +36,12 @@ export interface DialResponsePacket {
 export interface CloseRequestPacket {
   type: 'CLOSE_REQ';
   connectID: bigint;
+  /**
+   * yurt-tunnel extension (field 2, proto/yurttunnel_ext.proto), sent only to
+   * agents that negotiated half-close: the connection ended by a failure, so
+   * the agent resets its target instead of closing it. Absent: a normal close.
+   */
+  error?: string;
 }
 
 export interface CloseResponsePacket {
@@ -108,7 +114,7 @@ export function describePacket(p: Packet): Record<string, string | number> {
     case 'DIAL_RSP':
       return { type: p.type, dialID: p.random.toString(), connectID: p.connectID.toString(), error: p.error };
     case 'CLOSE_REQ':
-      return { type: p.type, connectID: p.connectID.toString() };
+      return { type: p.type, connectID: p.connectID.toString(), ...(p.error ? { error: p.error } : {}) };
     case 'CLOSE_RSP':
       return { type: p.type, connectID: p.connectID.toString(), error: p.error };
     case 'DATA':

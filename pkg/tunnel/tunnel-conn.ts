@@ -1,5 +1,7 @@
 // The server's side of a tunnelled connection: what `tunnel.dial()` resolves
-// to. Ending it sends CLOSE_REQ and waits for the agent's CLOSE_RSP.
+// to. Ending it sends CLOSE_REQ and waits for the agent's CLOSE_RSP; ending it
+// with an error says so in the CLOSE_REQ to agents that understand it (our
+// half-close extension), so that the target is reset rather than closed.
 
 import { PacketConn, type PacketConnOptions } from '../mux/packet-conn.js';
 import type { KnownPacket } from '../protocol/packet.js';
@@ -9,14 +11,19 @@ export class TunnelConn extends PacketConn {
   readonly agentID: string;
   readonly address: string;
   protected readonly endsWithFinalPacket = false;
+  /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
+  private readonly closeWithError: boolean;
 
   constructor(backend: Backend, connectID: bigint, address: string, opts?: PacketConnOptions) {
     super(backend.link, connectID, opts);
     this.agentID = backend.agentID;
     this.address = address;
+    this.closeWithError = backend.halfClose;
   }
 
-  protected finalPacket(remoteInitiated: boolean): KnownPacket | undefined {
-    return remoteInitiated ? undefined : { type: 'CLOSE_REQ', connectID: this.connectID };
+  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
+    if (remoteInitiated) return undefined;
+    if (err !== null && this.closeWithError) return { type: 'CLOSE_REQ', connectID: this.connectID, error: err.message || err.name };
+    return { type: 'CLOSE_REQ', connectID: this.connectID };
   }
 }

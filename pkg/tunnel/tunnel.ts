@@ -261,8 +261,9 @@ export class Tunnel {
       case 'CLOSE_RSP': {
         const conn = backend.conns.get(p.connectID);
         if (conn !== undefined) {
+          // An error is a failure (the target reset the connection, the agent cut it): the caller must see it as one.
           conn.remoteClose(
-            p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} closed the connection: ${p.error}`),
+            p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
           );
           backend.conns.remove(conn);
         } else {

@@ -14,6 +14,8 @@ import { harness, type Harness } from '../support/harness.js';
 import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs } from '../../hack/konnectivity.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+import { egressDial } from '../support/egress-client.js';
+import { GrpcStatus } from '../../pkg/grpc/status.js';
 
 const bins = findKonnectivity();
 const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
@@ -221,6 +223,47 @@ test('one Go agent and one of ours on our server: each node\'s traffic reaches i
   assert.equal(ours.lines.some((l) => /127\.0\.0\.2/.test(l)), false);
 });
 
+test('a target reset: through our agent the egress caller is told (CLOSE_RSP error, UNAVAILABLE); through the Go agent it is a plain close, all it can say', SKIP, async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const egressPath = join(dir, 'egress.sock');
+  const server = await startOurServer(h, ['--egress-selector-enable', '--egress-selector-uds', egressPath, '--egress-selector-mode', 'grpc']);
+  const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
+  const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
+  await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
+  startProcess(h, AGENT_BIN, [
+    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`, '--meta-port', '0',
+    '--ca-file', join(tsDir, 'ca.crt'), '--cert-file', join(tsDir, 'tls.crt'), '--key-file', join(tsDir, 'tls.key'),
+  ]);
+  await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
+  // Each target sends a little, then resets the connection when the caller speaks.
+  const ports = new Map<string, number>();
+  for (const ip of ['127.0.0.2', '127.0.0.3']) {
+    const srv = createServer((s) => {
+      s.on('error', () => {});
+      s.write('partial');
+      s.once('data', () => s.resetAndDestroy());
+    });
+    srv.listen(0, ip);
+    await once(srv, 'listening');
+    h.defer(() => new Promise((r) => srv.close(r)));
+    ports.set(ip, (srv.address() as AddressInfo).port);
+  }
+  const cutThrough = async (ip: string): Promise<{ code: number; details: string; closeError: string | undefined }> => {
+    const call = await egressDial(h, egressPath, `${ip}:${ports.get(ip)}`);
+    await waitFor('the first bytes', () => call.received().length > 0);
+    call.call.write({ type: 'DATA', data: { connectID: call.connectID, error: '', data: Buffer.from('go on') } });
+    const status = await call.status;
+    assert.equal(call.received().toString(), 'partial');
+    return { code: status.code, details: status.details, closeError: call.closeResponse()?.error };
+  };
+  const ours = await cutThrough('127.0.0.3');
+  assert.equal(ours.code, GrpcStatus.UNAVAILABLE, ours.details);
+  assert.match(ours.closeError ?? '', /ECONNRESET/);
+  const go = await cutThrough('127.0.0.2');
+  assert.deepEqual(go, { code: GrpcStatus.OK, details: '', closeError: '' });
+});
+
 test('our agent → Go server: echo, download, a refused dial, and back after the Go server restarts', SKIP, async (t) => {
   if (typeof bins === 'string') return;
   const h = harness(t);
@@ -268,6 +311,24 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   r.socket.on('data', (c: Buffer) => body.push(c));
   await drain(r.socket, Buffer.alloc(0));
   assert.equal(Buffer.concat(body).toString(), `HTTP/0.0 503 Service Unavailable\r\n\r\ndial tcp 127.0.0.1:${refusedPort}: connect: connection refused`);
+
+  // A target that resets: our agent says so in CLOSE_RSP's error, which the Go server takes (it closes the client).
+  const resetting = createServer((s) => {
+    s.on('error', () => {});
+    s.write('partial');
+    s.once('data', () => s.resetAndDestroy());
+  });
+  resetting.listen(0, '127.0.0.1');
+  await once(resetting, 'listening');
+  h.defer(() => new Promise((r) => resetting.close(r)));
+  const cut = await connectVia(udsPath, `127.0.0.1:${(resetting.address() as AddressInfo).port}`);
+  const cutBytes: Buffer[] = [cut.rest];
+  cut.socket.on('data', (c: Buffer) => cutBytes.push(c)).resume();
+  await waitFor('the first bytes', () => Buffer.concat(cutBytes).toString() === 'partial');
+  cut.socket.write('go on');
+  await once(cut.socket, 'close');
+  assert.equal(Buffer.concat(cutBytes).toString(), 'partial');
+  await agent.waitForLine(/connection ended .*ended=ECONNRESET/);
 
   goServer.kill('SIGKILL');
   await goServer.exited;

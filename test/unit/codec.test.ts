@@ -27,7 +27,7 @@ function toReference(p: KnownPacket): Record<string, unknown> {
     case 'DIAL_RSP':
       return { type: 1, dialResponse: { error: p.error, connectID: p.connectID.toString(), random: p.random.toString() } };
     case 'CLOSE_REQ':
-      return { type: 2, closeRequest: { connectID: p.connectID.toString() } };
+      return { type: 2, closeRequest: { connectID: p.connectID.toString(), ...(p.error !== undefined ? { error: p.error } : {}) } };
     case 'CLOSE_RSP':
       return { type: 3, closeResponse: { error: p.error, connectID: p.connectID.toString() } };
     case 'DATA':
@@ -54,7 +54,8 @@ function withoutDefaults(o: Record<string, unknown>): Record<string, unknown> {
 }
 
 function referenceEncode(p: KnownPacket): Buffer {
-  const T = p.type === 'WINDOW_UPDATE' || p.type === 'CLOSE_WRITE' ? ExtPacketType : PacketType;
+  const ext = p.type === 'WINDOW_UPDATE' || p.type === 'CLOSE_WRITE' || (p.type === 'CLOSE_REQ' && p.error !== undefined);
+  const T = ext ? ExtPacketType : PacketType;
   return Buffer.from(T.encode(T.fromObject(withoutDefaults(toReference(p)))).finish());
 }
 
@@ -67,6 +68,7 @@ const SAMPLES: KnownPacket[] = [
   { type: 'DIAL_RSP', error: 'ünïcödé ✓', connectID: MAX, random: MIN },
   { type: 'CLOSE_REQ', connectID: 42n },
   { type: 'CLOSE_REQ', connectID: 0n },
+  { type: 'CLOSE_REQ', connectID: 42n, error: 'read ECONNRESET' },
   { type: 'CLOSE_RSP', error: '', connectID: MAX },
   { type: 'CLOSE_RSP', error: 'Unknown connectID', connectID: 7n },
   { type: 'DATA', connectID: 1n, error: '', data: Buffer.from('hello') },
@@ -100,6 +102,16 @@ test('random = 2^63-1 survives encode and decode bit-exact', () => {
   assert.equal((back as { random: bigint }).random, 9223372036854775807n);
   const ref = PacketType.toObject(PacketType.decode(encodePacket(p)), { longs: String }) as { dialRequest: { random: string } };
   assert.equal(ref.dialRequest.random, '9223372036854775807');
+});
+
+test("CLOSE_REQ's error (our extension) is a field an upstream agent's parser skips", () => {
+  const bytes = encodePacket({ type: 'CLOSE_REQ', connectID: 42n, error: 'read ECONNRESET' });
+  // client.proto alone (what a Go agent compiles) reads the close request and ignores the error.
+  const upstream = PacketType.toObject(PacketType.decode(bytes), { longs: String }) as { type: number; closeRequest: { connectID: string } };
+  assert.equal(upstream.type, 2);
+  assert.equal(upstream.closeRequest.connectID, '42');
+  // Without an error the packet is byte for byte what upstream sends.
+  assert.deepEqual(encodePacket({ type: 'CLOSE_REQ', connectID: 42n, error: '' }), referenceEncode({ type: 'CLOSE_REQ', connectID: 42n }));
 });
 
 test('a DIAL_REQ has no type field on the wire (proto3 omits the zero enum)', () => {

@@ -66,8 +66,14 @@ class RecordingLink implements BackendLink {
   }
 }
 
-function tunnelConn(h: Harness, link: RecordingLink, connectID = 9n, opts: { highWaterMark?: number; closeTimeoutMs?: number } = {}): TunnelConn {
-  const backend = new Backend({ agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client' }, link);
+function tunnelConn(
+  h: Harness,
+  link: RecordingLink,
+  connectID = 9n,
+  opts: { highWaterMark?: number; closeTimeoutMs?: number } = {},
+  agent: { halfClose?: boolean } = {},
+): TunnelConn {
+  const backend = new Backend({ agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent }, link);
   const conn = new TunnelConn(backend, connectID, '10.0.0.5:10250', opts);
   h.defer(() => conn.destroy());
   return conn;
@@ -309,6 +315,22 @@ test('TunnelConn destroy() without end() sends one CLOSE_REQ', LIMIT, async (t) 
   conn.destroy(new Error('client went away'));
   await closed(conn);
   assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+});
+
+test("TunnelConn destroyed with an error tells an agent that negotiated half-close why (its CLOSE_REQ carries the error); a normal end does not", LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const failed = tunnelConn(h, link, 9n, {}, { halfClose: true });
+  failed.on('error', () => {});
+  failed.destroy(new Error('read ECONNRESET'));
+  await closed(failed);
+  const normal = tunnelConn(h, link, 10n, {}, { halfClose: true });
+  normal.destroy();
+  await closed(normal);
+  assert.deepEqual(link.control, [
+    { type: 'CLOSE_REQ', connectID: 9n, error: 'read ECONNRESET' },
+    { type: 'CLOSE_REQ', connectID: 10n },
+  ]);
 });
 
 test('TunnelConn remoteClose() (the agent closed first) ends the connection and sends nothing', LIMIT, async (t) => {

@@ -1,0 +1,250 @@
+// A stream cut by a failure must not look like a finished one: an agent
+// killed mid-download, a target that resets, a caller that resets, a server
+// that goes away. Each end caused by a failure reaches the other side as a
+// failure (a TCP reset, a gRPC error status, an aborted HTTP response), and a
+// normal end still ends normally.
+//
+// The CONNECT socket is a Unix socket, which has no reset: its callers see EOF
+// either way (Linux reports ECONNRESET only to a peer whose bytes were left
+// unread), so these tests watch the failure where it can be seen.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { rm } from 'node:fs/promises';
+import { createServer as createHTTPServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
+import { GrpcStatus } from '../../pkg/grpc/status.js';
+import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
+import { egressDial } from '../support/egress-client.js';
+import { harness, type Harness } from '../support/harness.js';
+import { apiserverClientCert, startKubelet, startMaster } from '../support/master.js';
+import { testPKI, writePKIFiles } from '../support/pki.js';
+import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
+import {
+  connectVia,
+  startFirehose,
+  startServer,
+  startTCPServer,
+  startTunnel,
+  tempDir,
+  waitFor,
+  waitForSteady,
+  type TestServer,
+} from '../support/tunnel.js';
+
+const LIMIT = { timeout: 60_000 };
+const RESET = /^(ECONNRESET|EPIPE)$/;
+
+async function startEgress(h: Harness, server: TestServer): Promise<string> {
+  const path = join(await tempDir(h), 'egress.sock');
+  const egress = new GrpcProxyServer(server.tunnel, { path });
+  await egress.start();
+  h.defer(() => egress.close());
+  return path;
+}
+
+/** The real yurt-tunnel-agent for node edge-1 (127.0.0.1), connected to `server`. */
+async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> {
+  const pki = testPKI();
+  const files = await writePKIFiles(pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
+  h.defer(() => rm(files.dir, { recursive: true, force: true }));
+  const agent = startProcess(h, AGENT_BIN, [
+    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', server.agentAddress, '--meta-port', '0',
+    '--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile, '--v', '2',
+  ]);
+  await agent.waitForLine(/connected to tunnel server/);
+  await waitFor('the agent to register', () => server.tunnel.registry.agentCount === 1);
+  return agent;
+}
+
+/** How a socket's stream ends for its reader: 'end' (EOF) or the error's code. */
+function endOf(socket: Socket): Promise<string> {
+  return new Promise((resolve) => {
+    socket.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+    socket.once('end', () => resolve('end'));
+  });
+}
+
+/** How a response ends for its reader: 'end' when whole, 'aborted' when cut; resolves with the first bytes too. */
+function readResponse(res: IncomingMessage): { ended: Promise<string>; firstBytes: Promise<void> } {
+  const firstBytes = once(res, 'data').then(() => undefined);
+  const ended = new Promise<string>((resolve) => {
+    res.once('aborted', () => resolve('aborted'));
+    res.once('end', () => resolve(res.complete ? 'end' : 'aborted'));
+    res.on('error', () => resolve('aborted'));
+  });
+  res.resume();
+  return { ended, firstBytes };
+}
+
+/** A plain HTTP target that streams a chunk every 20 ms until the client goes. */
+async function startStreamingHTTP(h: Harness): Promise<number> {
+  const server = createHTTPServer((_req, res: ServerResponse) => {
+    res.writeHead(200, { 'Content-Type': 'text/plain' });
+    const timer = setInterval(() => res.write('line\n'), 20);
+    res.once('close', () => clearInterval(timer));
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  h.defer(() => {
+    server.closeAllConnections();
+    return new Promise((resolve) => server.close(resolve));
+  });
+  return (server.address() as { port: number }).port;
+}
+
+test('an agent killed mid-download: the egress caller gets the error and UNAVAILABLE, master-port responses are aborted; a download that finished before ended normally', LIMIT, async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const egressPath = await startEgress(h, server);
+  const { securePort, insecurePort } = await startMaster(h, server);
+  const kubelet = await startKubelet(h, 'edge-1', { followIntervalMs: 20 });
+  const plainPort = await startStreamingHTTP(h);
+  const firehose = await startFirehose(h);
+  const complete = await startTCPServer(h, (s) => s.end('the whole answer'));
+  const agent = await startAgentProcess(h, server);
+
+  // A normal end: everything, CLOSE_RSP without an error, status OK.
+  const whole = await egressDial(h, egressPath, `127.0.0.1:${complete.port}`);
+  const wholeStatus = await whole.status;
+  assert.equal(wholeStatus.code, GrpcStatus.OK, wholeStatus.details);
+  assert.equal(whole.received().toString(), 'the whole answer');
+  assert.equal(whole.closeResponse()?.error, '');
+
+  // Three downloads under way when the agent dies.
+  const download = await egressDial(h, egressPath, `127.0.0.1:${firehose.port}`);
+  const plainReq = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/stream', headers: { Host: `127.0.0.1:${plainPort}` }, agent: false });
+  plainReq.on('error', () => {});
+  plainReq.end();
+  const [plainRes] = (await once(plainReq, 'response')) as [IncomingMessage];
+  const plainSocketEnd = endOf(plainRes.socket);
+  const plain = readResponse(plainRes);
+  const secureReq = httpsRequest({
+    host: '127.0.0.1', port: securePort, path: '/containerLogs/default/p1/c1?follow=true', headers: { Host: `127.0.0.1:${kubelet.port}` },
+    ca: testPKI().ca.cert, ...apiserverClientCert(), servername: '', agent: false,
+  });
+  secureReq.on('error', () => {});
+  secureReq.end();
+  const [secureRes] = (await once(secureReq, 'response')) as [IncomingMessage];
+  const secure = readResponse(secureRes);
+  await Promise.all([plain.firstBytes, secure.firstBytes]);
+  await waitFor('bytes of the download', () => download.received().length > 0);
+  assert.equal(plainRes.headers['transfer-encoding'], 'chunked');
+  assert.equal(secureRes.headers['transfer-encoding'], 'chunked');
+
+  agent.kill('SIGKILL');
+
+  const status = await download.status;
+  assert.equal(status.code, GrpcStatus.UNAVAILABLE, `status ${status.code} ${status.details}`);
+  assert.match(status.details, /^connection to 127\.0\.0\.1:\d+ through agent edge-1 failed: agent edge-1 disconnected: /);
+  assert.match(download.closeResponse()?.error ?? '', /agent edge-1 disconnected/);
+  // The plain master port resets its caller; the secure one cuts the response before its last chunk.
+  assert.equal(await plainSocketEnd, 'ECONNRESET');
+  assert.equal(await plain.ended, 'aborted');
+  assert.equal(await secure.ended, 'aborted');
+});
+
+test('a target that resets: through our agent the caller sees the failure; a target that closes normally still ends normally', LIMIT, async (t) => {
+  const h = harness(t);
+  const { server } = await startTunnel(h);
+  const egressPath = await startEgress(h, server);
+  const resetting = await startTCPServer(h, (s) => {
+    s.write('partial');
+    s.once('data', () => s.resetAndDestroy());
+  });
+  const closing = await startTCPServer(h, (s) => {
+    s.write('partial');
+    s.once('data', () => s.end('and the rest'));
+  });
+
+  // GRPC egress: the agent's CLOSE_RSP error comes through, and the status says it failed.
+  const cut = await egressDial(h, egressPath, `127.0.0.1:${resetting.port}`);
+  await waitFor('the first bytes', () => cut.received().length > 0);
+  cut.call.write({ type: 'DATA', data: { connectID: cut.connectID, error: '', data: Buffer.from('go on') } });
+  const cutStatus = await cut.status;
+  assert.equal(cutStatus.code, GrpcStatus.UNAVAILABLE, cutStatus.details);
+  assert.match(cutStatus.details, /agent edge-1 ended the connection to 127\.0\.0\.1:\d+ with an error: read ECONNRESET/);
+  assert.match(cut.closeResponse()?.error ?? '', /read ECONNRESET/);
+
+  const whole = await egressDial(h, egressPath, `127.0.0.1:${closing.port}`);
+  await waitFor('the first bytes', () => whole.received().length > 0);
+  whole.call.write({ type: 'DATA', data: { connectID: whole.connectID, error: '', data: Buffer.from('go on') } });
+  const wholeStatus = await whole.status;
+  assert.equal(wholeStatus.code, GrpcStatus.OK, wholeStatus.details);
+  assert.equal(whole.received().toString(), 'partialand the rest');
+  assert.equal(whole.closeResponse()?.error, '');
+
+  // What every frontend gets from the tunnel: an error, not an end.
+  const conn = await server.tunnel.dial(`127.0.0.1:${resetting.port}`);
+  conn.resume();
+  conn.write('go on');
+  const [err] = (await once(conn, 'error')) as [Error];
+  assert.ok(err instanceof ConnectionClosedError, String(err));
+  assert.match(err.message, /^agent edge-1 ended the connection to 127\.0\.0\.1:\d+ with an error: read ECONNRESET$/);
+});
+
+test('a caller that resets or goes away: the target is reset; a caller that ends normally: the target sees EOF', LIMIT, async (t) => {
+  const h = harness(t);
+  const { server } = await startTunnel(h);
+  const egressPath = await startEgress(h, server);
+  const ends: Promise<string>[] = [];
+  let sent = 0;
+  const block = Buffer.alloc(64 * 1024, 1);
+  // Sends until the connection is gone; reports how its end looked.
+  const target = await startTCPServer(h, (s) => {
+    ends.push(endOf(s));
+    s.resume();
+    const pump = (): void => {
+      while (!s.destroyed && s.writable && s.write(block)) sent += block.length;
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  const address = `127.0.0.1:${target.port}`;
+
+  // A CONNECT caller that stops reading, then closes: the bytes it left unread make its close a reset (ECONNRESET at the proxier).
+  const c = await connectVia(server.udsPath, address);
+  assert.equal(c.status, 200, c.head);
+  await waitFor('the target to send', () => ends.length === 1 && sent > 0);
+  await waitForSteady('the target to be held back by the caller that reads nothing', () => sent);
+  c.socket.destroy();
+  // A target that writes learns of the reset from a write (EPIPE) or a read (ECONNRESET); never EOF.
+  assert.match(await ends[0]!, RESET);
+
+  // A GRPC egress client whose stream is cancelled without CLOSE_REQ.
+  const g = await egressDial(h, egressPath, address);
+  await waitFor('bytes', () => g.received().length > 0);
+  g.call.cancel();
+  await waitFor('the second target connection', () => ends.length === 2);
+  assert.match(await ends[1]!, RESET);
+
+  // A normal close (CLOSE_REQ): the target sees EOF.
+  const n = await egressDial(h, egressPath, address);
+  await waitFor('bytes', () => n.received().length > 0);
+  n.call.write({ type: 'CLOSE_REQ', closeRequest: { connectID: n.connectID } });
+  assert.equal((await n.status).code, GrpcStatus.OK);
+  await waitFor('the third target connection', () => ends.length === 3);
+  assert.equal(await ends[2], 'end');
+});
+
+test('the link to the server lost: the agent resets the connections it carried', LIMIT, async (t) => {
+  const h = harness(t);
+  const { server } = await startTunnel(h);
+  const ends: Promise<string>[] = [];
+  const target = await startTCPServer(h, (s) => {
+    ends.push(endOf(s));
+    s.resume();
+    s.write('hello');
+  });
+  const conn = await server.tunnel.dial(`127.0.0.1:${target.port}`);
+  conn.on('error', () => {});
+  conn.resume();
+  await once(conn, 'data');
+  // The server goes away without closing its connections one by one (its agent endpoint first).
+  await server.endpoint.close(0);
+  assert.equal(await ends[0], 'ECONNRESET');
+});
