@@ -22,7 +22,6 @@ import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../support/s
 import { startEchoServer, waitFor } from '../support/tunnel.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping egress-selector tests: ${skip}`);
 
 /** The kubectl calls of the issue, each through the egress selector and our tunnel. */
 function kubectlCases(state: () => { cp: ControlPlane; kubelet: StandinKubelet; agent: TunnelAgent }): void {

@@ -21,7 +21,6 @@ import { waitFor } from '../support/tunnel.js';
 import { controlPlaneSkipReason, deleteObject, listCSRs, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping kube-client tests: ${skip}`);
 
 describe('pkg/kube against a real kube-apiserver', { skip }, () => {
   let cp: ControlPlane;
