@@ -28,9 +28,9 @@ export async function tempDir(h: Harness, prefix = 'yt-test-'): Promise<string> 
 }
 
 /** Polls `cond` every 10 ms until true; fails after `timeoutMs`. */
-export async function waitFor(what: string, cond: () => boolean, timeoutMs = 5000): Promise<void> {
+export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(10);
   }
