@@ -149,6 +149,8 @@ export class ControlPlane {
   }
 
   private etcdURL = '';
+  /** The egress selector kube-apiserver was last started with. */
+  private egress: EgressSelector | undefined;
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
@@ -176,6 +178,7 @@ export class ControlPlane {
       '--kubelet-preferred-address-types=InternalIP',
       ...this.apiserverArgs,
     ];
+    this.egress = egress;
     if (egress !== undefined) {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
       args.push(`--egress-selector-config-file=${this.file('egress.yaml')}`);
@@ -188,6 +191,15 @@ export class ControlPlane {
   async restartAPIServer(opts: { egressSelector?: EgressSelector } = {}): Promise<void> {
     await this.apiserver?.stop();
     await this.startAPIServer(opts.egressSelector);
+  }
+
+  /**
+   * Makes kube-apiserver use `egress` (none when undefined), restarting it only
+   * when it runs with another: a test that needs a mode says so, whatever ran before it.
+   */
+  async useEgressSelector(egress: EgressSelector | undefined): Promise<void> {
+    const same = egress === undefined ? this.egress === undefined : this.egress?.mode === egress.mode && this.egress.udsPath === egress.udsPath;
+    if (!same) await this.restartAPIServer({ egressSelector: egress });
   }
 
   private async startControllerManager(): Promise<void> {
