@@ -333,13 +333,14 @@ export async function startHangingListener(h: Harness): Promise<number> {
   });
   const [line] = (await once(child.stdout!, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
-  // One connection fills a backlog-0 queue; a second makes sure.
-  for (let i = 0; i < 2; i++) {
-    const s = connect(port, '127.0.0.1');
-    s.on('error', () => {});
-    h.defer(() => s.destroy());
-    await sleep(50);
-  }
+  // One connection fills a backlog-0 queue; a second, whose SYN the kernel drops, makes sure.
+  const first = connect(port, '127.0.0.1');
+  first.on('error', () => {});
+  h.defer(() => first.destroy());
+  await once(first, 'connect');
+  const second = connect(port, '127.0.0.1');
+  second.on('error', () => {});
+  h.defer(() => second.destroy());
   return port;
 }
 
