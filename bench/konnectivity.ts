@@ -9,8 +9,6 @@ import { join } from 'node:path';
 import { freeLowPort, goAgentArgs, goServerArgs, type KonnectivityBinaries } from '../hack/konnectivity.js';
 import { writeAgentCertificate } from '../pkg/certs/local-store.js';
 
-export { findKonnectivity as findGoBinaries } from '../hack/konnectivity.js';
-
 function start(children: ChildProcess[], bin: string, args: string[], ready: RegExp): Promise<void> {
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);

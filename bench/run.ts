@@ -18,7 +18,8 @@ import { join } from 'node:path';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
-import { findGoBinaries, startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
+import { findKonnectivity } from '../hack/konnectivity.js';
+import { startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
 
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
 const PARALLEL_BYTES = 64 * 1024 * 1024;
@@ -269,7 +270,7 @@ async function main(): Promise<void> {
 
     printTable();
 
-    const go = findGoBinaries();
+    const go = findKonnectivity();
     if (typeof go === 'string') {
       console.log(`\nKonnectivity rows left out: ${go}`);
     } else {

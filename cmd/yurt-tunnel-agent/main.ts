@@ -85,7 +85,7 @@ const program = new Command('yurt-tunnel-agent')
   .option('--meta-host <ip>', 'address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip\'s family)', parseIP)
   .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266)
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
+  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });

@@ -189,7 +189,7 @@ const program = new Command('yurt-tunnel-server')
   )
   .option('--meta-port <port>', 'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one', parsePort, 10265)
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
+  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });

@@ -21,8 +21,6 @@ export const GrpcStatus = {
   UNAUTHENTICATED: 16,
 } as const;
 
-export type GrpcStatusCode = (typeof GrpcStatus)[keyof typeof GrpcStatus];
-
 const NAMES: ReadonlyMap<number, string> = new Map(Object.entries(GrpcStatus).map(([name, code]) => [code, name]));
 
 /** "UNAVAILABLE" for 14; "status 99" for a code gRPC does not define. */

@@ -23,7 +23,6 @@ import { connectVia, roundTrip, startEchoServer, startTCPServer, tempDir, waitFo
 import { autoApprove, controlPlaneSkipReason, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping cluster-mode tests: ${skip}`);
 
 function peerCertificate(port: number, ca: string, alpn: string): Promise<X509Certificate> {
   return new Promise((resolve, reject) => {

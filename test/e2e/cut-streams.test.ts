@@ -10,7 +10,6 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { rm } from 'node:fs/promises';
 import { createServer as createHTTPServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
@@ -50,8 +49,7 @@ async function startEgress(h: Harness, server: TestServer): Promise<string> {
 /** The real yurt-tunnel-agent for node edge-1 (127.0.0.1), connected to `server`. */
 async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> {
   const pki = testPKI();
-  const files = await writePKIFiles(pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
-  h.defer(() => rm(files.dir, { recursive: true, force: true }));
+  const files = await writePKIFiles(await tempDir(h), pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
   const agent = startProcess(h, AGENT_BIN, [
     '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', server.agentAddress, '--meta-port', '0',
     '--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile, '--v', '2',

@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { harness } from '../support/harness.js';
 import { connectVia, readExactly, startEchoServer, startTCPServer, startTunnel, waitFor, waitForSteady } from '../support/tunnel.js';
 
@@ -119,10 +118,16 @@ test('a reader that stops reading makes the sender wait; memory does not grow', 
     pump();
   });
   const { server } = await startTunnel(h);
+  const echo = await startEchoServer(h);
   const res = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
   assert.equal(res.status, 200);
   const stalledAt = await waitForSteady('the blocked target', () => written);
-  await sleep(300);
+  // While 16 MiB more cross the same link on another connection, the blocked one gains nothing.
+  const other = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  const more = randomBytes(16 * 1024 * 1024);
+  const [echoed] = await Promise.all([hashOf(other.socket, more.length, other.rest), writeAll(other.socket, more)]);
+  assert.equal(echoed, createHash('sha256').update(more).digest('hex'));
+  other.socket.destroy();
   // Bounded: socket buffers + per-connection buffers + the HTTP/2 windows, not the 100s of MiB a loop makes in a second.
   assert.equal(written, stalledAt, 'the target is blocked while nobody reads');
   assert.ok(written < 64 * 1024 * 1024, `target wrote ${written} bytes before being stopped`);
@@ -137,11 +142,16 @@ test('a target that writes and closes at once loses nothing while the path is co
   const size = 8 * 1024 * 1024;
   const payload = randomBytes(size);
   const want = createHash('sha256').update(payload).digest('hex');
-  const target = await startTCPServer(h, (s) => s.end(payload));
+  const sending: Socket[] = [];
+  const target = await startTCPServer(h, (s) => {
+    sending.push(s);
+    s.end(payload);
+  });
   const { server } = await startTunnel(h);
   const flows = await Promise.all(Array.from({ length: 4 }, () => connectVia(server.udsPath, `127.0.0.1:${target.port}`)));
-  // Nobody reads for a while: every buffer on the path fills while the target has already closed.
-  await sleep(300);
+  // Nobody reads until every buffer on the path has filled behind the target's end (what it has handed to its kernel stops growing).
+  await waitFor('the four target connections', () => sending.length === 4);
+  await waitForSteady('the congested path', () => sending.reduce((n, s) => n + size - s.writableLength, 0));
   const hashes = await Promise.all(flows.map((f) => hashOf(f.socket, size, f.rest)));
   assert.deepEqual(hashes, flows.map(() => want));
   for (const f of flows) f.socket.destroy();

@@ -5,7 +5,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
-import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -14,14 +13,13 @@ import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
+import { kubeAPIServerFixture } from '../support/fixtures.js';
 import { harness, type Harness } from '../support/harness.js';
-import { konnectivityProtos, repoRoot, type UpstreamPacket } from '../support/upstream.js';
+import { konnectivityProtos, type UpstreamPacket } from '../support/upstream.js';
 import { startEchoServer, startTCPServer, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
 
-const fixture = JSON.parse(readFileSync(join(repoRoot(), '../shared/fixtures/kube-apiserver/egress-grpc.json'), 'utf8')) as {
-  entries: { proxyStreams: { http2RequestHeaders?: [string, string][] }[] }[];
-};
-const RECORDED_HEADERS = fixture.entries[0]!.proxyStreams[0]!.http2RequestHeaders!;
+const fixture = kubeAPIServerFixture<{ proxyStreams: { http2RequestHeaders?: [string, string][] }[] }>('egress-grpc');
+const RECORDED_HEADERS = fixture[0]!.proxyStreams[0]!.http2RequestHeaders!;
 
 /** A ProxyService stream opened with kube-apiserver's recorded headers, `<scratch>/egress.sock` filled in. */
 function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {

@@ -3,12 +3,11 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { CONN_WINDOW_HEADER } from '../../pkg/protocol/flow-control.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor, waitForSteady } from '../support/tunnel.js';
-import { scriptedAgent, scriptedServer } from '../support/upstream.js';
+import { scriptedAgent, scriptedServer, type UpstreamPacket } from '../support/upstream.js';
 
 test('a reader that stops does not stall the other connections of its agent', async (t) => {
   const h = harness(t);
@@ -41,8 +40,7 @@ test('a reader that stops does not stall the other connections of its agent', as
     res.socket.destroy();
   }
   assert.ok(performance.now() - started < 5000, 'the other connections were not held up');
-  // The stalled one stays bounded: its window and socket buffers, nothing more.
-  await sleep(200);
+  // The stalled one stayed bounded while those twenty went through: its window and socket buffers, nothing more.
   assert.ok(streamed - stalledAt < 4 * 1024 * 1024, `the firehose kept going: ${streamed - stalledAt} more bytes`);
   // And it resumes when read.
   await readExactly(stalled.socket, streamed + 1024 * 1024, stalled.rest);
@@ -85,12 +83,16 @@ test('the agent announces its window and uses none when the server does not answ
   const call = await upstream.nextCall();
   assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['1048576']);
   const types: string[] = [];
-  call.on('data', (p: { type: string }) => types.push(p.type));
+  let echoed = 0;
+  call.on('data', (p: UpstreamPacket) => {
+    types.push(p.type);
+    echoed += p.data?.data.length ?? 0;
+  });
   call.write({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: '1' } });
   await waitFor('DIAL_RSP', () => types.includes('DIAL_RSP'));
   for (let i = 0; i < 64; i++) call.write({ type: 'DATA', data: { connectID: '1', error: '', data: Buffer.alloc(16 * 1024, i) } });
-  await waitFor('the echoes', () => types.filter((x) => x === 'DATA').length >= 8, 5000);
-  await sleep(100);
-  assert.equal(types.includes('WINDOW_UPDATE'), false);
-  assert.equal(types.includes('UNKNOWN'), false);
+  // A WINDOW_UPDATE for what the agent consumed would come on the stream before the echo of those bytes;
+  // the upstream .proto does not know it, so it would show as its number (100).
+  await waitFor('every byte echoed', () => echoed === 64 * 16 * 1024, 5000);
+  assert.deepEqual([...new Set(types)].sort(), ['DATA', 'DIAL_RSP'], `packets from the agent: ${types.join(' ')}`);
 });

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { get } from 'node:http';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -61,6 +62,21 @@ async function drain(socket: Socket, initial: Buffer): Promise<{ bytes: number; 
   socket.resume();
   await once(socket, 'close');
   return { bytes, hash: hash.digest('hex') };
+}
+
+/** The last keepalive round trip of the one agent on the server whose meta server is at `port`. */
+async function keepaliveRoundTrip(port: number): Promise<number | null> {
+  const body = await new Promise<string>((resolve, reject) => {
+    get({ host: '127.0.0.1', port, path: '/debug/agents', agent: false }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (text += c));
+      res.on('end', () => resolve(text));
+    }).on('error', reject);
+  });
+  const agents = JSON.parse(body) as Array<{ lastKeepaliveRoundTripMs: number | null }>;
+  assert.equal(agents.length, 1, body);
+  return agents[0]!.lastKeepaliveRoundTripMs;
 }
 
 interface OurServer {
@@ -136,11 +152,13 @@ test('Go agent → our server: 16 MiB echo, then 256 MiB download, byte-exact, a
   assert.deepEqual(server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)), []);
 });
 
-test('Go agent → our server: a refused dial is 502, 200 concurrent connections are byte-exact, an idle link outlives the keepalive', SKIP, async (t) => {
+test('Go agent → our server: a refused dial is 502, 200 concurrent connections are byte-exact, an idle link outlives our keepalive pings', SKIP, async (t) => {
   const h = harness(t);
-  const server = await startOurServer(h);
+  const server = await startOurServer(h, ['--keepalive-time', '1s']);
   const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');
-  await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1', ['--keepalive-time=1s']);
+  // The Go agent keeps its own keepalive (1 h): below grpc-go's floor of 10 s it would be clamped to 10 s, and
+  // pings every 10 s with nothing sent back earn GOAWAY too_many_pings after ~40 s, from Konnectivity's server as from ours.
+  await startGoAgent(h, agentDir, server.agentPort, 'edge-1', 'host=edge-1&ipv4=127.0.0.1');
   await server.proc.waitForLine(/agent connected agentID=edge-1/);
 
   const refused = await connectVia(server.udsPath, `127.0.0.1:${await closedPort()}`);
@@ -161,8 +179,17 @@ test('Go agent → our server: a refused dial is 502, 200 concurrent connections
   );
   assert.equal(results.filter(Boolean).length, 200);
 
-  // Three times the Go agent's keepalive interval with nothing to carry: its pings are within the policy.
-  await new Promise((r) => setTimeout(r, 3500));
+  // Nothing to carry: the link stays up while the Go agent answers three more of our keepalive pings
+  // (each answer changes the round trip the meta server shows).
+  const metaPort = Number(/metaPort=(\d+)/.exec(await server.proc.waitForLine(/yurt-tunnel-server started/))![1]);
+  let last = await keepaliveRoundTrip(metaPort);
+  let answered = 0;
+  await waitFor('three keepalive pings answered on the idle link', async () => {
+    const now = await keepaliveRoundTrip(metaPort);
+    if (now !== last) answered++;
+    last = now;
+    return answered >= 3;
+  }, 15_000);
   const after = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(after.status, 200, after.head);
   after.socket.write('still there');

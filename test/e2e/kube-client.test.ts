@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { PatchStrategy, setHeaderOptions, type V1Node, type Watch } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node, type Watch } from '@kubernetes/client-node';
 import { Informer } from '../../pkg/kube/informer.js';
 import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
@@ -21,7 +21,27 @@ import { waitFor } from '../support/tunnel.js';
 import { controlPlaneSkipReason, deleteObject, listCSRs, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping kube-client tests: ${skip}`);
+
+/** `client`, counting its reads of Leases. */
+function countingLeaseReads(client: KubeClient): { client: KubeClient; reads(): number } {
+  let reads = 0;
+  const coordination = Object.create(client.coordination) as CoordinationV1Api;
+  coordination.readNamespacedLease = (...args: Parameters<CoordinationV1Api['readNamespacedLease']>) => {
+    reads++;
+    return client.coordination.readNamespacedLease(...args);
+  };
+  return { client: { ...client, coordination }, reads: () => reads };
+}
+
+/** The name of the CSR whose name starts with `prefix`, once there is one. */
+async function csrNamed(cp: ControlPlane, prefix: string): Promise<string> {
+  let name: string | undefined;
+  await waitFor(`a CSR named ${prefix}*`, async () => {
+    name = (await listCSRs(cp)).find((c) => c.metadata.name.startsWith(prefix))?.metadata.name;
+    return name !== undefined;
+  });
+  return name!;
+}
 
 describe('pkg/kube against a real kube-apiserver', { skip }, () => {
   let cp: ControlPlane;
@@ -114,11 +134,18 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     const ns = 'kube-system';
     await client.core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: 'retry-test' }, data: { count: '0' } } });
     let conflicts = 0;
-    const increment = (): Promise<unknown> =>
-      retryOnConflict(async () => {
+    // Both writers' first reads happen before either writes: one of them must meet a 409.
+    let firstReads = 0;
+    let bothRead!: () => void;
+    const bothHaveRead = new Promise<void>((resolve) => (bothRead = resolve));
+    const increment = (): Promise<unknown> => {
+      let attempts = 0;
+      return retryOnConflict(async () => {
         const cm = await client.core.readNamespacedConfigMap({ namespace: ns, name: 'retry-test' });
-        // Both writers read before either writes: one of them must meet a 409.
-        await new Promise((r) => setTimeout(r, 50));
+        if (attempts++ === 0) {
+          if (++firstReads === 2) bothRead();
+          await bothHaveRead;
+        }
         cm.data = { count: String(Number(cm.data?.count ?? '0') + 1) };
         try {
           return await client.core.replaceNamespacedConfigMap({ namespace: ns, name: 'retry-test', body: cm });
@@ -127,10 +154,11 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
           throw err;
         }
       });
+    };
     await Promise.all([increment(), increment()]);
     const cm = await client.core.readNamespacedConfigMap({ namespace: ns, name: 'retry-test' });
     assert.equal(cm.data?.count, '2');
-    assert.ok(conflicts >= 1, 'a conflict happened and was retried');
+    assert.equal(conflicts, 1, 'the loser met one conflict and then wrote after a fresh read');
     await assert.rejects(
       retryOnConflict(() => Promise.reject(Object.assign(new Error('nope'), { code: 403 }))),
       /nope/,
@@ -142,8 +170,8 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     const h = harness(t);
     const log = new MemoryLogger();
     const leading: string[] = [];
-    const elector = (id: string): LeaderElector =>
-      new LeaderElector(client, {
+    const elector = (id: string, through = client): LeaderElector =>
+      new LeaderElector(through, {
         namespace: 'kube-system',
         name: 'tunnel-test-lease',
         identity: id,
@@ -154,15 +182,18 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
         onStoppedLeading: () => leading.push(`-${id}`),
         logger: log,
       });
+    const counted = countingLeaseReads(client);
     const a = elector('replica-a');
-    const b = elector('replica-b');
+    const b = elector('replica-b', counted.client);
     h.defer(() => a.stop());
     h.defer(() => b.stop());
     a.start();
     await waitFor('a to lead', () => a.isLeader(), 10_000);
     b.start();
-    await new Promise((r) => setTimeout(r, 1000));
+    // Four whole attempts of b's (the fifth has begun), each finding the lease held.
+    await waitFor('b to read the lease five times', () => counted.reads() >= 5, 10_000);
     assert.equal(b.isLeader(), false, 'the second candidate waits while the lease is held');
+    assert.deepEqual(leading, ['+replica-a']);
     const handedOver = Date.now();
     await a.stop();
     await waitFor('b to lead', () => b.isLeader(), 5000);
@@ -179,12 +210,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     const signer = new CsrSigner(client, { pollMs: 200, logger: log });
     const { csr } = createSigningRequest({ commonName: 'tunnel-agent-client', organizations: ['openyurt:yurttunnel'], dnsNames: ['edge-9'], ips: ['127.0.0.9'] });
     const signed = signer.sign({ namePrefix: 'kube-client-test-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
-    let name = '';
-    for (let i = 0; i < 50 && name === ''; i++) {
-      name = (await listCSRs(cp)).find((c) => c.metadata.name.startsWith('kube-client-test-'))?.metadata.name ?? '';
-      if (name === '') await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.notEqual(name, '');
+    const name = await csrNamed(cp, 'kube-client-test-');
     assert.ok(log.records.some((r) => r.message.includes('waiting for it to be approved')));
     assert.equal((await cp.kubectl(['certificate', 'approve', name])).code, 0);
     const pem = await signed;
@@ -194,12 +220,10 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.deepEqual(summary.ips, ['127.0.0.9']);
 
     const denied = signer.sign({ namePrefix: 'kube-client-deny-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
-    let deniedName = '';
-    for (let i = 0; i < 50 && deniedName === ''; i++) {
-      deniedName = (await listCSRs(cp)).find((c) => c.metadata.name.startsWith('kube-client-deny-'))?.metadata.name ?? '';
-      if (deniedName === '') await new Promise((r) => setTimeout(r, 100));
-    }
+    // The signer may see the denial before kubectl has exited: the rejection is expected before denying.
+    const refused = assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestDenied && /was denied/.test((err as Error).message));
+    const deniedName = await csrNamed(cp, 'kube-client-deny-');
     assert.equal((await cp.kubectl(['certificate', 'deny', deniedName])).code, 0);
-    await assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestDenied && /was denied/.test((err as Error).message));
+    await refused;
   });
 });

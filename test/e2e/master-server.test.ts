@@ -12,7 +12,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { harness } from '../support/harness.js';
 import { apiserverClientCert, callMaster, startKubelet, startMaster } from '../support/master.js';
 import { testPKI } from '../support/pki.js';
-import { closedPort, startHangingListener, startServer, startTCPServer, startTunnel } from '../support/tunnel.js';
+import { closedPort, startAgent, startHangingListener, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
 
 test('healthz, metrics and stats through the secure port; the kubelet sees the proxy-client identity', async (t) => {
   const h = harness(t);
@@ -116,7 +116,6 @@ test('with --kubelet-ca-file the kubelet certificate is verified; without it the
   const h = harness(t);
   const kubelet = await startKubelet(h);
   const server = await startServer(h);
-  const { startAgent, waitFor } = await import('../support/tunnel.js');
   startAgent(h, server.agentAddress, { nodeName: 'edge-1' });
   await waitFor('agent', () => server.tunnel.registry.agentCount === 1);
   const unverified = await startMaster(h, server);
@@ -156,9 +155,7 @@ test('requests in flight are counted by verb and a bounded path class, never the
   res.resume();
   assert.deepEqual(await inFlight(), [{ labels: { verb: 'get', path: 'logs' }, value: 1 }]);
   res.destroy();
-  const deadline = Date.now() + 2000;
-  while ((await inFlight()).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-  assert.deepEqual(await inFlight(), []);
+  await waitFor('the request to leave the in-flight gauge', async () => (await inFlight()).length === 0, 2000);
   const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
   assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
 });

@@ -1,16 +1,16 @@
 // Replays every request kube-apiserver v1.24 sent to a kubelet (recorded in
-// the shared fixtures) the way kube-apiserver sends it: TLS without SNI, its
-// kubelet client certificate, the same ALPN offer, the same header lines in
-// the same order. The answers must match what the recording shows. The route
-// says where the requests go (the stand-in kubelet itself, or the tunnel's
-// master port in front of it) and what the kubelet then sees.
+// test/fixtures/kube-apiserver/kubelet-requests.json) the way kube-apiserver
+// sends it: TLS without SNI, its kubelet client certificate, the same ALPN
+// offer, the same header lines in the same order. The answers must match
+// what the recording shows. The route says where the requests go (the
+// stand-in kubelet itself, or the tunnel's master port in front of it) and
+// what the kubelet then sees.
 
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import type { TLSSocket } from 'node:tls';
+import { kubeAPIServerFixture } from './fixtures.js';
 import { harness, type Harness } from './harness.js';
 import { testPKI } from './pki.js';
 import {
@@ -29,7 +29,6 @@ import {
 } from './standin-kubelet/index.js';
 import { SpdyFrameParser } from './standin-kubelet/spdy-frames.js';
 import { HeaderDecompressor } from './standin-kubelet/spdy-headers.js';
-import { repoRoot } from './upstream.js';
 
 /** Every test is bounded in time. */
 const LIMIT = { timeout: 30_000 };
@@ -73,16 +72,6 @@ export interface FixtureExchange {
 interface FixtureEntry extends FixtureExchange {
   case: string;
   laterExchanges?: FixtureExchange[];
-}
-
-const FIXTURE = resolve(repoRoot(), '../shared/fixtures/kube-apiserver/kubelet-requests.json');
-
-function loadEntries(): FixtureEntry[] | string {
-  if (!existsSync(FIXTURE)) return `fixture file ${FIXTURE} is not there`;
-  const data: unknown = JSON.parse(readFileSync(FIXTURE, 'utf8'));
-  const entries = (data as { entries?: unknown }).entries;
-  if (!Array.isArray(entries) || entries.length === 0) return `fixture file ${FIXTURE} has no entries`;
-  return entries as FixtureEntry[];
 }
 
 // --- the identity kube-apiserver presents -----------------------------------
@@ -288,12 +277,7 @@ async function replayPooled(t: TestContext, entries: FixtureEntry[], start: Star
 
 /** Registers one test per recorded entry, plus the pooled-connection test, against routes made by `start`. */
 export function defineFixtureReplay(prefix: string, start: StartRoute): void {
-  const loaded = loadEntries();
-  if (typeof loaded === 'string') {
-    console.log(`# skipping the kubelet fixture replay: ${loaded}`);
-    test(`${prefix}: replay of kube-apiserver → kubelet fixtures`, { skip: loaded }, () => undefined);
-    return;
-  }
+  const loaded = kubeAPIServerFixture<FixtureEntry>('kubelet-requests');
   for (const entry of loaded) {
     test(`${prefix}: fixture ${entry.case} is answered as recorded`, LIMIT, (t: TestContext) => replayEntry(t, entry, start));
   }

@@ -6,6 +6,8 @@ export interface LogRecord {
   level: 'error' | 'warn' | 'info';
   message: string;
   fields: LogFields;
+  /** performance.now() when it was logged, for tests that check when something happened. */
+  at: number;
 }
 
 export class MemoryLogger implements Logger {
@@ -18,7 +20,7 @@ export class MemoryLogger implements Logger {
     this.records = sink;
   }
   private add(level: LogRecord['level'], message: string, fields?: LogFields): void {
-    this.records.push({ level, message, fields: { ...this.fields, ...fields } });
+    this.records.push({ level, message, fields: { ...this.fields, ...fields }, at: performance.now() });
   }
   error(message: string, fields?: LogFields): void {
     this.add('error', message, fields);

@@ -1,10 +1,9 @@
 // Certificates for tests: one CA per test process (made on first use), leaf
 // certificates issued from it, and a second CA whose certificates must be refused.
 
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
+import { join } from 'node:path';
 import { parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
 import { createCA, issueCertificate, type CertKeyPair, type CertificateRequest } from '../../pkg/certs/pki.js';
 
@@ -68,10 +67,13 @@ export function testPKI(): TestPKI {
   return cached;
 }
 
-/** Writes a pair (and the CA) to files, for components that take paths. */
-export async function writePKIFiles(pair: CertKeyPair, ca: CertKeyPair): Promise<{ dir: string; certFile: string; keyFile: string; caFile: string }> {
-  const dir = await mkdtemp(join(tmpdir(), 'yt-pki-'));
-  const files = { dir, certFile: join(dir, 'tls.crt'), keyFile: join(dir, 'tls.key'), caFile: join(dir, 'ca.crt') };
+/** Writes `pair` and the CA into `dir` as tls.crt, tls.key and ca.crt, for a process that reads files. */
+export async function writePKIFiles(
+  dir: string,
+  pair: CertKeyPair,
+  ca: CertKeyPair,
+): Promise<{ certFile: string; keyFile: string; caFile: string }> {
+  const files = { certFile: join(dir, 'tls.crt'), keyFile: join(dir, 'tls.key'), caFile: join(dir, 'ca.crt') };
   await writeFile(files.certFile, pair.cert);
   await writeFile(files.keyFile, pair.key, { mode: 0o600 });
   await writeFile(files.caFile, ca.cert);

@@ -28,9 +28,9 @@ export async function tempDir(h: Harness, prefix = 'yt-test-'): Promise<string> 
 }
 
 /** Polls `cond` every 10 ms until true; fails after `timeoutMs`. */
-export async function waitFor(what: string, cond: () => boolean, timeoutMs = 5000): Promise<void> {
+export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(10);
   }
@@ -333,13 +333,14 @@ export async function startHangingListener(h: Harness): Promise<number> {
   });
   const [line] = (await once(child.stdout!, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
-  // One connection fills a backlog-0 queue; a second makes sure.
-  for (let i = 0; i < 2; i++) {
-    const s = connect(port, '127.0.0.1');
-    s.on('error', () => {});
-    h.defer(() => s.destroy());
-    await sleep(50);
-  }
+  // One connection fills a backlog-0 queue; a second, whose SYN the kernel drops, makes sure.
+  const first = connect(port, '127.0.0.1');
+  first.on('error', () => {});
+  h.defer(() => first.destroy());
+  await once(first, 'connect');
+  const second = connect(port, '127.0.0.1');
+  second.on('error', () => {});
+  h.defer(() => second.destroy());
   return port;
 }
 

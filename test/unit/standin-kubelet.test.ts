@@ -216,9 +216,11 @@ test('follow streams a line per interval, each its own chunk, and stops within a
   assert.equal(ended.endReason, 'client-gone');
   assert.ok(ended.endedAt! - leftAt < 1000, `follow stream ended ${Math.round(ended.endedAt! - leftAt)} ms after the caller left`);
   const written = ended.linesWritten;
-  await new Promise((r) => setTimeout(r, 100));
+  // Five more intervals, counted by a second follow that ends with its fifth line (limitBytes): the first writes nothing meanwhile.
+  const second = await get(kubelet, `/containerLogs/default/p1/c1?follow=true&limitBytes=${'line 1\nline 2\nline 3\n'.length + 5 * 'follow 1\n'.length}`);
+  assert.match(second.body.toString(), /\nfollow 5\n$/);
   assert.equal(ended.linesWritten, written, 'no lines after the end');
-  assert.equal(kubelet.followStreamsEnded, 1);
+  assert.equal(kubelet.followStreamsEnded, 2);
 });
 
 test('GET /bytes streams 100 MiB of the pattern, byte-exact', LIMIT, async (t: TestContext) => {

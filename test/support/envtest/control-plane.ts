@@ -162,6 +162,8 @@ export class ControlPlane {
   private etcdURL = '';
   private etcdPort = 0;
   private reached = false;
+  /** The egress selector kube-apiserver was last started with. */
+  private egress: EgressSelector | undefined;
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
@@ -191,6 +193,7 @@ export class ControlPlane {
     const flagName = (arg: string): string => arg.split('=')[0]!;
     const replaced = new Set(this.apiserverArgs.map(flagName));
     args.splice(0, args.length, ...args.filter((a) => !replaced.has(flagName(a))), ...this.apiserverArgs.filter((a) => !/^--[^=]+=$/.test(a)));
+    this.egress = egress;
     if (egress !== undefined) {
       await writeFile(this.file('egress.yaml'), egressConfigYAML(egress));
       args.push(`--egress-selector-config-file=${this.file('egress.yaml')}`);
@@ -207,6 +210,15 @@ export class ControlPlane {
   async restartAPIServer(opts: { egressSelector?: EgressSelector } = {}): Promise<void> {
     await this.apiserver?.stop();
     await this.startAPIServer(opts.egressSelector);
+  }
+
+  /**
+   * Makes kube-apiserver use `egress` (none when undefined), restarting it only
+   * when it runs with another: a test that needs a mode says so, whatever ran before it.
+   */
+  async useEgressSelector(egress: EgressSelector | undefined): Promise<void> {
+    const same = egress === undefined ? this.egress === undefined : this.egress?.mode === egress.mode && this.egress.udsPath === egress.udsPath;
+    if (!same) await this.restartAPIServer({ egressSelector: egress });
   }
 
   private async startControllerManager(): Promise<void> {
