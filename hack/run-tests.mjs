@@ -15,11 +15,19 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } 
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 
-/** The allowed skip reasons, one per external binary a test may need. */
+/** The allowed skip reasons: each names a binary, tool or capability the test needs and how to provide it. */
 const ALLOWED = [
   {
     kind: 'Konnectivity Go binaries',
     reason: /^needs the Konnectivity Go binaries, not found here: .+ \(set KONNECTIVITY_BIN_DIR to their folder\)$/,
+  },
+  {
+    kind: 'network namespaces',
+    reason: /^(network namespaces need (Linux|root) \(.+\)|`ip` \(iproute2\) is not installed|cannot create a network namespace: .+)$/,
+  },
+  {
+    kind: 'system tools',
+    reason: /^(iptables-nft-save|iptables-legacy-save|conntrack|setpriv|dnsmasq) is not installed \(apt-get install [a-z-]+\)$/,
   },
   {
     kind: 'control plane',

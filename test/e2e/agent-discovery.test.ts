@@ -20,7 +20,6 @@ import { connect, createServer, type Socket } from 'node:net';
 import { once } from 'node:events';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping agent discovery tests: ${skip}`);
 
 const SERVICE = { apiVersion: 'v1', kind: 'Service', metadata: { name: 'x-tunnel-server-svc', namespace: 'kube-system', labels: { name: 'yurt-tunnel-server' } } };
 

@@ -26,7 +26,6 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { tempDir, waitFor } from '../support/tunnel.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping DNS controller tests: ${skip}`);
 
 const MASTER = { secure: 10263, insecure: 10264 };
 

@@ -22,7 +22,6 @@ import { tempDir } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping manifests tests: ${skip}`);
 
 const MANIFESTS = join(repoRoot(), 'manifests');
 const OVERLAYS = ['iptables', 'dns', 'egress-selector'] as const;

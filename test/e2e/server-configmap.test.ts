@@ -20,7 +20,6 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { waitFor } from '../support/tunnel.js';
 
 const skip = controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping server ConfigMap tests: ${skip}`);
 
 const NODE_IP = '127.0.0.2';
 

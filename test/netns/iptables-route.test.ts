@@ -34,7 +34,6 @@ const skip =
   commandSkipReason('iptables-nft-save', 'apt-get install iptables') ??
   commandSkipReason('setpriv', 'apt-get install util-linux') ??
   controlPlaneSkipReason();
-if (skip !== undefined) console.log(`# skipping the iptables route end to end: ${skip}`);
 
 describe('the iptables route end to end: kubectl through rules the server writes itself', { skip }, () => {
   const suite = suiteHarness();

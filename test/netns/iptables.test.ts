@@ -32,7 +32,6 @@ function skipReason(): string | undefined {
 }
 
 const skip = skipReason();
-if (skip !== undefined) console.log(`# skipping iptables tests: ${skip}`);
 
 const EDGE = { 'openyurt.io/is-edge-worker': 'true' };
 

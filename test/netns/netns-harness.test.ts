@@ -10,7 +10,6 @@ import { harness } from '../support/harness.js';
 import { exposePort, NetworkNamespace, netnsSkipReason, probeTCP, run, startBanners, vethPair } from '../support/netns/index.js';
 
 const skip = netnsSkipReason();
-if (skip !== undefined) console.log(`# skipping network namespace tests: ${skip}`);
 
 async function rootLinks(): Promise<string> {
   return (await run('ip', ['-o', 'link', 'show'])).stdout.replace(/\s+link\/.*$/gm, '');
