@@ -220,13 +220,21 @@ test('a caller that resets or goes away: the target is reset; a caller that ends
   await waitFor('the second target connection', () => ends.length === 2);
   assert.match(await ends[1]!, RESET);
 
-  // A normal close (CLOSE_REQ): the target sees EOF.
-  const n = await egressDial(h, egressPath, address);
+  // A normal close (CLOSE_REQ): the target sees EOF. (This target has said all it had to say: a
+  // target still sending when its peer closes gets a reset from the kernel for the bytes it left
+  // unread, whatever the tunnel does.)
+  const quietEnds: Promise<string>[] = [];
+  const quiet = await startTCPServer(h, (s) => {
+    quietEnds.push(endOf(s));
+    s.resume();
+    s.write('hello');
+  });
+  const n = await egressDial(h, egressPath, `127.0.0.1:${quiet.port}`);
   await waitFor('bytes', () => n.received().length > 0);
   n.call.write({ type: 'CLOSE_REQ', closeRequest: { connectID: n.connectID } });
   assert.equal((await n.status).code, GrpcStatus.OK);
-  await waitFor('the third target connection', () => ends.length === 3);
-  assert.equal(await ends[2], 'end');
+  await waitFor('the quiet target connection', () => quietEnds.length === 1);
+  assert.equal(await quietEnds[0], 'end');
 });
 
 test('the link to the server lost: the agent resets the connections it carried', LIMIT, async (t) => {
