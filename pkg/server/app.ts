@@ -38,6 +38,8 @@ export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-conne
 
 /** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
 interface EgressFrontend {
+  /** Clients closed before their request, by why. */
+  readonly refusedCallers: Readonly<Record<string, number>>;
   start(): Promise<void>;
   stopAccepting(): void;
   close(): Promise<void>;
@@ -70,6 +72,16 @@ export interface ServerOptions {
   halfClosedLingerMs?: number;
   /** What an agent's certificate must name; default `strict`. */
   agentIdentityCheck?: AgentIdentityCheck;
+  /** Time a caller on the secure master port, or an agent, has for its TLS handshake. Default 10 s. */
+  tlsHandshakeTimeoutMs?: number;
+  /** Time a caller on a master port has for its request head. Default 30 s. */
+  requestHeadTimeoutMs?: number;
+  /** Time a client of the proxier or egress socket has for its CONNECT head (or its first gRPC call). Default 10 s. */
+  connectHeadTimeoutMs?: number;
+  /** See TunnelOptions.maxPendingDialsPerAgent. */
+  maxPendingDialsPerAgent?: number;
+  /** See TunnelOptions.maxUnknownPacketsPerAgent. */
+  maxUnknownPacketsPerAgent?: number;
   serverCount: number;
   /** Default: a random UUID. */
   serverID?: string;
@@ -160,6 +172,33 @@ function registerRefusalCounters(registry: Registry, endpoint: AgentEndpoint): v
         const delta = value - (reported[reason] ?? 0);
         this.inc({ reason }, delta > 0 ? delta : 0);
         reported[reason] = value;
+      }
+    },
+  });
+}
+
+/**
+ * Callers a listener closed before they made a request, read at scrape time:
+ * `listener` is the port or socket, `reason` tls_handshake_timeout,
+ * tls_error or head_timeout.
+ */
+function registerCallerRefusals(registry: Registry, listeners: Record<string, () => Readonly<Record<string, number>>>): void {
+  const reported = new Map<string, number>();
+  new Counter({
+    name: 'yurttunnel_server_refused_callers_total',
+    help:
+      'Connections closed before their request: tls_handshake_timeout (--tls-handshake-timeout), tls_error (no or a bad client ' +
+      'certificate, not TLS), head_timeout (--request-head-timeout, --connect-head-timeout), by listener.',
+    labelNames: ['listener', 'reason'],
+    registers: [registry],
+    collect() {
+      for (const [listener, read] of Object.entries(listeners)) {
+        for (const [reason, value] of Object.entries(read())) {
+          const key = `${listener} ${reason}`;
+          const delta = value - (reported.get(key) ?? 0);
+          this.inc({ listener, reason }, delta > 0 ? delta : 0);
+          reported.set(key, value);
+        }
       }
     },
   });
@@ -264,6 +303,8 @@ export class TunnelServer {
       dialTimeoutMs: opts.dialTimeoutMs,
       stalledConnectionTimeoutMs: opts.stalledConnectionTimeoutMs,
       lingerAfterEndMs: opts.halfClosedLingerMs,
+      maxPendingDialsPerAgent: opts.maxPendingDialsPerAgent,
+      maxUnknownPacketsPerAgent: opts.maxUnknownPacketsPerAgent,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
@@ -323,6 +364,7 @@ export class TunnelServer {
       identityCheck: opts.agentIdentityCheck,
       maxStreamsPerAgent: opts.maxAgentStreams,
       maxConnectRate: opts.maxAgentConnectRate,
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
       logger: log,
     });
 
@@ -335,20 +377,23 @@ export class TunnelServer {
       const nodes = resolver.nodesByIP(host);
       return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
     };
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, logger: log });
+    const headTimeoutMs = opts.connectHeadTimeoutMs;
+    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, headTimeoutMs, logger: log });
     const e = opts.egressSelector;
     const egress =
       e === undefined
         ? undefined
         : e.mode === 'grpc'
-          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, logger: log })
-          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, logger: log });
+          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log })
+          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log });
     const localhostPorts = new Set(opts.localhostProxyPorts);
     const master = new MasterServer({
       secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
       insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
       middleware: [traceRequest(resolver, log), localhostProxy(() => localhostPorts, resolver)],
       interceptor: new RequestInterceptor(connector, log),
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
+      requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
@@ -366,6 +411,13 @@ export class TunnelServer {
       }
     }
     registerRefusalCounters(opts.metricsRegistry!, agentEndpoint);
+    registerCallerRefusals(opts.metricsRegistry!, {
+      secure: () => master.refused.secure,
+      insecure: () => master.refused.insecure,
+      agent: () => agentEndpoint.refusedCallers,
+      proxier: () => proxier.refusedCallers,
+      ...(egress === undefined ? {} : { egress: () => egress.refusedCallers }),
+    });
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
     const meta: MetaServer | undefined =
