@@ -80,8 +80,8 @@ export class MasterServer {
   private readonly requestHeadTimeoutMs: number;
   /** TLS sockets whose handshake finished. */
   private readonly secured = new WeakSet<object>();
-  /** Sockets that brought a request (a later error is not answered with a status of its own). */
-  private readonly served = new WeakSet<object>();
+  /** Sockets with a response under way: an error then cannot be answered with a status of its own. */
+  private readonly responding = new WeakSet<object>();
   /** Sockets already being closed after a client error. */
   private readonly answered = new WeakSet<object>();
   readonly refused: Record<'secure' | 'insecure', MasterPortRefusals> = {
@@ -211,7 +211,7 @@ export class MasterServer {
       this.limited.verbose(2, 'malformed request on a master port', { port: name, error: errorMessage(err) });
       if (code === 'HPE_HEADER_OVERFLOW') status = 431;
     }
-    if (!socket.writable || this.served.has(socket)) socket.destroy();
+    if (!socket.writable || this.responding.has(socket)) socket.destroy();
     else answerAndClose(socket, errorResponse(status, message));
   }
 
@@ -239,6 +239,11 @@ export class MasterServer {
   private addressText(server: Server): string {
     const a = server.address() as AddressInfo;
     return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+  }
+
+  /** Connections open on both ports, handshaking ones included. */
+  get connectionCount(): number {
+    return this.sockets.size;
   }
 
   /** Bound address of the secure (or insecure) port. */
@@ -303,7 +308,9 @@ export class MasterServer {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
-    this.served.add(req.socket);
+    const socket = req.socket;
+    this.responding.add(socket);
+    res.once('close', () => this.responding.delete(socket));
     this.guarded('request', req, (message) => {
       if (res.headersSent) {
         res.destroy();
