@@ -81,6 +81,11 @@ export class GrpcProxyServer {
     this.log.info('GRPC egress frontend listening', { path: this.opts.path });
   }
 
+  /** Client connections open now. */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
   private headTimedOut(session: Http2Session): void {
     this.refusedCallers.head_timeout++;
     this.limited.warn('egress client opened no call in time; closed', {

@@ -280,6 +280,11 @@ export class AgentEndpoint {
     return this.server.address() as AddressInfo;
   }
 
+  /** Connections open on the agent port, handshaking ones included. */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
   private onSession(session: Http2Session): void {
     const state: SessionState = {
       pings: new PingPolicy({ minTimeMs: this.opts.minPingIntervalMs }),
