@@ -17,68 +17,18 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
+import { KEYS, Probe, vmHWM, type Sample } from './memory-samples.js';
 
 const TOTAL = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
 const CONCURRENCY = 200;
 const HOLD = Number(process.env.HOLD_CONNECTIONS ?? 2000);
 const SETTLE_MS = 5000;
 const MB = 1024 * 1024;
-
-interface Sample {
-  rss: number;
-  heapTotal: number;
-  heapUsed: number;
-  external: number;
-  arrayBuffers: number;
-}
-const KEYS: Array<keyof Sample> = ['rss', 'heapTotal', 'heapUsed', 'external', 'arrayBuffers'];
-
-/** Follows the agent's probe lines; `peak` is per key since the last reset. */
-class Probe {
-  last: Sample | undefined;
-  peak: Sample = { rss: 0, heapTotal: 0, heapUsed: 0, external: 0, arrayBuffers: 0 };
-  private partial = '';
-
-  onText(text: string): void {
-    const lines = (this.partial + text).split('\n');
-    this.partial = lines.pop()!;
-    for (const line of lines) {
-      if (!line.startsWith('yt-memory ')) {
-        if (process.env.BENCH_VERBOSE === '1') process.stderr.write(`[agent] ${line}\n`);
-        continue;
-      }
-      const s = JSON.parse(line.slice('yt-memory '.length)) as Sample;
-      this.last = s;
-      for (const k of KEYS) this.peak[k] = Math.max(this.peak[k], s[k]);
-    }
-  }
-
-  resetPeak(): void {
-    this.peak = { ...(this.last ?? this.peak) };
-  }
-
-  /** A fresh sample (waits for the next probe line). */
-  async next(): Promise<Sample> {
-    const before = this.last;
-    while (this.last === before) await sleep(10);
-    return this.last!;
-  }
-}
-
-function vmHWM(pid: number): number | undefined {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m === null ? undefined : Number(m[1]) * 1024;
-  } catch {
-    return undefined;
-  }
-}
 
 /** A loopback port where connect() hangs (a python3 listener that never accepts, its queue full). */
 async function hangingListener(children: ChildProcess[]): Promise<{ port: number; fillers: Socket[] }> {
@@ -116,7 +66,9 @@ const fmt = (n: number): string => `${(n / MB).toFixed(1)} MB`;
 
 async function main(): Promise<void> {
   const children: ChildProcess[] = [];
-  const probe = new Probe();
+  const probe = new Probe((line) => {
+    if (process.env.BENCH_VERBOSE === '1') process.stderr.write(`[agent] ${line}\n`);
+  });
   const nodeArgs = (process.env.AGENT_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
   const agentArgs = (process.env.AGENT_ARGS ?? '').split(' ').filter((a) => a !== '');
   const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);

@@ -73,6 +73,10 @@ export interface LocalTunnelOptions {
   agentNodeArgs?: string[];
   /** Extra environment for the agent process. */
   agentEnv?: NodeJS.ProcessEnv;
+  /** Node.js options for the server process, as agentNodeArgs. */
+  serverNodeArgs?: string[];
+  /** Extra environment for the server process. */
+  serverEnv?: NodeJS.ProcessEnv;
   /** Sees every line the server and agent print (e.g. to echo them). */
   onOutput?: (who: 'server' | 'agent', text: string) => void;
   /** Called between the steps, for narration. */
@@ -107,6 +111,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       ],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
+      { nodeArgs: opts.serverNodeArgs, env: opts.serverEnv },
     );
     securePort = Number(started.match[1]);
     insecurePort = Number(started.match[2]);

@@ -91,7 +91,15 @@ export function packageVersion(): string {
   }
 }
 
-/** A duration flag whose default is written as a duration ("10s") in --help. */
-export function durationOption(flags: string, description: string, defaultText: string): Option {
-  return new Option(flags, description).argParser(parseDuration).default(parseDuration(defaultText), defaultText);
+/** A duration above zero. */
+export function parsePositiveDuration(text: string): number {
+  const ms = parseDuration(text);
+  if (ms <= 0) throw new InvalidArgumentError(`must be longer than 0 (got ${JSON.stringify(text)})`);
+  return ms;
+}
+
+/** A duration flag whose default is written as a duration ("10s") in --help; with `positive`, 0 is refused. */
+export function durationOption(flags: string, description: string, defaultText: string, opts: { positive?: boolean } = {}): Option {
+  const parse = opts.positive === true ? parsePositiveDuration : parseDuration;
+  return new Option(flags, description).argParser(parse).default(parse(defaultText), defaultText);
 }

@@ -15,6 +15,8 @@ import {
 } from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
 import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
+import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/tunnel.js';
+import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { onShutdownSignals } from '../common/signals.js';
 import {
@@ -51,6 +53,11 @@ interface ServerFlags {
   dialTimeout: number;
   stalledConnectionTimeout: number;
   halfClosedLinger: number;
+  tlsHandshakeTimeout: number;
+  requestHeadTimeout: number;
+  connectHeadTimeout: number;
+  maxPendingDialsPerAgent: number;
+  maxUnknownPacketsPerAgent: number;
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   maxAgentStreams: number;
@@ -135,6 +142,46 @@ const program = new Command('yurt-tunnel-server')
       '60s',
     ),
   )
+  .addOption(
+    durationOption(
+      '--tls-handshake-timeout <duration>',
+      'how long a caller on --secure-port or an agent on --tunnel-agent-connect-port may take to finish its TLS handshake ' +
+        'before its connection is closed',
+      '10s',
+      { positive: true },
+    ),
+  )
+  .addOption(
+    durationOption(
+      '--request-head-timeout <duration>',
+      'how long a caller on the master ports (--secure-port, --insecure-port) may take to send a whole request head, counted ' +
+        'from its connection (after its TLS handshake) or from the first byte of a later request; slower callers get 408 and are closed',
+      '30s',
+      { positive: true },
+    ),
+  )
+  .addOption(
+    durationOption(
+      '--connect-head-timeout <duration>',
+      'how long a client of --interceptor-proxier-uds or --egress-selector-uds may take to send its CONNECT head ' +
+        '(in grpc mode: to open its first call) before it is closed',
+      '10s',
+      { positive: true },
+    ),
+  )
+  .option(
+    '--max-pending-dials-per-agent <n>',
+    'dials one agent may have waiting for its answer at once; more are answered 503 at once (YT_ERR_TOO_MANY_DIALS)',
+    parsePositiveInt,
+    DEFAULT_MAX_PENDING_DIALS_PER_AGENT,
+  )
+  .option(
+    '--max-unknown-packets-per-agent <n>',
+    `packets for connections it does not hold (DATA, DIAL_RSP, CLOSE_RSP) an agent may send in ${UNKNOWN_PACKET_WINDOW_MS / 1000} s; ` +
+      'past that its stream is ended with RESOURCE_EXHAUSTED saying why (it reconnects after its backoff); 0 turns the check off',
+    parseNonNegativeInt,
+    DEFAULT_MAX_UNKNOWN_PACKETS,
+  )
   .option(
     '--agent-identity-check <mode>',
     'what an agent\'s client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every ' +
@@ -210,6 +257,11 @@ const program = new Command('yurt-tunnel-server')
       dialTimeoutMs: flags.dialTimeout,
       stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
       halfClosedLingerMs: flags.halfClosedLinger,
+      tlsHandshakeTimeoutMs: flags.tlsHandshakeTimeout,
+      requestHeadTimeoutMs: flags.requestHeadTimeout,
+      connectHeadTimeoutMs: flags.connectHeadTimeout,
+      maxPendingDialsPerAgent: flags.maxPendingDialsPerAgent,
+      maxUnknownPacketsPerAgent: flags.maxUnknownPacketsPerAgent,
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       maxAgentStreams: flags.maxAgentStreams,

@@ -10,10 +10,12 @@ import { withAuthorityRewrite } from '../grpc/authority-filter.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { PROXY_PATH } from '../grpc/services.js';
+import { LogLimiter } from '../log/log-limiter.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { EgressStream } from './grpc-proxy-stream.js';
+import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
 import { listenUnix } from './unix-listener.js';
 
 export interface GrpcProxyServerOptions {
@@ -23,6 +25,11 @@ export interface GrpcProxyServerOptions {
   nodeNameOf?: (host: string) => string | undefined;
   /** See EgressStreamOptions.dialRequestTimeoutMs. */
   dialRequestTimeoutMs?: number;
+  /**
+   * How long a client may take from connecting to opening its first call
+   * (the HTTP/2 preface and the call's headers). Default DEFAULT_CONNECT_HEAD_TIMEOUT_MS.
+   */
+  headTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -32,6 +39,10 @@ export class GrpcProxyServer {
   private readonly sockets = new Set<Socket>();
   private readonly sessions = new Set<Http2Session>();
   private readonly log: Logger;
+  private readonly limited: LogLimiter;
+  private readonly headTimeoutMs: number;
+  /** Clients closed before their first call, by why (for metrics). */
+  readonly refusedCallers = { head_timeout: 0 };
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -39,10 +50,19 @@ export class GrpcProxyServer {
     private readonly opts: GrpcProxyServerOptions,
   ) {
     this.log = (opts.logger ?? silentLogger()).child({ component: 'egress-grpc' });
+    this.limited = new LogLimiter(this.log);
+    this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_CONNECT_HEAD_TIMEOUT_MS;
     this.http2 = http2.createServer({ maxSessionMemory: 64 });
     this.http2.on('session', (session: Http2Session) => {
       this.sessions.add(session);
-      session.once('close', () => this.sessions.delete(session));
+      // The session exists from the moment the client connects: it has a bounded time to open a call.
+      const headTimer = setTimeout(() => this.headTimedOut(session), this.headTimeoutMs);
+      headTimer.unref();
+      session.once('stream', () => clearTimeout(headTimer));
+      session.once('close', () => {
+        clearTimeout(headTimer);
+        this.sessions.delete(session);
+      });
       session.on('error', (err: Error) => this.log.verbose(2, 'egress HTTP/2 session error', { error: errorMessage(err) }));
     });
     this.http2.on('stream', (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {
@@ -61,11 +81,26 @@ export class GrpcProxyServer {
     this.log.info('GRPC egress frontend listening', { path: this.opts.path });
   }
 
+  /** Client connections open now. */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
+  private headTimedOut(session: Http2Session): void {
+    this.refusedCallers.head_timeout++;
+    this.limited.warn('egress client opened no call in time; closed', {
+      socket: this.opts.path,
+      timeoutMs: this.headTimeoutMs,
+      closedSoFar: this.refusedCallers.head_timeout,
+    });
+    session.destroy();
+  }
+
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
     socket.once('close', () => this.sockets.delete(socket));
     const filtered = withAuthorityRewrite(socket, (err) =>
-      this.log.warn('egress client sent an HTTP/2 header block that cannot be decoded; connection closed', { error: err.message }),
+      this.limited.warn('egress client sent an HTTP/2 header block that cannot be decoded; connection closed', { error: err.message }),
     );
     this.http2.emit('connection', filtered);
   }
@@ -77,7 +112,7 @@ export class GrpcProxyServer {
     const call = new IncomingCall(stream, headers, rawHeaders);
     const refusal = call.check([PROXY_PATH]);
     if (refusal !== undefined) {
-      this.log.warn('egress call refused', { path: call.path, error: refusal.message });
+      this.limited.warn('egress call refused', { path: call.path, error: refusal.message });
       call.refuse(refusal);
       return;
     }
@@ -98,6 +133,7 @@ export class GrpcProxyServer {
   /** Stops listening and closes every client connection. Idempotent. */
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {
+      this.limited.flush();
       this.server.close(() => resolve());
       for (const session of this.sessions) session.destroy();
       for (const socket of this.sockets) socket.destroy();

@@ -11,6 +11,7 @@ export function statusForDialFailure(code: DialFailureReason): number {
   switch (code) {
     case 'YT_ERR_NO_AGENT':
     case 'YT_ERR_TUNNEL_CLOSED':
+    case 'YT_ERR_TOO_MANY_DIALS':
       return 503;
     case 'YT_ERR_DIAL_FAILED':
     case 'YT_ERR_DIAL_DENIED':

@@ -4,6 +4,7 @@
 // or a complete 502/503/504 response naming the host and the cause.
 
 import { createServer, type Server, type Socket } from 'node:net';
+import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { splice } from '../mux/splice.js';
@@ -16,6 +17,8 @@ import { headerValue, parseRequestHead, type RequestHead } from './request-head.
 import { listenUnix } from './unix-listener.js';
 
 export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
+/** Default time a client has to send its CONNECT head (kube-apiserver sends it at once). */
+export const DEFAULT_CONNECT_HEAD_TIMEOUT_MS = 10_000;
 
 export interface HttpConnectServerOptions {
   /** Unix socket path. */
@@ -24,7 +27,7 @@ export interface HttpConnectServerOptions {
   mode?: number;
   /** Largest request head accepted. Default 64 KiB. */
   maxHeadBytes?: number;
-  /** How long a client may take to send its request head. Default 60 s. */
+  /** How long a client may take to send its request head. Default DEFAULT_CONNECT_HEAD_TIMEOUT_MS. */
   headTimeoutMs?: number;
   /** The node an address belongs to, so that a failed dial's answer names it. */
   nodeNameOf?: NodeNameOf;
@@ -37,6 +40,9 @@ export class HttpConnectServer {
   private readonly log: Logger;
   private readonly maxHeadBytes: number;
   private readonly headTimeoutMs: number;
+  private readonly limited: LogLimiter;
+  /** Clients closed before their request, by why (for metrics). */
+  readonly refusedCallers = { head_timeout: 0 };
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -45,7 +51,8 @@ export class HttpConnectServer {
   ) {
     this.log = (opts.logger ?? silentLogger()).child({ component: 'http-connect' });
     this.maxHeadBytes = opts.maxHeadBytes ?? 64 * 1024;
-    this.headTimeoutMs = opts.headTimeoutMs ?? 60_000;
+    this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_CONNECT_HEAD_TIMEOUT_MS;
+    this.limited = new LogLimiter(this.log);
     // Half-open: a client that finishes sending still gets the rest of the answer.
     this.server = createServer({ allowHalfOpen: true }, (socket) => this.onConnection(socket));
   }
@@ -68,7 +75,13 @@ export class HttpConnectServer {
 
     let buffered: Buffer = Buffer.alloc(0);
     const timer = setTimeout(() => {
-      this.log.warn('client sent no complete CONNECT request in time; closed', { timeoutMs: this.headTimeoutMs });
+      this.refusedCallers.head_timeout++;
+      this.limited.warn('client sent no complete CONNECT request in time; closed', {
+        socket: this.opts.path,
+        timeoutMs: this.headTimeoutMs,
+        closedSoFar: this.refusedCallers.head_timeout,
+      });
+      stopReading();
       answerAndClose(socket, errorResponse(408, `no complete request head within ${this.headTimeoutMs} ms`));
     }, this.headTimeoutMs);
     timer.unref();
@@ -88,7 +101,7 @@ export class HttpConnectServer {
       if (result.kind === 'incomplete') return;
       stopReading();
       if (result.kind === 'error') {
-        this.log.warn('bad CONNECT request', { status: result.status, error: result.message });
+        this.limited.warn('bad CONNECT request', { status: result.status, error: result.message });
         answerAndClose(socket, errorResponse(result.status, result.message));
         return;
       }
@@ -108,7 +121,7 @@ export class HttpConnectServer {
 
   private async serve(socket: Socket, head: RequestHead, early: Buffer): Promise<void> {
     if (head.method !== 'CONNECT') {
-      this.log.warn('not a CONNECT request', { method: head.method });
+      this.limited.warn('not a CONNECT request', { method: head.method });
       answerAndClose(socket, errorResponse(405, `this proxy only supports CONNECT, not ${head.method}`, { Allow: 'CONNECT' }));
       return;
     }
@@ -158,7 +171,7 @@ export class HttpConnectServer {
       }
       const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
       const reason = dialFailureReason(err, removePortFromHost(proxyHost ?? target), this.opts.nodeNameOf);
-      this.log.warn('CONNECT failed', {
+      this.limited.warn('CONNECT failed', {
         dialAddress: target,
         proxyHost,
         status,
@@ -189,6 +202,7 @@ export class HttpConnectServer {
   /** Stops listening and closes every client connection. Idempotent. */
   close(): Promise<void> {
     this.closing ??= new Promise<void>((resolve) => {
+      this.limited.flush();
       this.server.close(() => resolve());
       for (const s of this.sockets) s.destroy();
     });

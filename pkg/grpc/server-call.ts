@@ -79,6 +79,16 @@ export class ServerPacketCall extends GrpcPacketStream {
     if (!this.serverStream.destroyed) this.serverStream.destroy();
   }
 
+  /**
+   * Ends the call of a peer we stop listening to: nothing more is read (no
+   * more window for it), the status goes out in the trailers, then a reset.
+   */
+  cutOff(code: number, message: string): void {
+    this.stopReading();
+    this.resetAfterTrailers = true;
+    this.end(code, message);
+  }
+
   /** Ends the call with a gRPC status (sent in the trailers). */
   end(code: number, message: string, reason = message === '' ? `ended with gRPC status ${code}` : message): void {
     if (this.isEnded) return;

@@ -6,6 +6,9 @@
 //   operator binds it elsewhere.
 // Each request runs the middleware chain (trace, localhost) and then the
 // interceptor, which carries it through the tunnel.
+// A caller gets a bounded time for its TLS handshake and for its request head;
+// one that takes longer is closed, logged (a few lines per kind and interval)
+// and counted.
 
 import { createServer as createHTTPServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHTTPSServer, type Server as HTTPSServer } from 'node:https';
@@ -13,7 +16,8 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { errorResponse } from '../frontend/http-answer.js';
+import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
+import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage, HttpError } from '../protocol/errors.js';
 import type { Middleware } from './middleware/middleware.js';
@@ -29,9 +33,26 @@ export interface SecurePortOptions {
   clientCA: string;
 }
 
+/** Default time a caller on the secure port has to finish its TLS handshake. */
+export const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+/** Default time a caller has to send its request head (after its TLS handshake, on the secure port). */
+export const DEFAULT_REQUEST_HEAD_TIMEOUT_MS = 30_000;
+
+/** Callers a master port closed before their request, by why: the label values of yurttunnel_server_refused_callers_total. */
+export type MasterPortRefusals = {
+  tls_handshake_timeout: number;
+  /** The TLS handshake failed: no or a bad client certificate, not TLS at all. */
+  tls_error: number;
+  head_timeout: number;
+};
+
 export interface MasterServerOptions {
   secure?: SecurePortOptions;
   insecure?: { host: string; port: number };
+  /** Default DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS. */
+  tlsHandshakeTimeoutMs?: number;
+  /** Default DEFAULT_REQUEST_HEAD_TIMEOUT_MS. */
+  requestHeadTimeoutMs?: number;
   middleware: Middleware[];
   interceptor: RequestInterceptor;
   logger: Logger;
@@ -54,9 +75,25 @@ export class MasterServer {
   private readonly sockets = new Set<Socket>();
   private readonly inFlight: Gauge<'verb' | 'path'>;
   private readonly total: Counter<'verb' | 'path'>;
+  private readonly limited: LogLimiter;
+  private readonly tlsHandshakeTimeoutMs: number;
+  private readonly requestHeadTimeoutMs: number;
+  /** TLS sockets whose handshake finished. */
+  private readonly secured = new WeakSet<object>();
+  /** Sockets with a response under way: an error then cannot be answered with a status of its own. */
+  private readonly responding = new WeakSet<object>();
+  /** Sockets already being closed after a client error. */
+  private readonly answered = new WeakSet<object>();
+  readonly refused: Record<'secure' | 'insecure', MasterPortRefusals> = {
+    secure: { tls_handshake_timeout: 0, tls_error: 0, head_timeout: 0 },
+    insecure: { tls_handshake_timeout: 0, tls_error: 0, head_timeout: 0 },
+  };
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: MasterServerOptions) {
+    this.limited = new LogLimiter(opts.logger);
+    this.tlsHandshakeTimeoutMs = opts.tlsHandshakeTimeoutMs ?? DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS;
+    this.requestHeadTimeoutMs = opts.requestHeadTimeoutMs ?? DEFAULT_REQUEST_HEAD_TIMEOUT_MS;
     const registers = opts.metricsRegistry ? [opts.metricsRegistry] : [];
     this.inFlight = new Gauge({
       name: 'yurttunnel_server_in_proxy_requests',
@@ -82,22 +119,59 @@ export class MasterServer {
           minVersion: 'TLSv1.2',
           // HTTP/1.1 only: exec, attach and port-forward are HTTP/1.1 upgrades.
           ALPNProtocols: ['http/1.1'],
-          keepAliveTimeout: 60_000,
+          handshakeTimeout: this.tlsHandshakeTimeoutMs,
+          ...this.httpTimeouts(),
         },
         (req, res) => this.onRequest(req, res, true),
       );
-      server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
-        const why = socket.authorizationError;
-        opts.logger.warn('caller refused on the secure master port', {
-          error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
-        });
-      });
+      server.on('secureConnection', (socket: TLSSocket) => this.secured.add(socket));
+      server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
       this.wire(server, 'secure', s.host, s.port, true);
     }
     if (opts.insecure !== undefined) {
-      const server = createHTTPServer({ keepAliveTimeout: 60_000 }, (req, res) => this.onRequest(req, res, false));
+      const server = createHTTPServer(this.httpTimeouts(), (req, res) => this.onRequest(req, res, false));
       this.wire(server, 'insecure', opts.insecure.host, opts.insecure.port, false);
     }
+  }
+
+  /**
+   * Node checks the head deadline of every connection each
+   * connectionsCheckingInterval (30 s by default, which let a slow head live
+   * up to 90 s): check often enough for the deadline to mean what it says.
+   */
+  private httpTimeouts(): { keepAliveTimeout: number; headersTimeout: number; requestTimeout: number; connectionsCheckingInterval: number } {
+    const head = this.requestHeadTimeoutMs;
+    return {
+      keepAliveTimeout: 60_000,
+      headersTimeout: head,
+      // Node's default for the whole request; it may not be shorter than the head's.
+      requestTimeout: Math.max(300_000, head),
+      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(head / 10))),
+    };
+  }
+
+  /**
+   * A TLS handshake that failed or took too long. The socket is destroyed
+   * here: an answer written to it could never be flushed, and a socket only
+   * ended would stay open (CLOSE-WAIT) after the caller went away.
+   */
+  private onTLSError(err: Error, socket: TLSSocket): void {
+    const counts = this.refused.secure;
+    if ((err as { code?: unknown }).code === 'ERR_TLS_HANDSHAKE_TIMEOUT') {
+      counts.tls_handshake_timeout++;
+      this.limited.warn('caller did not finish its TLS handshake in time on the secure master port; closed', {
+        timeoutMs: this.tlsHandshakeTimeoutMs,
+        closedSoFar: counts.tls_handshake_timeout,
+      });
+    } else {
+      counts.tls_error++;
+      const why = socket.authorizationError;
+      this.limited.warn('caller refused on the secure master port', {
+        error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
+        refusedSoFar: counts.tls_error,
+      });
+    }
+    socket.destroy();
   }
 
   private wire(server: Server, name: 'secure' | 'insecure', host: string, port: number, tls: boolean): void {
@@ -107,12 +181,38 @@ export class MasterServer {
       socket.once('close', () => this.sockets.delete(socket));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head, tls));
-    server.on('clientError', (err: Error, socket: Duplex) => {
-      this.opts.logger.verbose(2, 'malformed request on a master port', { port: name, error: errorMessage(err) });
-      if (socket.writable) socket.end(errorResponse(400, `malformed request: ${errorMessage(err)}`));
-      else socket.destroy();
-    });
+    server.on('clientError', (err: Error, socket: Socket) => this.onClientError(name, tls, err, socket));
     this.servers.push({ server, name, host, port });
+  }
+
+  /** A request head that was malformed or did not come in time (Node may report one socket more than once). */
+  private onClientError(name: 'secure' | 'insecure', tls: boolean, err: Error, socket: Socket): void {
+    if (this.answered.has(socket)) return;
+    this.answered.add(socket);
+    if (tls && !this.secured.has(socket)) {
+      // Its TLS handshake failed: onTLSError has said why.
+      socket.destroy();
+      return;
+    }
+    const code = (err as { code?: unknown }).code;
+    let status = 400;
+    let message = `malformed request: ${errorMessage(err)}`;
+    if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      const counts = this.refused[name];
+      counts.head_timeout++;
+      this.limited.warn('caller sent no complete request head in time; closed', {
+        port: name,
+        timeoutMs: this.requestHeadTimeoutMs,
+        closedSoFar: counts.head_timeout,
+      });
+      status = 408;
+      message = `no complete request head within ${this.requestHeadTimeoutMs} ms`;
+    } else {
+      this.limited.verbose(2, 'malformed request on a master port', { port: name, error: errorMessage(err) });
+      if (code === 'HPE_HEADER_OVERFLOW') status = 431;
+    }
+    if (!socket.writable || this.responding.has(socket)) socket.destroy();
+    else answerAndClose(socket, errorResponse(status, message));
   }
 
   /** Serves a new certificate (and caller CA) on the secure port from the next handshake on. */
@@ -139,6 +239,11 @@ export class MasterServer {
   private addressText(server: Server): string {
     const a = server.address() as AddressInfo;
     return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+  }
+
+  /** Connections open on both ports, handshaking ones included. */
+  get connectionCount(): number {
+    return this.sockets.size;
   }
 
   /** Bound address of the secure (or insecure) port. */
@@ -169,7 +274,7 @@ export class MasterServer {
       return undefined;
     } catch (err: unknown) {
       if (err instanceof HttpError) {
-        this.opts.logger.warn('request refused', { url: ctx.url, host: ctx.dialAddress, status: err.status, error: err.message });
+        this.limited.warn('request refused', { url: ctx.url, host: ctx.dialAddress, status: err.status, error: err.message });
         return err;
       }
       throw err;
@@ -203,6 +308,9 @@ export class MasterServer {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
+    const socket = req.socket;
+    this.responding.add(socket);
+    res.once('close', () => this.responding.delete(socket));
     this.guarded('request', req, (message) => {
       if (res.headersSent) {
         res.destroy();
@@ -254,6 +362,7 @@ export class MasterServer {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      this.limited.flush();
       const closed = this.servers.map((s) => new Promise<void>((resolve) => s.server.close(() => resolve())));
       for (const socket of this.sockets) socket.destroy();
       await Promise.all(closed);

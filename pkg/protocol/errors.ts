@@ -49,6 +49,8 @@ export type DialFailureReason =
   | 'YT_ERR_DIAL_CANCELLED'
   /** The tunnel server is shutting down. */
   | 'YT_ERR_TUNNEL_CLOSED'
+  /** The agent already has as many dials waiting for its answer as the server allows (--max-pending-dials-per-agent). */
+  | 'YT_ERR_TOO_MANY_DIALS'
   /** The request itself is unusable (bad address). */
   | 'YT_ERR_BAD_ADDRESS';
 

@@ -5,6 +5,7 @@ import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { Counter, Registry } from 'prom-client';
+import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
@@ -42,6 +43,9 @@ export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-conne
 
 /** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
 interface EgressFrontend {
+  /** Clients closed before their request, by why. */
+  readonly refusedCallers: Readonly<Record<string, number>>;
+  readonly connectionCount: number;
   start(): Promise<void>;
   stopAccepting(): void;
   close(): Promise<void>;
@@ -74,6 +78,16 @@ export interface ServerOptions {
   halfClosedLingerMs?: number;
   /** What an agent's certificate must name; default `strict`. */
   agentIdentityCheck?: AgentIdentityCheck;
+  /** Time a caller on the secure master port, or an agent, has for its TLS handshake. Default 10 s. */
+  tlsHandshakeTimeoutMs?: number;
+  /** Time a caller on a master port has for its request head. Default 30 s. */
+  requestHeadTimeoutMs?: number;
+  /** Time a client of the proxier or egress socket has for its CONNECT head (or its first gRPC call). Default 10 s. */
+  connectHeadTimeoutMs?: number;
+  /** See TunnelOptions.maxPendingDialsPerAgent. */
+  maxPendingDialsPerAgent?: number;
+  /** See TunnelOptions.maxUnknownPacketsPerAgent. */
+  maxUnknownPacketsPerAgent?: number;
   serverCount: number;
   /** Default: a random UUID. */
   serverID?: string;
@@ -169,6 +183,33 @@ function registerRefusalCounters(registry: Registry, endpoint: AgentEndpoint): v
         const delta = value - (reported[reason] ?? 0);
         this.inc({ reason }, delta > 0 ? delta : 0);
         reported[reason] = value;
+      }
+    },
+  });
+}
+
+/**
+ * Callers a listener closed before they made a request, read at scrape time:
+ * `listener` is the port or socket, `reason` tls_handshake_timeout,
+ * tls_error or head_timeout.
+ */
+function registerCallerRefusals(registry: Registry, listeners: Record<string, () => Readonly<Record<string, number>>>): void {
+  const reported = new Map<string, number>();
+  new Counter({
+    name: 'yurttunnel_server_refused_callers_total',
+    help:
+      'Connections closed before their request: tls_handshake_timeout (--tls-handshake-timeout), tls_error (no or a bad client ' +
+      'certificate, not TLS), head_timeout (--request-head-timeout, --connect-head-timeout), by listener.',
+    labelNames: ['listener', 'reason'],
+    registers: [registry],
+    collect() {
+      for (const [listener, read] of Object.entries(listeners)) {
+        for (const [reason, value] of Object.entries(read())) {
+          const key = `${listener} ${reason}`;
+          const delta = value - (reported.get(key) ?? 0);
+          this.inc({ listener, reason }, delta > 0 ? delta : 0);
+          reported.set(key, value);
+        }
       }
     },
   });
@@ -289,6 +330,7 @@ export class TunnelServer {
     private readonly log: Logger,
     /** Set in cluster mode. */
     readonly cluster: ClusterServices | undefined,
+    private readonly afterFlood: GarbageAfterFlood,
   ) {}
 
   static async start(opts: ServerOptions): Promise<TunnelServer> {
@@ -327,6 +369,8 @@ export class TunnelServer {
       dialTimeoutMs: opts.dialTimeoutMs,
       stalledConnectionTimeoutMs: opts.stalledConnectionTimeoutMs,
       lingerAfterEndMs: opts.halfClosedLingerMs,
+      maxPendingDialsPerAgent: opts.maxPendingDialsPerAgent,
+      maxUnknownPacketsPerAgent: opts.maxUnknownPacketsPerAgent,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
@@ -347,6 +391,7 @@ export class TunnelServer {
       await master.start();
       server.listening = true;
       if (cluster !== undefined && opts.enableDNSController) server.startDnsController(cluster, opts);
+      server.afterFlood.start();
       await meta?.start();
       if (cluster !== undefined && opts.enableIptables) server.iptables = await startIptables(cluster, master, opts);
     } catch (err: unknown) {
@@ -388,6 +433,7 @@ export class TunnelServer {
       identityCheck: opts.agentIdentityCheck,
       maxStreamsPerAgent: opts.maxAgentStreams,
       maxConnectRate: opts.maxAgentConnectRate,
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
       logger: log,
     });
 
@@ -400,14 +446,15 @@ export class TunnelServer {
       const nodes = resolver.nodesByIP(host);
       return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
     };
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, logger: log });
+    const headTimeoutMs = opts.connectHeadTimeoutMs;
+    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, headTimeoutMs, logger: log });
     const e = opts.egressSelector;
     const egress =
       e === undefined
         ? undefined
         : e.mode === 'grpc'
-          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, logger: log })
-          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, logger: log });
+          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log })
+          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log });
     // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
     const settings = serverSettings(opts, cluster);
     const master = new MasterServer({
@@ -419,6 +466,8 @@ export class TunnelServer {
         masterPortTLS(() => settings().mappings),
       ],
       interceptor: new RequestInterceptor(connector, log),
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
+      requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
@@ -436,6 +485,13 @@ export class TunnelServer {
       }
     }
     registerRefusalCounters(opts.metricsRegistry!, agentEndpoint);
+    registerCallerRefusals(opts.metricsRegistry!, {
+      secure: () => master.refused.secure,
+      insecure: () => master.refused.insecure,
+      agent: () => agentEndpoint.refusedCallers,
+      proxier: () => proxier.refusedCallers,
+      ...(egress === undefined ? {} : { egress: () => egress.refusedCallers }),
+    });
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
     const meta: MetaServer | undefined =
@@ -460,7 +516,12 @@ export class TunnelServer {
             raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
             logger: log,
           });
-    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, log, cluster);
+    // After a flood of connections, their memory goes back at once instead of when V8 next needs room.
+    const afterFlood = new GarbageAfterFlood({
+      openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),
+      logger: log,
+    });
+    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, log, cluster, afterFlood);
     return server;
   }
 
@@ -508,6 +569,7 @@ export class TunnelServer {
     this.stopping ??= (async () => {
       // The rules go first: connections to the nodes stop coming here before the master ports close.
       await this.iptables?.stop();
+      this.afterFlood.stop();
       await this.meta?.close();
       await this.master.close();
       this.connector.destroy();

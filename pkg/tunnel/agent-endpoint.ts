@@ -15,6 +15,7 @@ import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
+import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
@@ -31,6 +32,8 @@ import type { Tunnel } from './tunnel.js';
 
 /** New agent streams admitted per second by default (a restart of 1000 agents takes ~10 s to settle). */
 export const DEFAULT_MAX_CONNECT_RATE = 100;
+/** Default time a connection has to finish its TLS handshake. */
+export const DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 
 export interface AgentEndpointTLS {
   cert: string;
@@ -79,6 +82,8 @@ export interface AgentEndpointOptions {
   identityCheck?: AgentIdentityCheck;
   /** Offer half-close (CLOSE_WRITE) to agents that announce it. Default true. */
   halfClose?: boolean;
+  /** How long a connection may take to finish its TLS handshake before it is closed. Default 10 s. */
+  tlsHandshakeTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -148,6 +153,9 @@ export class AgentEndpoint {
   refusedControlPackets = 0;
   /** Calls refused by the connect rate limit (for metrics). */
   refusedForConnectRate = 0;
+  /** Connections closed before their TLS handshake finished, by why (for metrics). */
+  readonly refusedCallers = { tls_handshake_timeout: 0, tls_error: 0 };
+  private readonly limited: LogLimiter;
   private readonly connectRate: ConnectRate | undefined;
   private lastRateLog = 0;
   private closing: Promise<void> | undefined;
@@ -175,6 +183,7 @@ export class AgentEndpoint {
       halfClose: opts.halfClose ?? true,
       controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
       maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs ?? DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS,
     };
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
       throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
@@ -183,6 +192,7 @@ export class AgentEndpoint {
       throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
     }
     this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
+    this.limited = new LogLimiter(this.log);
     const rate = this.opts.maxConnectRate;
     this.connectRate = rate > 0 ? new ConnectRate(rate, 2 * rate) : undefined;
     this.server = http2.createSecureServer({
@@ -194,6 +204,7 @@ export class AgentEndpoint {
       minVersion: 'TLSv1.2',
       ALPNProtocols: ['h2'],
       allowHTTP1: false,
+      handshakeTimeout: this.opts.tlsHandshakeTimeoutMs,
       maxSessionMemory: 64,
       settings: {
         initialWindowSize: this.opts.streamWindowSize,
@@ -210,11 +221,24 @@ export class AgentEndpoint {
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
       // Node destroys a socket whose client certificate fails verification and
       // reports only "socket hang up"; the verification result is kept here.
-      const why = socket.authorizationError;
-      this.log.warn('agent TLS handshake failed; connection refused', {
-        remoteAddress: this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket),
-        error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
-      });
+      const remoteAddress = this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket);
+      if ((err as { code?: unknown }).code === 'ERR_TLS_HANDSHAKE_TIMEOUT') {
+        this.refusedCallers.tls_handshake_timeout++;
+        this.limited.warn('agent connection did not finish its TLS handshake in time; closed', {
+          remoteAddress,
+          timeoutMs: this.opts.tlsHandshakeTimeoutMs,
+          closedSoFar: this.refusedCallers.tls_handshake_timeout,
+        });
+      } else {
+        this.refusedCallers.tls_error++;
+        const why = socket.authorizationError;
+        this.limited.warn('agent TLS handshake failed; connection refused', {
+          remoteAddress,
+          error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
+          refusedSoFar: this.refusedCallers.tls_error,
+        });
+      }
+      socket.destroy();
     });
     this.server.on('session', (session) => this.onSession(session));
     this.server.on(
@@ -254,6 +278,11 @@ export class AgentEndpoint {
 
   get address(): AddressInfo {
     return this.server.address() as AddressInfo;
+  }
+
+  /** Connections open on the agent port, handshaking ones included. */
+  get connectionCount(): number {
+    return this.sockets.size;
   }
 
   private onSession(session: Http2Session): void {
@@ -342,7 +371,7 @@ export class AgentEndpoint {
         });
       }
     } else {
-      this.log.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
+      this.limited.warn('agent call rejected', { remoteAddress, grpcStatus: refusal.code, error: refusal.message });
     }
     if (call.refuse(refusal)) state?.pings.headersSent();
   }
@@ -529,6 +558,7 @@ export class AgentEndpoint {
     for (const session of this.sessions.keys()) session.destroy();
     for (const socket of this.sockets) socket.destroy();
     await closed;
+    this.limited.flush();
     this.log.verbose(2, 'agent endpoint closed');
   }
 }

@@ -8,10 +8,13 @@ import type { KnownPacket } from '../protocol/packet.js';
 import { ConnTable } from '../mux/conn-table.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import type { TunnelConn } from './tunnel-conn.js';
+import { DEFAULT_MAX_UNKNOWN_PACKETS, UnknownPackets } from './unknown-packets.js';
 
 export interface BackendLink extends PacketLink {
   /** Ends the agent's call (with a gRPC status). */
   end(code: number, message: string): void;
+  /** Ends the call of an agent we stop reading from: the status, then a reset. */
+  cutOff(code: number, message: string): void;
 }
 
 export interface BackendInfo {
@@ -50,8 +53,10 @@ export class Backend {
   readonly conns = new ConnTable<TunnelConn>();
   /** Dial IDs pending on this backend. */
   readonly pendingDials = new Set<bigint>();
+  /** Packets the agent sent for connections it does not hold here. */
+  readonly unknownPackets: UnknownPackets;
 
-  constructor(info: BackendInfo, link: BackendLink) {
+  constructor(info: BackendInfo, link: BackendLink, maxUnknownPackets = DEFAULT_MAX_UNKNOWN_PACKETS) {
     this.agentID = info.agentID;
     this.identifiers = info.identifiers;
     this.remoteAddress = info.remoteAddress;
@@ -60,6 +65,7 @@ export class Backend {
     this.halfClose = info.halfClose === true;
     this.link = link;
     this.roundTripMs = info.roundTripMs ?? (() => undefined);
+    this.unknownPackets = new UnknownPackets(maxUnknownPackets);
   }
 
   send(packet: KnownPacket): boolean {

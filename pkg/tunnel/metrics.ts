@@ -42,6 +42,8 @@ export class TunnelMetrics {
   private readonly dialDuration: Histogram;
   private readonly streamPackets: PacketCounter<'to_agent' | 'from_agent'>;
   private readonly closed: Counter<'reason'>;
+  private readonly unknownPackets: Counter<'packet_type'>;
+  private readonly cutOff: Counter<'reason'>;
   /** Bytes of connections that have closed; open ones are added at scrape time. */
   private closedBytes = { to_agent: 0, from_agent: 0 };
   private reportedBytes = { to_agent: 0, from_agent: 0 };
@@ -92,6 +94,18 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    this.unknownPackets = new Counter({
+      name: 'yurttunnel_server_unknown_connection_packets_total',
+      help: 'Packets agents sent for connections or dials they do not hold on their stream, by type.',
+      labelNames: ['packet_type'],
+      registers: [registry],
+    });
+    this.cutOff = new Counter({
+      name: 'yurttunnel_server_agent_streams_cut_off_total',
+      help: 'Agent streams the server ended because the agent misbehaved, by reason (unknown_connection_packets: past --max-unknown-packets-per-agent).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
     const metrics = this;
     new Counter({
       name: 'yurttunnel_server_tunnelled_bytes_total',
@@ -126,6 +140,14 @@ export class TunnelMetrics {
   dialFailed(reason: DialFailureReason): void {
     this.dialFailures.inc({ reason });
     this.konnectivityDialFailures.inc({ reason: konnectivityReason(reason) });
+  }
+
+  unknownConnectionPacket(type: PacketTypeName): void {
+    this.unknownPackets.inc({ packet_type: type });
+  }
+
+  agentCutOff(reason: 'unknown_connection_packets'): void {
+    this.cutOff.inc({ reason });
   }
 
   dialSucceeded(seconds: number): void {

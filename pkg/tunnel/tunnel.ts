@@ -2,6 +2,7 @@
 // agent streams. It knows nothing about HTTP, gRPC transport or Kubernetes.
 
 import { addAbortListener } from 'node:events';
+import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
@@ -15,7 +16,11 @@ import { BackendRegistry, type ProxyStrategy } from './backend-registry.js';
 import { TunnelMetrics } from './metrics.js';
 import { PendingDials, type PendingDial } from './pending-dials.js';
 import { TunnelConn } from './tunnel-conn.js';
+import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
 import type { Registry } from 'prom-client';
+
+/** Dials one agent may have waiting for its DIAL_RSP by default; more are refused at once. */
+export const DEFAULT_MAX_PENDING_DIALS_PER_AGENT = 500;
 
 export interface TunnelOptions {
   /** Tried in order; default `['destHost']`. */
@@ -36,6 +41,14 @@ export interface TunnelOptions {
    * before that connection is closed. Default 5 s.
    */
   stalledConnectionTimeoutMs?: number;
+  /** Dials one agent (all its streams) may have pending; more get YT_ERR_TOO_MANY_DIALS at once. Default 500. */
+  maxPendingDialsPerAgent?: number;
+  /**
+   * Packets for connections it does not hold (DATA, DIAL_RSP, CLOSE_RSP) an
+   * agent may send in UNKNOWN_PACKET_WINDOW_MS before its stream is ended;
+   * 0 turns the limit off. Default 1000.
+   */
+  maxUnknownPacketsPerAgent?: number;
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;
@@ -74,7 +87,10 @@ export class Tunnel {
   private readonly connHighWaterMark: number | undefined;
   private readonly lingerAfterEndMs: number;
   private readonly stalledConnectionTimeoutMs: number;
+  private readonly maxPendingDialsPerAgent: number;
+  private readonly maxUnknownPacketsPerAgent: number;
   private readonly log: Logger;
+  private readonly limited: LogLimiter;
   private readonly sweepTimer: NodeJS.Timeout;
   private readonly newDialID: () => bigint;
   private closed = false;
@@ -86,7 +102,10 @@ export class Tunnel {
     this.connHighWaterMark = opts.connHighWaterMark;
     this.lingerAfterEndMs = opts.lingerAfterEndMs ?? 60_000;
     this.stalledConnectionTimeoutMs = opts.stalledConnectionTimeoutMs ?? 5000;
+    this.maxPendingDialsPerAgent = opts.maxPendingDialsPerAgent ?? DEFAULT_MAX_PENDING_DIALS_PER_AGENT;
+    this.maxUnknownPacketsPerAgent = opts.maxUnknownPacketsPerAgent ?? DEFAULT_MAX_UNKNOWN_PACKETS;
     this.log = opts.logger ?? silentLogger();
+    this.limited = new LogLimiter(this.log);
     this.newDialID = opts.newDialID ?? newDialID;
     this.metrics = new TunnelMetrics(
       {
@@ -141,6 +160,14 @@ export class Tunnel {
           `(proxy strategy ${this.strategies.join(',')}); is the node's yurt-tunnel-agent running and connected?`,
       );
     }
+    const waiting = this.pendingDialsOf(backend.agentID);
+    if (waiting >= this.maxPendingDialsPerAgent) {
+      return fail(
+        'YT_ERR_TOO_MANY_DIALS',
+        `agent ${backend.agentID} already has ${waiting} dials waiting for an answer (limit ${this.maxPendingDialsPerAgent}, ` +
+          'the server flag --max-pending-dials-per-agent); retry later',
+      );
+    }
 
     let random = this.newDialID();
     while (this.pending.has(random)) random = this.newDialID();
@@ -177,7 +204,10 @@ export class Tunnel {
   private failDial(random: bigint, code: DialFailureReason, message: string, tellAgent: boolean): void {
     const dial = this.pending.take(random);
     if (dial === undefined) return;
-    if (tellAgent && !dial.backend.closed) dial.backend.send({ type: 'DIAL_CLS', random });
+    if (tellAgent && !dial.backend.closed) {
+      dial.backend.send({ type: 'DIAL_CLS', random });
+      dial.backend.unknownPackets.dialAbandoned();
+    }
     this.metrics.dialFailed(code);
     this.log.verbose(code === 'YT_ERR_DIAL_CANCELLED' ? 3 : 1, 'dial failed', {
       agentID: dial.backend.agentID,
@@ -196,7 +226,7 @@ export class Tunnel {
    * `handlePacket(backend, p)` and its end to `detachAgent(backend, reason)`.
    */
   attachAgent(info: BackendInfo, link: BackendLink): Backend {
-    const backend = new Backend(info, link);
+    const backend = new Backend(info, link, this.maxUnknownPacketsPerAgent);
     if (this.closed) {
       link.end(GrpcStatus.UNAVAILABLE, 'tunnel server is shutting down');
       backend.closed = true;
@@ -247,11 +277,8 @@ export class Tunnel {
           conn.deliver(p.data);
         } else if (!backend.conns.isTombstoned(p.connectID)) {
           // Upstream behaviour: tell the agent to close what nobody reads.
-          this.log.verbose(3, 'DATA for an unknown connection; closing it', {
-            agentID: backend.agentID,
-            connectID: p.connectID.toString(),
-          });
           backend.send({ type: 'CLOSE_REQ', connectID: p.connectID });
+          this.unknownPacket(backend, p.type, { connectID: p.connectID.toString() });
         }
         return;
       }
@@ -266,8 +293,8 @@ export class Tunnel {
             p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
           );
           backend.conns.remove(conn);
-        } else {
-          backend.conns.takeTombstone(p.connectID);
+        } else if (!backend.conns.takeTombstone(p.connectID)) {
+          this.unknownPacket(backend, p.type, { connectID: p.connectID.toString() });
         }
         return;
       }
@@ -288,19 +315,19 @@ export class Tunnel {
           backend.conns.get(p.connectID)?.grantCredit(Number(p.bytes));
           return;
         }
-        this.log.warn('ignoring WINDOW_UPDATE from an agent that did not negotiate flow control', { agentID: backend.agentID });
+        this.limited.warn('ignoring WINDOW_UPDATE from an agent that did not negotiate flow control', { agentID: backend.agentID });
         return;
       case 'CLOSE_WRITE':
         if (backend.halfClose) {
           backend.conns.get(p.connectID)?.remoteEndWrite();
           return;
         }
-        this.log.warn('ignoring CLOSE_WRITE from an agent that did not negotiate half-close', { agentID: backend.agentID });
+        this.limited.warn('ignoring CLOSE_WRITE from an agent that did not negotiate half-close', { agentID: backend.agentID });
         return;
       case 'DIAL_REQ':
       case 'CLOSE_REQ':
       case 'UNKNOWN':
-        this.log.warn('ignoring a packet agents do not send', { agentID: backend.agentID, ...describePacket(p) });
+        this.limited.warn('ignoring a packet agents do not send', { agentID: backend.agentID, ...describePacket(p) });
         return;
     }
   }
@@ -310,11 +337,9 @@ export class Tunnel {
     if (dial === undefined || dial.backend !== backend) {
       // Late (timed out, cancelled) or foreign: do not leave the agent holding a connection.
       if (connectID !== 0n) backend.send({ type: 'CLOSE_REQ', connectID });
-      this.log.verbose(2, 'DIAL_RSP for a dial that is not pending here', {
-        agentID: backend.agentID,
-        dialID: random.toString(),
-        connectID: connectID.toString(),
-      });
+      if (!backend.unknownPackets.takeLateAnswer()) {
+        this.unknownPacket(backend, 'DIAL_RSP', { dialID: random.toString(), connectID: connectID.toString() });
+      }
       return;
     }
     this.pending.take(random);
@@ -380,6 +405,32 @@ export class Tunnel {
     dial.resolve(conn);
   }
 
+  /**
+   * A packet for a connection (or dial) the agent does not hold here: logged
+   * (a few lines per interval) and counted; past the limit the agent's stream
+   * is ended, telling it why, and its other connections close with it.
+   */
+  private unknownPacket(backend: Backend, type: 'DATA' | 'DIAL_RSP' | 'CLOSE_RSP', ids: Record<string, string>): void {
+    this.metrics.unknownConnectionPacket(type);
+    this.limited.verbose(2, 'packet for a connection the agent does not hold', { agentID: backend.agentID, packetType: type, ...ids });
+    const count = backend.unknownPackets.add();
+    if (count === 0) return;
+    const limit = backend.unknownPackets.limit;
+    const message =
+      `agent ${backend.agentID} sent ${count} packets for connections it does not hold within ${UNKNOWN_PACKET_WINDOW_MS} ms ` +
+      `(limit ${limit}, the server flag --max-unknown-packets-per-agent); the server closed its stream`;
+    this.metrics.agentCutOff('unknown_connection_packets');
+    this.log.warn('agent cut off: too many packets for connections it does not hold', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+      packets: count,
+      windowMs: UNKNOWN_PACKET_WINDOW_MS,
+      limit,
+    });
+    this.detachAgent(backend, message);
+    backend.link.cutOff(GrpcStatus.RESOURCE_EXHAUSTED, message);
+  }
+
   private failDialFromAgent(backend: Backend, random: bigint): void {
     const dial = this.pending.get(random);
     if (dial === undefined || dial.backend !== backend) return;
@@ -390,6 +441,13 @@ export class Tunnel {
 
   get pendingDialCount(): number {
     return this.pending.size;
+  }
+
+  /** Dials pending on every stream of `agentID`. */
+  private pendingDialsOf(agentID: string): number {
+    let n = 0;
+    for (const b of this.registry.streamsOf(agentID)) n += b.pendingDials.size;
+    return n;
   }
 
   establishedCount(): number {
@@ -411,6 +469,7 @@ export class Tunnel {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.sweepTimer);
+    this.limited.flush();
     for (const d of this.pending.takeAll()) {
       this.metrics.dialFailed('YT_ERR_TUNNEL_CLOSED');
       d.reject(new DialError('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; the dial to ${d.address} was abandoned`));

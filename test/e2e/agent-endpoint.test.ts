@@ -504,7 +504,8 @@ test('an error thrown by a call or packet handler fails only that call (INTERNAL
 
 test('an agent that does not read while provoking control packets is cut off, not buffered without end', async (t) => {
   const h = harness(t);
-  const server = await startServer(h, { endpoint: { controlBufferLimit: 64 * 1024 } });
+  // The limit on packets for unknown connections would cut it off first; this is about the control buffer.
+  const server = await startServer(h, { endpoint: { controlBufferLimit: 64 * 1024 }, tunnel: { maxUnknownPacketsPerAgent: 0 } });
   const agent = await rawAgent(h, server.agentAddress, 'deaf');
   await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
   agent.call.pause(); // reads nothing from now on: no window for the server
@@ -526,4 +527,74 @@ test('an agent that does not read while provoking control packets is cut off, no
   assert.equal(server.endpoint.refusedControlPackets, 1);
   assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/);
   await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
+});
+
+test('an agent sending packets for connections it does not hold is cut off past the limit and told why; another agent\'s traffic goes on', async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h, { tunnel: { maxUnknownPacketsPerAgent: 300 } });
+  startAgent(h, server.agentAddress, { nodeName: 'edge-2', identifiers: 'ipv4=127.0.0.2&host=edge-2' });
+  const bad = await rawAgent(h, server.agentAddress, 'bad');
+  await waitFor('both agents', () => server.tunnel.registry.agentCount === 2);
+  const viaGood = { headers: { 'X-Tunnel-Proxy-Host': 'edge-2' } };
+  const open = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`, viaGood);
+  assert.equal(open.status, 200);
+  open.socket.write('before');
+  assert.equal((await readExactly(open.socket, 6, open.rest)).toString(), 'before');
+
+  const registry = server.tunnel.metrics.registry;
+  const unknownPackets = async (): Promise<number> =>
+    (await registry.getSingleMetric('yurttunnel_server_unknown_connection_packets_total')!.get()).values.reduce((n, v) => n + v.value, 0);
+  // 100 of each kind: the limit, not past it.
+  for (let i = 1; i <= 100; i++) {
+    const id = BigInt(1_000_000 + i);
+    bad.send({ type: 'DATA', connectID: id, error: '', data: Buffer.from('x') });
+    bad.send({ type: 'DIAL_RSP', random: id, connectID: id, error: '' });
+    bad.send({ type: 'CLOSE_RSP', connectID: id, error: '' });
+  }
+  for (let tries = 0; (await unknownPackets()) < 300; tries++) {
+    assert.ok(tries < 500, 'the server counts the 300 packets');
+    await sleep(10);
+  }
+  assert.equal(server.tunnel.registry.agentCount, 2, 'at the limit the agent stays');
+  bad.send({ type: 'DATA', connectID: 1n, error: '', data: Buffer.from('x') });
+  const trailers = await Promise.race([bad.trailers, sleep(10_000, undefined, { ref: false }).then(() => assert.fail('the agent was not cut off within 10 s'))]);
+  assert.equal(trailers['grpc-status'], '8', 'RESOURCE_EXHAUSTED');
+  assert.equal(
+    decodeURIComponent(String(trailers['grpc-message'])),
+    'agent bad sent 301 packets for connections it does not hold within 10000 ms (limit 300, the server flag ' +
+      '--max-unknown-packets-per-agent); the server closed its stream',
+  );
+  await waitFor('the bad agent gone', () => server.tunnel.registry.agentCount === 1);
+  const cutOff = await registry.getSingleMetric('yurttunnel_server_agent_streams_cut_off_total')!.get();
+  assert.deepEqual(cutOff.values.map((v) => [v.labels.reason, v.value]), [['unknown_connection_packets', 1]]);
+  assert.equal(server.log.find('agent cut off').length, 1);
+  assert.ok(server.log.find('packet for a connection the agent does not hold').length <= 5, 'a few lines, not one per packet');
+
+  // The other agent's open connection and new dials go on.
+  open.socket.write('after');
+  assert.equal((await readExactly(open.socket, 5)).toString(), 'after');
+  const again = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`, viaGood);
+  assert.equal(again.status, 200);
+  again.socket.destroy();
+  open.socket.destroy();
+});
+
+test('an agent that floods packets for unknown connections and reads nothing is cut off all the same, and no longer read', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { tunnel: { maxUnknownPacketsPerAgent: 1000 } });
+  const bad = await rawAgent(h, server.agentAddress, 'deaf');
+  await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
+  bad.call.pause();
+  bad.call.removeAllListeners('data');
+  const frames: Buffer[] = [];
+  for (let i = 1; i <= 2000; i++) {
+    const body = encodePacket({ type: 'DATA', connectID: BigInt(i), error: '', data: Buffer.alloc(0) });
+    frames.push(grpcFrameHeader(body.length), body);
+  }
+  bad.call.write(Buffer.concat(frames));
+  await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
+  assert.equal(server.log.find('agent cut off').length, 1);
+  // The server stops reading it: after the status, the stream is reset.
+  await waitFor('the stream reset', () => bad.call.rstCode !== undefined, 15_000);
 });

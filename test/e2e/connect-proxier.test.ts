@@ -13,6 +13,7 @@ import {
   readAll,
   readExactly,
   startEchoServer,
+  startAgent,
   startHangingListener,
   startTCPServer,
   startTunnel,
@@ -212,4 +213,40 @@ test('the agent runs at most --max-concurrent-dials dials; one beyond is refused
   await server.proxier.close();
   await waitFor('the slot freed', () => dialLimit.inFlight === 0 && agent.clients.pendingDialCount === 0, 15_000);
   await pending.catch(() => undefined);
+});
+
+test('one agent has at most --max-pending-dials-per-agent dials pending; one more gets 503 at once with the reason, counted; other dials go on', async (t) => {
+  const h = harness(t);
+  const hanging = await startHangingListener(h);
+  const echo = await startEchoServer(h);
+  const { server } = await startTunnel(h, {
+    server: { tunnel: { dialTimeoutMs: 20_000, maxPendingDialsPerAgent: 2 } },
+    agent: { dialTimeoutMs: 20_000 },
+  });
+  startAgent(h, server.agentAddress, { nodeName: 'edge-2', identifiers: 'ipv4=127.0.0.2&host=edge-2' });
+  await waitFor('edge-2', () => server.tunnel.registry.agentCount === 2);
+  const held = [connectVia(server.udsPath, `127.0.0.1:${hanging}`), connectVia(server.udsPath, `127.0.0.1:${hanging}`)];
+  await waitFor('two dials pending on edge-1', () => server.tunnel.pendingDialCount === 2);
+
+  const refused = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  const reason = 'agent edge-1 already has 2 dials waiting for an answer (limit 2, the server flag --max-pending-dials-per-agent); retry later';
+  assert.equal(refused.status, 503);
+  assert.equal(refused.head.split('\r\n')[0], `HTTP/1.1 503 Service Unavailable: ${reason}`);
+  assert.equal(refused.rest.toString(), `${reason}\n`);
+  assert.equal(await server.tunnel.metrics.failures('YT_ERR_TOO_MANY_DIALS'), 1);
+  assert.equal(server.tunnel.pendingDialCount, 2, 'the dials already pending are not touched');
+
+  // Another agent's dials are not held back.
+  const other = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`, { headers: { 'X-Tunnel-Proxy-Host': 'edge-2' } });
+  assert.equal(other.status, 200);
+  other.socket.write('ok');
+  assert.equal((await readExactly(other.socket, 2, other.rest)).toString(), 'ok');
+  other.socket.destroy();
+
+  // Once edge-1's dials end, it takes new ones again.
+  await server.proxier.close();
+  await Promise.all(held.map((p) => p.catch(() => undefined)));
+  await waitFor('the held dials gone', () => server.tunnel.pendingDialCount === 0);
+  const again = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
+  again.destroy();
 });

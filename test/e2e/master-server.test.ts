@@ -4,7 +4,9 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { readdirSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { Agent } from 'node:https';
 import { Registry } from 'prom-client';
 import { test } from 'node:test';
@@ -158,4 +160,64 @@ test('requests in flight are counted by verb and a bounded path class, never the
   await waitFor('the request to leave the in-flight gauge', async () => (await inFlight()).length === 0, 2000);
   const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
   assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
+});
+
+/** Open descriptors of this process (callers and server are both in it). */
+function descriptorCount(): number {
+  return readdirSync('/proc/self/fd').length;
+}
+
+test('200 silent TCP callers on the secure port are closed at the TLS handshake timeout; the descriptors come back', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const { master, securePort } = await startMaster(h, server, { tlsHandshakeTimeoutMs: 500 });
+  const baseline = descriptorCount();
+  const started = performance.now();
+  const callers = await Promise.all(
+    Array.from({ length: 200 }, async () => {
+      const s = connect(securePort, '127.0.0.1');
+      s.on('error', () => {});
+      h.defer(() => s.destroy());
+      await once(s, 'connect');
+      return s;
+    }),
+  );
+  // The server closes each one; a caller sees it as its socket closing (the issue: they stayed in CLOSE-WAIT).
+  let closed = 0;
+  for (const s of callers) {
+    s.once('close', () => closed++);
+    s.resume();
+  }
+  await waitFor('the server to close every silent caller', () => closed === 200, 15_000);
+  assert.ok(performance.now() - started >= 500, 'not before the handshake timeout');
+  assert.equal(master.refused.secure.tls_handshake_timeout, 200);
+  await waitFor('the descriptor count back at its baseline', () => descriptorCount() <= baseline, 5000);
+  assert.ok(server.log.find('did not finish its TLS handshake in time').length <= 5, 'a few lines, not one per caller');
+});
+
+test('2,000 refused callers on the secure port write a few log lines and a summary; the counter counts every one', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const { master, securePort } = await startMaster(h, server);
+  // Plain HTTP to the TLS port: each is refused in its handshake, at once.
+  for (let i = 0; i < 2000; i += 100) {
+    await Promise.all(
+      Array.from({ length: 100 }, async () => {
+        const s = connect(securePort, '127.0.0.1');
+        s.on('error', () => {});
+        await once(s, 'connect');
+        s.end('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+        s.resume();
+        await once(s, 'close');
+      }),
+    );
+  }
+  await waitFor('every refusal counted', () => master.refused.secure.tls_error === 2000);
+  await master.close(); // writes the pending summary
+  const lines = server.log.find('caller refused on the secure master port');
+  assert.ok(lines.length <= 20, `${lines.length} lines for 2,000 refusals`);
+  const summaries = lines.filter((r) => typeof r.fields.leftOut === 'number');
+  assert.ok(summaries.length >= 1, 'a summary says how many were left out');
+  const leftOut = summaries.reduce((n, r) => n + (r.fields.leftOut as number), 0);
+  assert.equal(lines.length - summaries.length + leftOut, 2000, 'every refusal is either written or counted in a summary');
 });

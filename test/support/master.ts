@@ -42,7 +42,14 @@ export interface TestMaster {
 export async function startMaster(
   h: Harness,
   server: TestServer,
-  opts: { localhostPorts?: number[]; kubeletCA?: string; resolver?: NodeResolver; metricsRegistry?: Registry } = {},
+  opts: {
+    localhostPorts?: number[];
+    kubeletCA?: string;
+    resolver?: NodeResolver;
+    metricsRegistry?: Registry;
+    tlsHandshakeTimeoutMs?: number;
+    requestHeadTimeoutMs?: number;
+  } = {},
 ): Promise<TestMaster> {
   const pki = testPKI();
   const connector = new KubeletConnector({
@@ -57,6 +64,8 @@ export async function startMaster(
     insecure: { host: '127.0.0.1', port: 0 },
     middleware: [traceRequest(resolver, server.log), localhostProxy(() => ports, resolver)],
     interceptor: new RequestInterceptor(connector, server.log),
+    tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
+    requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
     logger: server.log,
     metricsRegistry: opts.metricsRegistry,
   });

@@ -17,6 +17,7 @@ const SILENT_LINK: BackendLink = {
   pauseReceive: () => assert.fail('the registry paused a link'),
   resumeReceive: () => assert.fail('the registry resumed a link'),
   end: () => assert.fail('the registry ended a call'),
+  cutOff: () => assert.fail('the registry cut a call off'),
 };
 
 /** A backend for `agentID` advertising `identifiers` (URL-query syntax). */

@@ -86,6 +86,11 @@ function assertRefused(r: RunResult, line: string): void {
 
 const SERVER_FLAGS = [
   '--bind-address',
+  '--tls-handshake-timeout',
+  '--request-head-timeout',
+  '--connect-head-timeout',
+  '--max-pending-dials-per-agent',
+  '--max-unknown-packets-per-agent',
   '--tunnel-agent-connect-port',
   '--interceptor-proxier-uds',
   '--proxy-strategy',
@@ -187,7 +192,7 @@ test('server --tunnel-agent-connect-port 70000: exit 1, one line naming the flag
   assertRefused(r, `error: option '--tunnel-agent-connect-port <port>' argument '70000' is invalid. not a port number 0-65535 (got "70000")`);
 });
 
-test('server --cert-ips with a name, --server-count 0, --v high, --bind-address everywhere: each one line naming its flag', LIMIT, async (t) => {
+test('server --cert-ips with a name, --server-count 0, --v high, --bind-address everywhere, zero timeouts and limits: each one line naming its flag', LIMIT, async (t) => {
   const h = harness(t);
   const safe = await safeServerFlags(h);
   const cases: Array<[string[], string]> = [
@@ -195,6 +200,11 @@ test('server --cert-ips with a name, --server-count 0, --v high, --bind-address 
     [['--server-count', '0'], '--server-count'],
     [['--v', 'high'], '--v'],
     [['--bind-address', 'everywhere'], '--bind-address'],
+    [['--tls-handshake-timeout', '0'], '--tls-handshake-timeout'],
+    [['--request-head-timeout', '0s'], '--request-head-timeout'],
+    [['--connect-head-timeout', 'soon'], '--connect-head-timeout'],
+    [['--max-pending-dials-per-agent', '0'], '--max-pending-dials-per-agent'],
+    [['--max-unknown-packets-per-agent', '-1'], '--max-unknown-packets-per-agent'],
   ];
   for (const [args, flag] of cases) {
     const r = await run(h, SERVER, [...safe, '--tunnel-agent-connect-port', '0', ...args]);

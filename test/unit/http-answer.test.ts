@@ -13,6 +13,7 @@ const LIMIT = { timeout: 10_000 };
 const EXPECTED_STATUS: Record<DialFailureReason, number> = {
   YT_ERR_NO_AGENT: 503,
   YT_ERR_TUNNEL_CLOSED: 503,
+  YT_ERR_TOO_MANY_DIALS: 503,
   YT_ERR_DIAL_FAILED: 502,
   YT_ERR_DIAL_DENIED: 502,
   YT_ERR_AGENT_GONE: 502,

@@ -54,6 +54,10 @@ class RecordingLink implements BackendLink {
     assert.fail('a connection ended the whole agent call');
   }
 
+  cutOff(): void {
+    assert.fail('a connection cut the whole agent call off');
+  }
+
   get pendingCallbacks(): number {
     return this.pending.length;
   }

@@ -107,6 +107,7 @@ class RecordingLink implements BackendLink {
   pauseReceive(): void {}
   resumeReceive(): void {}
   end(): void {}
+  cutOff(): void {}
 }
 
 test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_REQ with the error, and a failed connection resets it', LIMIT, async (t) => {
