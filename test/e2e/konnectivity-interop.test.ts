@@ -291,6 +291,19 @@ test('a target reset: through our agent the egress caller is told (CLOSE_RSP err
   assert.deepEqual(go, { code: GrpcStatus.OK, details: '', closeError: '' });
 });
 
+/** Waits until the Go server's /readyz says it holds an agent (it answers 500 "No connection to any proxy agent" until then). */
+async function goServerReady(healthPort: number): Promise<void> {
+  await waitFor('the Go server to register our agent', async () => {
+    const status = await new Promise<number>((resolve) => {
+      get(`http://127.0.0.1:${healthPort}/readyz`, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      }).on('error', () => resolve(0));
+    });
+    return status === 200;
+  }, 10_000);
+}
+
 test('our agent → Go server: echo, download, a refused dial, and back after the Go server restarts', SKIP, async (t) => {
   if (typeof bins === 'string') return;
   const h = harness(t);
@@ -314,6 +327,8 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
     '--sync-interval', '200ms', '--sync-interval-cap', '1s', '--v', '2',
   ]);
   await agent.waitForLine(/connected to tunnel server/);
+  // Our agent has its response headers before the Go server has registered it as a backend.
+  await goServerReady(ports.healthPort);
 
   const echo = await startEchoServer(h);
   const e = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
@@ -362,6 +377,7 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   await agent.waitForLine(/lost connection to tunnel server/);
   goServer = await startGoServer();
   await waitFor('our agent back', () => agent.lines.filter((l) => /connected to tunnel server/.test(l)).length === 2, 15_000);
+  await goServerReady(ports.healthPort);
   const again = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
   again.socket.write('after restart');
   assert.equal((await readExactly(again.socket, 13, again.rest)).toString(), 'after restart');
