@@ -1,0 +1,3 @@
+export async function runScale(_argv: string[]): Promise<void> {
+  throw new Error('not yet');
+}
