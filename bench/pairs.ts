@@ -35,6 +35,8 @@ export interface PairContext {
   /** Node.js options for our server and agent (e.g. --cpu-prof), to profile them under the bench's load. */
   nodeArgs: string[];
   verbose: boolean;
+  /** Sees what our server and agent print (bench/profile.ts reads its probe's lines from it). */
+  onOutput?: (who: 'server' | 'agent', text: string) => void;
 }
 
 /** The CA and one agent certificate per pair, made once so that no pair pays for key generation. */
@@ -104,7 +106,10 @@ async function startOurs(ctx: PairContext): Promise<Pair> {
     agentDir: join(ctx.dir, 'bench'),
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,
-    ...(ctx.verbose ? { onOutput: (who: string, text: string) => void process.stderr.write(`[${who}] ${text}`) } : {}),
+    onOutput: (who, text) => {
+      if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
+      ctx.onOutput?.(who, text);
+    },
   });
   return {
     name: 'yurt-tunnel',
@@ -123,6 +128,7 @@ async function startGoAgentOnOurs(ctx: PairContext): Promise<Pair> {
     serverNodeArgs: ctx.nodeArgs,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
+      ctx.onOutput?.(who, text);
       onServerText?.(text);
     },
   });
