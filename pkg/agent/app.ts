@@ -4,10 +4,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
-import type { KubeConfigSource } from '../kube/client.js';
+import type { KubeConfigSource } from '../kube/config-source.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
-import { startClusterCertificate } from './cluster-certificate.js';
 import { AgentMetrics } from './metrics.js';
 import type { AgentTLS } from './server-connection.js';
 import { isIP } from 'node:net';
@@ -102,6 +101,8 @@ async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; ma
     ]);
     return { tls: { ca, cert, key } };
   }
+  // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
+  const { startClusterCertificate } = await import('./cluster-certificate.js');
   const { ca, manager } = await startClusterCertificate({
     source: opts.kubeSource!,
     certDir,

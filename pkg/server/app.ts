@@ -17,9 +17,9 @@ import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { NodeResolverChain } from '../interceptor/node-resolver.js';
-import { serverKubeConfigSource } from '../kube/client.js';
+import { serverKubeConfigSource } from '../kube/config-source.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
-import { ClusterServices } from './cluster.js';
+import type { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
@@ -240,6 +240,8 @@ export class TunnelServer {
     if (source === undefined) {
       certs = await localCertificates(opts);
     } else {
+      // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
+      const { ClusterServices } = await import('./cluster.js');
       cluster = await ClusterServices.start({
         source,
         certDir: opts.certDir,
