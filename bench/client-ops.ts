@@ -231,3 +231,47 @@ export async function slowReader(path: BenchPath, bytes: number, bytesPerSecond:
   await conn.close();
   return seconds;
 }
+
+export interface PacedResult {
+  /** CONNECT → 200 of each dial that succeeded, in ms. */
+  dialMs: number[];
+  failures: number;
+  /** The first failure's message, if any. */
+  firstError?: string;
+  seconds: number;
+}
+
+/**
+ * New connections at a steady `perSecond` for `seconds`, started on schedule
+ * whether or not earlier ones have finished (open loop, as callers arrive).
+ * Each: CONNECT → 200 (timed: the dial), one byte echoed, the target closes.
+ */
+export async function paced(path: BenchPath, perSecond: number, seconds: number): Promise<PacedResult> {
+  const total = Math.round(perSecond * seconds);
+  const dialMs: number[] = [];
+  let failures = 0;
+  let firstError: string | undefined;
+  const inFlight = new Set<Promise<void>>();
+  const started = performance.now();
+  for (let i = 0; i < total; i++) {
+    const due = started + (i * 1000) / perSecond;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    const t0 = performance.now();
+    const one = (async () => {
+      try {
+        const conn = await LeanConn.open(path);
+        dialMs.push(performance.now() - t0);
+        conn.write('E!');
+        await deadline('a paced connection', conn.closed, 30_000);
+      } catch (err: unknown) {
+        failures++;
+        firstError ??= err instanceof Error ? err.message : String(err);
+      }
+    })();
+    inFlight.add(one);
+    void one.then(() => inFlight.delete(one));
+  }
+  await deadline('paced connections', Promise.all(inFlight));
+  return { dialMs, failures, ...(firstError !== undefined ? { firstError } : {}), seconds: (performance.now() - started) / 1000 };
+}

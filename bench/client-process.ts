@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { REPO_ROOT } from '../hack/local-tunnel.js';
 import type { ClientCommand } from './client.js';
-import type { BulkResult, ParallelResult, RateResult } from './client-ops.js';
+import type { BulkResult, PacedResult, ParallelResult, RateResult } from './client-ops.js';
 
 interface ResultOf {
   bulk: BulkResult;
@@ -18,6 +18,7 @@ interface ResultOf {
   hold: number;
   release: number;
   slow: number;
+  paced: PacedResult;
 }
 
 export class ClientProcess {

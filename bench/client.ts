@@ -5,7 +5,7 @@
 // counters right before a command and right after its answer.
 
 import { createInterface } from 'node:readline';
-import { bulk, connectionRate, hold, newConnections, parallel, release, rtt, slowReader } from './client-ops.js';
+import { bulk, connectionRate, hold, newConnections, paced, parallel, release, rtt, slowReader } from './client-ops.js';
 import type { BenchPath } from './lean-conn.js';
 
 export type ClientCommand =
@@ -16,7 +16,8 @@ export type ClientCommand =
   | { op: 'parallel'; path: BenchPath; flows: number; bytes: number }
   | { op: 'hold'; path: BenchPath; count: number }
   | { op: 'release' }
-  | { op: 'slow'; path: BenchPath; bytes: number; bytesPerSecond: number };
+  | { op: 'slow'; path: BenchPath; bytes: number; bytesPerSecond: number }
+  | { op: 'paced'; path: BenchPath; perSecond: number; seconds: number };
 
 function run(cmd: ClientCommand): Promise<unknown> {
   switch (cmd.op) {
@@ -36,6 +37,8 @@ function run(cmd: ClientCommand): Promise<unknown> {
       return release();
     case 'slow':
       return slowReader(cmd.path, cmd.bytes, cmd.bytesPerSecond);
+    case 'paced':
+      return paced(cmd.path, cmd.perSecond, cmd.seconds);
   }
 }
 

@@ -16,6 +16,7 @@
 //   rtt   20,000 1-byte round trips
 //   conn  2,000 new connections one after another (CONNECT → 200 → echo, target closes)
 //   rate  4,000 new connections, 8 at once
+//   paced 200 new connections a second for 10 s, started on schedule (open loop)
 
 import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -31,7 +32,7 @@ import { preparePairs, startPair, type Pair, type PairName } from './pairs.js';
 import { percentile } from './stats.js';
 
 const MiB = 1024 * 1024;
-const PHASES = ['cold', 'bulk', 'rtt', 'conn', 'rate'] as const;
+const PHASES = ['cold', 'bulk', 'rtt', 'conn', 'rate', 'paced'] as const;
 type Phase = (typeof PHASES)[number];
 
 interface ProbeReport {
@@ -82,6 +83,10 @@ async function runPhase(client: ClientProcess, path: BenchPath, phase: Phase): P
     case 'conn': {
       const c = await client.call({ op: 'connections', path, rounds: 2000 });
       return `new connection p50 ${percentile(c, 50).toFixed(3)} ms, p99 ${percentile(c, 99).toFixed(3)} ms`;
+    }
+    case 'paced': {
+      const r = await client.call({ op: 'paced', path, perSecond: 200, seconds: 10 });
+      return `dial p50 ${percentile(r.dialMs, 50).toFixed(2)} ms, p99 ${percentile(r.dialMs, 99).toFixed(2)} ms, max ${Math.max(...r.dialMs).toFixed(1)} ms, ${r.failures} failed`;
     }
     case 'rate': {
       const r = await client.call({ op: 'rate', path, count: 4000, concurrency: 8, closeBy: 'target' });

@@ -36,12 +36,19 @@ export function startProcess(
   });
   children.push(child);
   let out = '';
+  let isReady = false;
   return new Promise((resolve, reject) => {
     const onText = (b: Buffer): void => {
-      out += b.toString();
-      onOutput?.(b.toString());
+      const text = b.toString();
+      onOutput?.(text);
+      // Once ready, what follows is only passed on (a long-running process may print a lot).
+      if (isReady) return;
+      out += text;
       const m = ready.exec(out);
-      if (m) resolve({ child, match: m });
+      if (m) {
+        isReady = true;
+        resolve({ child, match: m });
+      }
     };
     child.stdout!.on('data', onText);
     child.stderr!.on('data', onText);
