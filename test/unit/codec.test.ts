@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import protobuf from 'protobufjs';
 import { decodePacket, encodeDataHeader, encodePacket } from '../../pkg/protocol/codec.js';
+import { newDialID } from '../../pkg/protocol/ids.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
@@ -250,5 +251,16 @@ test('a truncated canonical DATA packet is refused, not read short', () => {
   const bytes = encodePacket({ type: 'DATA', connectID: 3n, error: '', data: Buffer.from('hello') });
   for (let cut = 3; cut < bytes.length; cut++) {
     assert.throws(() => decodePacket(bytes.subarray(0, cut)), { code: 'YT_ERR_PROTOCOL_TRUNCATED' }, `cut at ${cut}`);
+  }
+});
+
+test('dial IDs drawn from the random pool are in [1, 2^63-1] and do not repeat', () => {
+  const seen = new Set<bigint>();
+  // Several refills of the 4 KiB pool.
+  for (let i = 0; i < 3000; i++) {
+    const id = newDialID();
+    assert.ok(id >= 1n && id <= MAX, `dial ID ${id} out of range`);
+    assert.ok(!seen.has(id), `dial ID ${id} repeated after ${i} draws`);
+    seen.add(id);
   }
 });
