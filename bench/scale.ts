@@ -52,6 +52,8 @@ interface ScaleRow {
   agentKind: 'links' | 'Go agents';
   processes: number;
   connections: number;
+  /** RSS with the agents connected and no connection open. */
+  rssAgentsMB: number;
   rssIdleMB: number;
   cpuIdlePct: number;
   dialP50: number;
@@ -237,6 +239,7 @@ async function startGoAgents(ctx: PairContext, g: number, agentPort: number): Pr
 
 async function measure(client: ClientProcess, server: RunningServer, o: ScaleOptions, n: number): Promise<Omit<ScaleRow, 'server' | 'agents' | 'agentKind' | 'processes'>> {
   await sleep(2000);
+  const rssAgents = rssBytes(server.pid);
   const connections = await client.call({ op: 'hold', path: server.path, count: n * o.connsPerAgent });
   await sleep(1000);
   const c0 = cpuSeconds(server.pid);
@@ -256,6 +259,7 @@ async function measure(client: ClientProcess, server: RunningServer, o: ScaleOpt
   await client.call({ op: 'release' });
   return {
     connections,
+    rssAgentsMB: rssAgents / MiB,
     rssIdleMB: rssIdle / MiB,
     cpuIdlePct: cpuIdle * 100,
     dialP50: percentile(r.dialMs, 50),
@@ -268,11 +272,12 @@ async function measure(client: ClientProcess, server: RunningServer, o: ScaleOpt
 }
 
 function printRows(rows: ScaleRow[]): void {
-  const header = ['server', 'agents', 'processes', 'idle conns', 'RSS idle MB', 'CPU idle %', `dial p50 ms`, 'dial p99 ms', 'dials/s', 'failed', 'CPU load %', 'RSS load MB'];
+  const header = ['server', 'agents', 'processes', 'RSS agents only MB', 'idle conns', 'RSS idle MB', 'CPU idle %', `dial p50 ms`, 'dial p99 ms', 'dials/s', 'failed', 'CPU load %', 'RSS load MB'];
   const body = rows.map((r) => [
     r.server,
     `${r.agents} ${r.agentKind}`,
     String(r.processes),
+    r.rssAgentsMB.toFixed(0),
     String(r.connections),
     r.rssIdleMB.toFixed(0),
     r.cpuIdlePct.toFixed(1),
@@ -300,7 +305,18 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
     points: linkRows.filter((r) => r.server === server).map((r) => [r.agents, r[key] as number]),
   });
   const charts: Chart[] = [
-    { title: 'server RSS, idle', xLabel: `agents (${o.connsPerAgent} idle connections each)`, yLabel: 'MB', xLog: true, series: [series('rssIdleMB', 'yurt-tunnel', '#1f77b4'), series('rssIdleMB', 'Konnectivity', '#d62728')] },
+    {
+      title: 'server RSS, idle',
+      xLabel: 'agents',
+      yLabel: 'MB',
+      xLog: true,
+      series: [
+        series('rssAgentsMB', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel, agents only'),
+        series('rssIdleMB', 'yurt-tunnel', '#1f77b4', false, `yurt-tunnel, + ${o.connsPerAgent} conns/agent`),
+        series('rssAgentsMB', 'Konnectivity', '#d62728', true, 'Konnectivity, agents only'),
+        series('rssIdleMB', 'Konnectivity', '#d62728', false, `Konnectivity, + ${o.connsPerAgent} conns/agent`),
+      ],
+    },
     { title: 'server CPU', xLabel: 'agents', yLabel: '% of one core', xLog: true, series: [series('cpuIdlePct', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel idle'), series('cpuIdlePct', 'Konnectivity', '#d62728', true, 'Konnectivity idle'), series('cpuLoadPct', 'yurt-tunnel', '#1f77b4', false, `yurt-tunnel, ${o.rate} dials/s`), series('cpuLoadPct', 'Konnectivity', '#d62728', false, `Konnectivity, ${o.rate} dials/s`)] },
     { title: `dial latency at ${o.rate} new connections/s`, xLabel: 'agents', yLabel: 'ms', xLog: true, series: [series('dialP50', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel p50'), series('dialP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'), series('dialP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'), series('dialP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99')] },
   ];
