@@ -1,302 +1,457 @@
-// npm run bench: the tunnel against a direct loopback connection, in one run.
-//
-// Roles run in separate processes, as in production: yurt-tunnel-server and
-// yurt-tunnel-agent (the real CLIs), a target (bench/target.ts), and this
-// process as the client for both paths, so each ratio compares like with like.
+// npm run bench: our server and agent beside Konnectivity's Go pair (and the
+// Go agent behind our server), measured the same way, one pair at a time.
 //
 //   direct:  client ──TCP──► target
-//   tunnel:  client ──CONNECT over UDS──► server ──gRPC/mTLS──► agent ──TCP──► target
+//   a pair:  client ──CONNECT over UDS──► server ──gRPC/mTLS──► agent ──TCP──► target
 //
-// Absolute numbers depend on the machine; the ratios are what to compare.
+// Every role is a process of its own: the target (bench/target.ts), the client
+// (bench/client.ts), and the server and agent of the pair under test; this
+// driver only starts, stops and reads /proc. Each round runs every pair once,
+// the order rotating from round to round (ABC, BCA, CAB, …); a pair is started
+// for its run and stopped before the next one starts. Each run: the cold
+// figures first (the first connection and the first 2,000 round trips after
+// the processes start), then the same warm-up for every pair, then the warm
+// figures. Then one memory run per pair. Each figure is printed as the median
+// of the rounds with their range. bench/README.md says how to read every row.
+//
+// npm run bench -- --scale runs bench/scale.ts instead.
 
-import type { ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { connect, type Socket } from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
-import { issueCertificate } from '../pkg/certs/pki.js';
-import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
-import { findKonnectivity } from '../hack/konnectivity.js';
-import { startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
-
-const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
-const PARALLEL_BYTES = 64 * 1024 * 1024;
-const RTT_ROUNDS = 3000;
-const CONN_ROUNDS = 300;
-const RUNS = 3;
-const GET_REQUESTS = 3000;
-const GET_CONCURRENCY = 8;
-
-const VERBOSE = process.env.BENCH_VERBOSE === '1';
-
-type Dial = () => Promise<Socket>;
-
-function readExactly(socket: Socket, n: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let have = 0;
-    const onData = (c: Buffer): void => {
-      have += c.length;
-      if (have >= n) {
-        socket.off('data', onData);
-        socket.off('close', onClose);
-        resolve();
-      }
-    };
-    const onClose = (): void => reject(new Error(`${socket.remoteAddress === undefined ? "tunnel" : "direct"}: closed after ${have} of ${n} bytes`));
-    socket.on('data', onData);
-    socket.once('close', onClose);
-    socket.resume();
-  });
-}
-
-/** Seconds to receive `bytes` from the target. */
-async function bulkOnce(dial: Dial, bytes: number): Promise<number> {
-  const socket = await dial();
-  const head = Buffer.alloc(9);
-  head.write('B');
-  head.writeBigUInt64BE(BigInt(bytes), 1);
-  const started = performance.now();
-  socket.write(head);
-  await readExactly(socket, bytes);
-  const seconds = (performance.now() - started) / 1000;
-  socket.destroy();
-  return seconds;
-}
-
-async function rtt(dial: Dial, rounds: number): Promise<number[]> {
-  const socket = await dial();
-  socket.setNoDelay(true);
-  socket.write('P');
-  const one = Buffer.from([1]);
-  const samples: number[] = [];
-  for (let i = 0; i < rounds + 200; i++) {
-    const t0 = performance.now();
-    const got = once(socket, 'data');
-    socket.write(one);
-    await got;
-    if (i >= 200) samples.push((performance.now() - t0) * 1000);
-  }
-  socket.destroy();
-  return samples;
-}
-
-/** Milliseconds per new connection: open, one byte there and back, close. */
-async function newConnections(dial: Dial, rounds: number): Promise<number[]> {
-  const samples: number[] = [];
-  for (let i = 0; i < rounds; i++) {
-    const t0 = performance.now();
-    const socket = await dial();
-    const got = once(socket, 'data');
-    socket.write('P!');
-    socket.resume();
-    await got;
-    samples.push(performance.now() - t0);
-    socket.destroy();
-  }
-  return samples;
-}
-
-async function parallel(dial: Dial, flows: number, bytes: number): Promise<{ total: number; perFlow: number[] }> {
-  const started = performance.now();
-  const perFlow = await Promise.all(Array.from({ length: flows }, () => bulkOnce(dial, bytes)));
-  const total = (flows * bytes) / ((performance.now() - started) / 1000);
-  return { total, perFlow: perFlow.map((s) => bytes / s) };
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ChildProcess } from 'node:child_process';
+import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
+import { ClientProcess } from './client-process.js';
+import type { BenchPath } from './lean-conn.js';
+import { machineInfo } from './machine.js';
+import { pairNames, preparePairs, startPair, type Pair, type PairContext, type PairName } from './pairs.js';
+import { cpuSeconds, loadAverage, machineBusySeconds, rssBytes } from './proc.js';
+import { formatSpread, percentile, spread, type Spread } from './stats.js';
 
 const MiB = 1024 * 1024;
-const rows: Array<[string, string, string, string]> = [];
-function row(metric: string, direct: number, tunnel: number, unit: string, digits = 1, higherIsBetter = true): void {
-  const ratio = higherIsBetter ? tunnel / direct : direct / tunnel;
-  rows.push([metric, `${direct.toFixed(digits)} ${unit}`, `${tunnel.toFixed(digits)} ${unit}`, `${(ratio * 100).toFixed(1)} %`]);
+const GiB = 1024 * MiB;
+
+interface Sizes {
+  bulkBytes: number;
+  bulkRuns: number;
+  parallelBytes: number;
+  rttRounds: number;
+  coldRounds: number;
+  connRounds: number;
+  rateCount: number;
+  rateConcurrency: number;
+  holdCount: number;
+  slowBytes: number;
+  slowBytesPerSecond: number;
 }
 
-function printTable(): void {
-  const header: [string, string, string, string] = ['metric', 'direct', 'tunnel', 'tunnel / direct'];
-  const all = [header, ...rows];
-  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
-  console.log('\n' + line(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const r of rows) console.log(line(r));
-  console.log('\n(ratios: throughput tunnel/direct; latency direct/tunnel, so 100 % = as fast as direct)');
+const FULL: Sizes = {
+  bulkBytes: 256 * MiB,
+  bulkRuns: 2,
+  parallelBytes: 64 * MiB,
+  rttRounds: 5000,
+  coldRounds: 2000,
+  connRounds: 300,
+  rateCount: 1000,
+  rateConcurrency: 8,
+  holdCount: 1000,
+  slowBytes: GiB,
+  slowBytesPerSecond: 80 * MiB,
+};
+
+/** --quick: a smoke run of the harness itself (figures too small to compare). */
+const QUICK: Sizes = {
+  bulkBytes: 32 * MiB,
+  bulkRuns: 1,
+  parallelBytes: 8 * MiB,
+  rttRounds: 500,
+  coldRounds: 2000,
+  connRounds: 30,
+  rateCount: 100,
+  rateConcurrency: 8,
+  holdCount: 100,
+  slowBytes: 64 * MiB,
+  slowBytesPerSecond: 32 * MiB,
+};
+
+type Who = 'direct' | PairName;
+
+/** Figures per path, each a list with one value per run (or per sample). */
+class Figures {
+  private readonly data = new Map<Who, Map<string, number[]>>();
+  add(who: Who, key: string, value: number): void {
+    let m = this.data.get(who);
+    if (m === undefined) this.data.set(who, (m = new Map()));
+    let list = m.get(key);
+    if (list === undefined) m.set(key, (list = []));
+    list.push(value);
+  }
+  get(who: Who, key: string): Spread | undefined {
+    return spread(this.data.get(who)?.get(key) ?? []);
+  }
+  toJSON(): Record<string, Record<string, number[]>> {
+    const out: Record<string, Record<string, number[]>> = {};
+    for (const [who, m] of this.data) out[who] = Object.fromEntries(m);
+    return out;
+  }
 }
 
-/** Small GETs over keep-alive HTTPS connections: requests per second and sorted latencies (ms). */
-async function smallGets(port: number, host: string, tls: { ca: string; cert: string; key: string }): Promise<{ rate: number; samples: number[] }> {
-  const agent = new HttpsAgent({ keepAlive: true, maxSockets: GET_CONCURRENCY });
-  const one = (): Promise<number> =>
-    new Promise((resolve, reject) => {
-      const t0 = performance.now();
-      const req = httpsRequest({ host: '127.0.0.1', port, path: '/healthz', headers: { Host: host }, ...tls, servername: '', agent }, (res) => {
-        res.resume();
-        res.on('end', () => (res.statusCode === 200 ? resolve(performance.now() - t0) : reject(new Error(`status ${res.statusCode}`))));
+interface Options {
+  rounds: number;
+  sizes: Sizes;
+  only: PairName[] | undefined;
+  nodeArgs: string[];
+  json: string | undefined;
+  verbose: boolean;
+  memory: boolean;
+}
+
+function parseArgs(argv: string[]): Options {
+  const opts: Options = { rounds: 3, sizes: FULL, only: undefined, nodeArgs: [], json: undefined, verbose: process.env.BENCH_VERBOSE === '1', memory: true };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const value = (): string => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    if (a === '--rounds') opts.rounds = Math.max(1, Number(value()));
+    else if (a === '--quick') opts.sizes = QUICK;
+    else if (a === '--no-memory') opts.memory = false;
+    else if (a === '--only') {
+      const names: Record<string, PairName> = { ours: 'yurt-tunnel', konnectivity: 'Konnectivity', 'go-agent': 'Go agent, our server' };
+      opts.only = value().split(',').map((n) => {
+        const p = names[n];
+        if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, konnectivity, go-agent)`);
+        return p;
       });
-      req.on('error', reject);
-      req.end();
-    });
-  for (let i = 0; i < 200; i++) await one(); // warm-up
-  const samples: number[] = [];
-  let next = 0;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: GET_CONCURRENCY }, async () => {
-      while (next++ < GET_REQUESTS) samples.push(await one());
-    }),
-  );
-  const rate = GET_REQUESTS / ((performance.now() - started) / 1000);
-  agent.destroy();
-  return { rate, samples: samples.sort((a, b) => a - b) };
+    } else if (a === '--node-args') opts.nodeArgs = value().split(' ').filter((x) => x !== '');
+    else if (a === '--json') opts.json = value();
+    else if (a === '--verbose') opts.verbose = true;
+    else throw new Error(`unknown option ${a} (--rounds N, --quick, --no-memory, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`);
+  }
+  return opts;
 }
 
-interface PathFigures {
-  bulk: number;
-  rttP50: number;
-  rttP99: number;
-  connP50: number;
-  flows4: number;
+/** CPU seconds of the listed processes between `start()` and `stop()`, and what every other process on the machine used meanwhile. */
+class CpuWindow {
+  private pidsStart: number[] = [];
+  private busyStart = 0;
+  private wallStart = 0;
+  constructor(private readonly pids: number[]) {}
+  start(): void {
+    this.pidsStart = this.pids.map(cpuSeconds);
+    this.busyStart = machineBusySeconds();
+    this.wallStart = performance.now();
+  }
+  /** Per pid CPU seconds, and the share of the machine (0..1) that other processes used. */
+  stop(): { perPid: number[]; others: number } {
+    const perPid = this.pids.map((p, i) => cpuSeconds(p) - this.pidsStart[i]!);
+    const busy = machineBusySeconds() - this.busyStart;
+    const wall = (performance.now() - this.wallStart) / 1000;
+    const ours = perPid.reduce((a, b) => a + b, 0);
+    return { perPid, others: Math.max(0, (busy - ours) / (wall * availableParallelism())) };
+  }
 }
 
-/** The core figures of one path, measured as for the main table (fewer rounds for new connections). */
-async function measurePath(dial: Dial): Promise<PathFigures> {
-  const bulk: number[] = [];
-  for (let i = 0; i < RUNS; i++) bulk.push(BULK_BYTES / (await bulkOnce(dial, BULK_BYTES)) / MiB);
-  const r = (await rtt(dial, RTT_ROUNDS)).sort((a, b) => a - b);
-  const c = (await newConnections(dial, CONN_ROUNDS)).sort((a, b) => a - b);
-  const p = await parallel(dial, 4, PARALLEL_BYTES);
-  return { bulk: median(bulk), rttP50: percentile(r, 50), rttP99: percentile(r, 99), connP50: percentile(c, 50), flows4: p.total / MiB };
+interface Bench {
+  client: ClientProcess;
+  targetPid: number;
+  figures: Figures;
+  sizes: Sizes;
 }
 
-/** Konnectivity's Go server and agent, and the Go agent behind our server, beside direct and ours. */
-function printReferenceTable(paths: Array<[string, PathFigures]>): void {
-  const [, direct] = paths[0]!;
-  const metrics: Array<[string, keyof PathFigures, string, number, boolean]> = [
-    ['bulk throughput', 'bulk', 'MiB/s', 1, true],
-    ['RTT p50', 'rttP50', 'µs', 0, false],
-    ['RTT p99', 'rttP99', 'µs', 0, false],
-    ['new connection p50', 'connP50', 'ms', 3, false],
-    ['4 flows, together', 'flows4', 'MiB/s', 1, true],
-  ];
-  const header = ['metric', ...paths.map(([name]) => name)];
-  const body = metrics.map(([label, key, unit, digits, higher]) => [
-    label,
-    ...paths.map(([, f], i) => {
-      const v = `${f[key].toFixed(digits)} ${unit}`;
-      if (i === 0) return v;
-      const ratio = higher ? f[key] / direct[key] : direct[key] / f[key];
-      return `${v} (${(ratio * 100).toFixed(1)} %)`;
-    }),
-  ]);
+/** A path under test: its route, and the server and agent processes whose CPU is counted. */
+interface Subject {
+  who: Who;
+  path: BenchPath;
+  serverPid?: number;
+  agentPid?: number;
+}
+
+function pidsOf(b: Bench, s: Subject): number[] {
+  return [s.serverPid ?? -1, s.agentPid ?? -1, b.client.pid, b.targetPid].filter((p) => p > 0);
+}
+
+/** The cold figures: the first connection and the first round trips after the processes started. */
+async function measureCold(b: Bench, s: Subject): Promise<void> {
+  const [first] = await b.client.call({ op: 'connections', path: s.path, rounds: 1 });
+  b.figures.add(s.who, 'coldConn', first!);
+  const r = await b.client.call({ op: 'rtt', path: s.path, rounds: b.sizes.coldRounds });
+  b.figures.add(s.who, 'coldRttP50', percentile(r, 50));
+  b.figures.add(s.who, 'coldRttP99', percentile(r, 99));
+  b.figures.add(s.who, 'coldRttMax', Math.max(...r));
+}
+
+/** The same warm-up for every path: some of every kind of traffic. */
+async function warmUp(b: Bench, s: Subject): Promise<void> {
+  await b.client.call({ op: 'bulk', path: s.path, bytes: 64 * MiB });
+  await b.client.call({ op: 'rtt', path: s.path, rounds: 2000 });
+  await b.client.call({ op: 'connections', path: s.path, rounds: 200 });
+  await b.client.call({ op: 'parallel', path: s.path, flows: 4, bytes: 16 * MiB });
+}
+
+async function measureWarm(b: Bench, s: Subject): Promise<void> {
+  const { client, figures: f, sizes } = b;
+  const window = new CpuWindow(pidsOf(b, s));
+  const hasPair = s.serverPid !== undefined;
+  const others: number[] = [];
+  // The direct path is several times faster: more bytes for the same timing precision.
+  const bulkBytes = hasPair ? sizes.bulkBytes : sizes.bulkBytes * 4;
+  for (let i = 0; i < sizes.bulkRuns; i++) {
+    window.start();
+    const r = await client.call({ op: 'bulk', path: s.path, bytes: bulkBytes });
+    const cpu = window.stop();
+    others.push(cpu.others);
+    f.add(s.who, 'bulk', r.bytes / r.seconds / MiB);
+    if (hasPair) {
+      f.add(s.who, 'bulkCpuServer', cpu.perPid[0]! / (r.bytes / GiB));
+      f.add(s.who, 'bulkCpuAgent', cpu.perPid[1]! / (r.bytes / GiB));
+    }
+    f.add(s.who, 'bulkCpuClient', cpu.perPid[hasPair ? 2 : 0]! / (r.bytes / GiB));
+  }
+  window.start();
+  const p = await client.call({ op: 'parallel', path: s.path, flows: 4, bytes: hasPair ? sizes.parallelBytes : sizes.parallelBytes * 4 });
+  others.push(window.stop().others);
+  f.add(s.who, 'flows4', p.bytes / p.seconds / MiB);
+  f.add(s.who, 'fairMin', Math.min(...p.shares) * 100);
+  f.add(s.who, 'fairMax', Math.max(...p.shares) * 100);
+
+  window.start();
+  const r = await client.call({ op: 'rtt', path: s.path, rounds: sizes.rttRounds });
+  const rcpu = window.stop();
+  others.push(rcpu.others);
+  f.add(s.who, 'rttP50', percentile(r, 50));
+  f.add(s.who, 'rttP99', percentile(r, 99));
+  f.add(s.who, 'rttP999', percentile(r, 99.9));
+  if (hasPair) f.add(s.who, 'rttCpu', ((rcpu.perPid[0]! + rcpu.perPid[1]!) / sizes.rttRounds) * 1e6);
+
+  const c = await client.call({ op: 'connections', path: s.path, rounds: sizes.connRounds });
+  f.add(s.who, 'connP50', percentile(c, 50));
+  f.add(s.who, 'connP99', percentile(c, 99));
+
+  window.start();
+  const rate = await client.call({ op: 'rate', path: s.path, count: sizes.rateCount, concurrency: sizes.rateConcurrency, closeBy: 'target' });
+  const ccpu = window.stop();
+  others.push(ccpu.others);
+  f.add(s.who, 'rate', rate.connections / rate.seconds);
+  if (hasPair) f.add(s.who, 'connCpu', ((ccpu.perPid[0]! + ccpu.perPid[1]!) / rate.connections) * 1000);
+  // A client's end reaches an upstream agent only as a full close after our
+  // server's linger (--half-closed-linger): by design, so not measured there.
+  if (s.who !== 'Go agent, our server') {
+    const r2 = await client.call({ op: 'rate', path: s.path, count: sizes.rateCount, concurrency: sizes.rateConcurrency, closeBy: 'client' });
+    f.add(s.who, 'rateClientClose', r2.connections / r2.seconds);
+  }
+  f.add(s.who, 'others', (others.reduce((a, x) => a + x, 0) / others.length) * 100);
+}
+
+/**
+ * Memory, on processes just started (no warm-up: what a fresh agent costs):
+ * RSS at idle, with many idle connections, and while a slow reader takes a
+ * large transfer.
+ */
+async function measureMemory(b: Bench, pair: Pair): Promise<void> {
+  const { client, figures: f, sizes } = b;
+  const who = pair.name;
+  f.add(who, 'rssServerIdle', rssBytes(pair.serverPid) / MiB);
+  f.add(who, 'rssAgentIdle', rssBytes(pair.agentPid) / MiB);
+  await client.call({ op: 'hold', path: pair.path, count: sizes.holdCount });
+  await sleep(1000);
+  f.add(who, 'rssServerHold', rssBytes(pair.serverPid) / MiB);
+  f.add(who, 'rssAgentHold', rssBytes(pair.agentPid) / MiB);
+  await client.call({ op: 'release' });
+  await sleep(1000);
+  const start = { server: rssBytes(pair.serverPid), agent: rssBytes(pair.agentPid) };
+  const peak = { ...start };
+  const sampler = setInterval(() => {
+    peak.server = Math.max(peak.server, rssBytes(pair.serverPid));
+    peak.agent = Math.max(peak.agent, rssBytes(pair.agentPid));
+  }, 100);
+  try {
+    await client.call({ op: 'slow', path: pair.path, bytes: sizes.slowBytes, bytesPerSecond: sizes.slowBytesPerSecond });
+  } finally {
+    clearInterval(sampler);
+  }
+  f.add(who, 'slowServerStart', start.server / MiB);
+  f.add(who, 'slowServerPeak', peak.server / MiB);
+  f.add(who, 'slowAgentStart', start.agent / MiB);
+  f.add(who, 'slowAgentPeak', peak.agent / MiB);
+}
+
+interface Row {
+  key: string;
+  label: string;
+  digits: number;
+  /** 'higher' or 'lower' is better; undefined: no ratio. */
+  better?: 'higher' | 'lower';
+  /** The issue's goal, as text. */
+  goal?: string;
+  /** Whether ours meets the goal, from ours and Konnectivity's medians. */
+  meets?: (ours: number, konn: number | undefined) => boolean;
+}
+
+const SECTIONS: Array<[string, Row[]]> = [
+  [
+    'warm',
+    [
+      { key: 'bulk', label: 'bulk target→client, MiB/s', digits: 0, better: 'higher', goal: '≥ 2.5× Konn.', meets: (o, k) => k !== undefined && o >= 2.5 * k },
+      { key: 'bulkCpuServer', label: '  server CPU s per GiB', digits: 2, better: 'lower' },
+      { key: 'bulkCpuAgent', label: '  agent CPU s per GiB', digits: 2, better: 'lower' },
+      { key: 'bulkCpuClient', label: '  client CPU s per GiB', digits: 2 },
+      { key: 'flows4', label: '4 flows together, MiB/s', digits: 0, better: 'higher' },
+      { key: 'fairMin', label: '  slowest flow, % of fair share', digits: 0, goal: '≥ 80 %', meets: (o) => o >= 80 },
+      { key: 'fairMax', label: '  fastest flow, % of fair share', digits: 0, goal: '≤ 120 %', meets: (o) => o <= 120 },
+      { key: 'rttP50', label: 'RTT p50, µs', digits: 0, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
+      { key: 'rttP99', label: 'RTT p99, µs', digits: 0, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
+      { key: 'rttP999', label: 'RTT p99.9, µs', digits: 0, better: 'lower' },
+      { key: 'rttCpu', label: '  server+agent CPU µs per round trip', digits: 0, better: 'lower' },
+      { key: 'connP50', label: 'new connection p50, ms', digits: 3, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
+      { key: 'connP99', label: 'new connection p99, ms', digits: 3, better: 'lower' },
+      { key: 'rate', label: 'new connections/s, 8 at once, target closes', digits: 0, better: 'higher', goal: '≥ Konn.', meets: (o, k) => k !== undefined && o >= k },
+      { key: 'rateClientClose', label: 'new connections/s, 8 at once, client closes', digits: 0, better: 'higher', goal: '≥ Konn.', meets: (o, k) => k !== undefined && o >= k },
+      { key: 'connCpu', label: '  server+agent CPU ms per connection', digits: 2, better: 'lower' },
+      { key: 'others', label: 'machine used by other processes, %', digits: 0 },
+    ],
+  ],
+  [
+    'cold (just started)',
+    [
+      { key: 'coldConn', label: 'first connection, ms', digits: 2, better: 'lower' },
+      { key: 'coldRttP50', label: 'RTT p50 of the first 2,000, µs', digits: 0, better: 'lower' },
+      { key: 'coldRttP99', label: 'RTT p99 of the first 2,000, µs', digits: 0, better: 'lower', goal: '≤ 1000 µs', meets: (o) => o <= 1000 },
+      { key: 'coldRttMax', label: 'RTT max of the first 2,000, µs', digits: 0, better: 'lower' },
+    ],
+  ],
+  [
+    'memory (fresh processes, one run each; "after the bench" from the warm runs)',
+    [
+      { key: 'rssServerAfter', label: 'server RSS after the warm run, MB', digits: 0, better: 'lower' },
+      { key: 'rssAgentAfter', label: 'agent RSS after the warm run, MB', digits: 0, better: 'lower' },
+      { key: 'rssServerIdle', label: 'server RSS idle, MB', digits: 0, better: 'lower' },
+      { key: 'rssAgentIdle', label: 'agent RSS idle, MB', digits: 0, better: 'lower' },
+      { key: 'rssServerHold', label: 'server RSS, 1,000 idle connections, MB', digits: 0, better: 'lower' },
+      { key: 'rssAgentHold', label: 'agent RSS, 1,000 idle connections, MB', digits: 0, better: 'lower', goal: '≤ 60 MB', meets: (o) => o <= 60 },
+      { key: 'slowServerStart', label: 'server RSS before the slow reader, MB', digits: 0 },
+      { key: 'slowServerPeak', label: 'server RSS peak, slow reader, MB', digits: 0, better: 'lower' },
+      { key: 'slowAgentStart', label: 'agent RSS before the slow reader, MB', digits: 0 },
+      { key: 'slowAgentPeak', label: 'agent RSS peak, slow reader, MB', digits: 0, better: 'lower' },
+    ],
+  ],
+];
+
+function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
+  const header = ['', ...columns, 'ours ÷ Konn.', 'goal', ''];
+  const body: string[][] = [];
+  for (const [section, rows] of SECTIONS) {
+    body.push([`— ${section}`, ...columns.map(() => ''), '', '', '']);
+    for (const row of rows) {
+      const cells = columns.map((c) => formatSpread(f.get(c, row.key), row.digits));
+      if (cells.every((c) => c === '–')) continue;
+      const ours = f.get('yurt-tunnel', row.key)?.median;
+      const konn = f.get('Konnectivity', row.key)?.median;
+      const ratio = row.better !== undefined && ours !== undefined && konn !== undefined && konn > 0 ? `${(ours / konn).toFixed(2)}×` : '';
+      const verdict = row.meets === undefined || ours === undefined ? '' : row.meets(ours, konn) ? 'met' : 'NOT MET';
+      body.push([row.label, ...cells, ratio, row.goal ?? '', verdict]);
+    }
+  }
   const all = [header, ...body];
   const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   console.log('\n' + line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const r of body) console.log(line(r));
-  console.log('\n(in brackets: the ratio to direct, as in the table above)');
+  console.log(
+    `\nmedian of the runs (range in brackets). bulk ${sizes.bulkBytes / MiB} MiB × ${sizes.bulkRuns} per run (direct: 4×), ` +
+      `4 flows × ${sizes.parallelBytes / MiB} MiB, ${sizes.rttRounds} round trips, ${sizes.connRounds} connections one by one, ` +
+      `${sizes.rateCount} at ${sizes.rateConcurrency} at once; slow reader ${sizes.slowBytes / MiB} MiB at ${sizes.slowBytesPerSecond / MiB} MiB/s.`,
+  );
+}
+
+/** The client must not be what limits a tunnel: direct (same client) ≥ 10× the fastest tunnel. */
+function printClientCheck(f: Figures, pairs: PairName[]): void {
+  const direct = f.get('direct', 'bulk')?.median;
+  const fastest = Math.max(...pairs.map((p) => f.get(p, 'bulk')?.median ?? 0));
+  if (direct === undefined || fastest === 0) return;
+  const ratio = direct / fastest;
+  console.log(
+    `client check: direct ${direct.toFixed(0)} MiB/s = ${ratio.toFixed(1)}× the fastest tunnel (${fastest.toFixed(0)} MiB/s), same client: ` +
+      (ratio >= 10 ? 'the client is not the bottleneck' : 'BELOW 10×: the client or the machine may limit the tunnel figures'),
+  );
 }
 
 async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv.includes('--scale')) {
+    const { runScale } = await import('./scale.js');
+    await runScale(argv.filter((a) => a !== '--scale'));
+    return;
+  }
+  const opts = parseArgs(argv);
+  const dir = mkdtempSync(join(tmpdir(), 'yurt-bench-'));
   const children: ChildProcess[] = [];
-  const verbose = VERBOSE ? ['--v', '3'] : [];
-  const echo = VERBOSE ? (who: string, text: string): void => void process.stderr.write(`[${who}] ${text}`) : undefined;
-  const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
-  // BENCH_AGENT_NODE_ARGS: Node/V8 options for the agent (e.g. --max-semi-space-size=2), to see what they cost.
-  const agentNodeArgs = (process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
-  const local = await startLocalTunnel({ nodeName: 'bench', serverArgs: verbose, agentArgs: verbose, agentNodeArgs, onOutput: echo });
+  let client: ClientProcess | undefined;
   try {
+    const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
     const targetPort = Number(target.match[1]);
-    const uds = local.udsPath;
-    const address = `127.0.0.1:${targetPort}`;
-    const direct: Dial = async () => {
-      const s = connect({ port: targetPort, host: '127.0.0.1', noDelay: true });
-      await once(s, 'connect');
-      return s;
-    };
-    const tunnel: Dial = () => dialThroughProxier({ udsPath: uds, address });
+    const ctx: PairContext = await preparePairs(dir, `127.0.0.1:${targetPort}`, opts.nodeArgs, opts.verbose);
+    const m = machineInfo(ctx.go);
+    const load0 = loadAverage();
+    console.log(`machine: nproc ${m.nproc}, ${m.cpuModel}, Linux ${m.kernel}, Node ${m.node}`);
+    console.log(`Konnectivity: proxy-server ${m.goServer}; proxy-agent ${m.goAgent}`);
+    if (ctx.go === undefined) console.log('Konnectivity binaries not found (shared/konnectivity or KONNECTIVITY_BIN_DIR): its columns are left out');
+    const pairs = pairNames(ctx).filter((p) => opts.only === undefined || opts.only.includes(p));
+    console.log(`pairs: ${pairs.join(', ')}; ${opts.rounds} rounds, order rotating; load average at start ${load0.toFixed(2)}`);
+    if (opts.nodeArgs.length > 0) console.log(`Node options for our server and agent: ${opts.nodeArgs.join(' ')}`);
 
-    console.log(`bulk ${BULK_BYTES / MiB} MiB target→client, median of ${RUNS} ...`);
-    const bulkDirect: number[] = [];
-    const bulkTunnel: number[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      bulkDirect.push(BULK_BYTES / (await bulkOnce(direct, BULK_BYTES)) / MiB);
-      bulkTunnel.push(BULK_BYTES / (await bulkOnce(tunnel, BULK_BYTES)) / MiB);
-    }
-    row('bulk throughput', median(bulkDirect), median(bulkTunnel), 'MiB/s');
-
-    console.log(`round trip of 1 byte, ${RTT_ROUNDS} rounds ...`);
-    const rd = (await rtt(direct, RTT_ROUNDS)).sort((a, b) => a - b);
-    const rt = (await rtt(tunnel, RTT_ROUNDS)).sort((a, b) => a - b);
-    row('RTT p50', percentile(rd, 50), percentile(rt, 50), 'µs', 0, false);
-    row('RTT p99', percentile(rd, 99), percentile(rt, 99), 'µs', 0, false);
-
-    console.log(`new connections, ${CONN_ROUNDS} one after another ...`);
-    const cd = (await newConnections(direct, CONN_ROUNDS)).sort((a, b) => a - b);
-    const ct = (await newConnections(tunnel, CONN_ROUNDS)).sort((a, b) => a - b);
-    row('new connection p50', percentile(cd, 50), percentile(ct, 50), 'ms', 3, false);
-    row('new connection p99', percentile(cd, 99), percentile(ct, 99), 'ms', 3, false);
-    const rate = (s: number[]): number => 1000 / (s.reduce((a, b) => a + b, 0) / s.length);
-    row('new connections per second', rate(cd), rate(ct), '/s', 0);
-
-    console.log(`4 parallel flows of ${PARALLEL_BYTES / MiB} MiB ...`);
-    const pd = await parallel(direct, 4, PARALLEL_BYTES);
-    const pt = await parallel(tunnel, 4, PARALLEL_BYTES);
-    row('4 flows, together', pd.total / MiB, pt.total / MiB, 'MiB/s');
-    const fairness = (r: { perFlow: number[] }): number => (Math.min(...r.perFlow) / Math.max(...r.perFlow)) * 100;
-    rows.push(['4 flows, slowest/fastest', `${fairness(pd).toFixed(0)} %`, `${fairness(pt).toFixed(0)} %`, '']);
-    row('4 flows vs 1 flow (tunnel)', median(bulkTunnel), pt.total / MiB, 'MiB/s');
-
-    console.log(`small GETs (/healthz), ${GET_REQUESTS} over ${GET_CONCURRENCY} keep-alive connections ...`);
-    const kubeletProc = await startProcess(children, join(REPO_ROOT, 'dist/bench/kubelet.js'), [local.certDir], /^(\d+)\n/);
-    const kubeletPort = Number(kubeletProc.match[1]);
-    const ca = { cert: readFileSync(join(local.certDir, 'ca.crt'), 'utf8'), key: readFileSync(join(local.certDir, 'ca.key'), 'utf8') };
-    const caller = issueCertificate(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usages: ['clientAuth'] });
-    const tls = { ca: ca.cert, cert: caller.cert, key: caller.key };
-    const gd = await smallGets(kubeletPort, `127.0.0.1:${kubeletPort}`, tls);
-    const gm = await smallGets(local.securePort, `bench:${kubeletPort}`, tls);
-    row('GET through master port, per second', gd.rate, gm.rate, '/s', 0);
-    row('GET through master port, p50', percentile(gd.samples, 50), percentile(gm.samples, 50), 'ms', 3, false);
-    row('GET through master port, p99', percentile(gd.samples, 99), percentile(gm.samples, 99), 'ms', 3, false);
-
-    printTable();
-
-    const go = findKonnectivity();
-    if (typeof go === 'string') {
-      console.log(`\nKonnectivity rows left out: ${go}`);
-    } else {
-      console.log('\nthe same figures for the Konnectivity v0.30 Go peers on this machine ...');
-      const goChildren: ChildProcess[] = [];
-      try {
-        const goUds = await startGoPair(goChildren, go, local.certDir, local.dir);
-        const goHost = await startGoAgentOnOurs(goChildren, go, local.certDir, local.dir, local.agentPort);
-        const figures: Array<[string, PathFigures]> = [
-          ['direct', { bulk: median(bulkDirect), rttP50: percentile(rd, 50), rttP99: percentile(rd, 99), connP50: percentile(cd, 50), flows4: pd.total / MiB }],
-          ['yurt-tunnel', { bulk: median(bulkTunnel), rttP50: percentile(rt, 50), rttP99: percentile(rt, 99), connP50: percentile(ct, 50), flows4: pt.total / MiB }],
-          ['Konnectivity (Go server + Go agent)', await measurePath(() => dialThroughProxier({ udsPath: goUds, address }))],
-          ['Go agent behind our server', await measurePath(() => dialThroughProxier({ udsPath: uds, address, proxyHost: goHost }))],
-        ];
-        printReferenceTable(figures);
-      } finally {
-        await stopAll(goChildren);
+    client = await ClientProcess.start();
+    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes };
+    const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
+    await warmUp(b, direct);
+    for (let round = 0; round < opts.rounds; round++) {
+      const order = pairs.map((_, i) => pairs[(i + round) % pairs.length]!);
+      console.log(`round ${round + 1}/${opts.rounds}: direct, ${order.join(', ')}`);
+      await measureWarm(b, direct);
+      for (const name of order) {
+        const pair = await startPair(name, ctx);
+        try {
+          const s: Subject = { who: name, path: pair.path, serverPid: pair.serverPid, agentPid: pair.agentPid };
+          await measureCold(b, s);
+          await warmUp(b, s);
+          await measureWarm(b, s);
+          b.figures.add(name, 'rssServerAfter', rssBytes(pair.serverPid) / MiB);
+          b.figures.add(name, 'rssAgentAfter', rssBytes(pair.agentPid) / MiB);
+        } finally {
+          await pair.stop();
+        }
       }
     }
+    if (opts.memory) {
+      for (const name of pairs) {
+        console.log(`memory: ${name}`);
+        const pair = await startPair(name, ctx);
+        try {
+          await measureMemory(b, pair);
+        } finally {
+          await pair.stop();
+        }
+      }
+    }
+    printTable(b.figures, ['direct', ...pairs], opts.sizes);
+    printClientCheck(b.figures, pairs);
+    console.log(`load average: ${load0.toFixed(2)} at start, ${loadAverage().toFixed(2)} at the end`);
+    if (opts.json !== undefined) {
+      writeFileSync(opts.json, JSON.stringify({ machine: m, rounds: opts.rounds, sizes: opts.sizes, figures: b.figures.toJSON() }, null, 1));
+      console.log(`raw figures: ${opts.json}`);
+    }
   } finally {
-    await local.stop();
+    await client?.stop();
     for (const c of children) c.kill('SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
 main().catch((err: unknown) => {
-  console.error(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}`);
+  console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
   process.exit(1);
 });

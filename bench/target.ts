@@ -4,10 +4,15 @@
 //   'P': echo everything                                  (ping-pong)
 //   'C': answer "bye" and close first                     (churn)
 //   'S': send 16 KiB blocks until the client goes         (churn)
+//   'E': echo the next byte, then close first             (new connections)
+//   'H': echo the next byte; close first on any later one  (held idle connections)
 
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 
-const CHUNK = Buffer.alloc(64 * 1024, 0x5a);
+// Bulk is written in 1 MiB pieces: the kernel copies them all the same, and
+// fewer writes keep the target from limiting the direct path the tunnels are
+// compared with (a reader pulls whatever sizes it asks for).
+const CHUNK = Buffer.alloc(1024 * 1024, 0x5a);
 const BLOCK = CHUNK.subarray(0, 16 * 1024);
 
 function stream(socket: Socket): void {
@@ -55,7 +60,17 @@ const server = createServer({ noDelay: true }, (socket) => {
       socket.off('data', onData);
       socket.resume();
       stream(socket);
-    } else if (mode !== 'B') {
+    } else if ((mode === 'E' || mode === 'H') && head.length >= 2) {
+      socket.off('data', onData);
+      if (mode === 'E') {
+        socket.end(head.subarray(1, 2));
+      } else {
+        socket.write(head.subarray(1, 2));
+        if (head.length > 2) socket.end();
+        else socket.once('data', () => socket.end());
+      }
+      socket.resume();
+    } else if (mode !== 'B' && mode !== 'E' && mode !== 'H') {
       socket.destroy();
     }
   };

@@ -36,12 +36,19 @@ export function startProcess(
   });
   children.push(child);
   let out = '';
+  let isReady = false;
   return new Promise((resolve, reject) => {
     const onText = (b: Buffer): void => {
-      out += b.toString();
-      onOutput?.(b.toString());
+      const text = b.toString();
+      onOutput?.(text);
+      // Once ready, what follows is only passed on (a long-running process may print a lot).
+      if (isReady) return;
+      out += text;
       const m = ready.exec(out);
-      if (m) resolve({ child, match: m });
+      if (m) {
+        isReady = true;
+        resolve({ child, match: m });
+      }
     };
     child.stdout!.on('data', onText);
     child.stderr!.on('data', onText);
@@ -81,19 +88,36 @@ export interface LocalTunnelOptions {
   onOutput?: (who: 'server' | 'agent', text: string) => void;
   /** Called between the steps, for narration. */
   onStep?: (step: 'server' | 'agent-cert' | 'agent', detail: string) => void;
+  /** An existing --cert-dir (a local CA) to use instead of a new one; it is left in place on stop. */
+  certDir?: string;
+  /** An existing agent certificate folder (ca.crt, tls.crt, tls.key) from that CA, instead of issuing one. */
+  agentDir?: string;
+  /** Start our agent. Default true; false starts the server alone (for another agent to join). */
+  agent?: boolean;
+}
+
+/** Issues an agent certificate for `nodeName` (IP 127.0.0.1) from the CA in `certDir`, with the real CLI. */
+export async function issueAgentCertificate(certDir: string, nodeName: string, outDir: string): Promise<void> {
+  const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const [code] = (await once(issue, 'exit')) as [number];
+  if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
 }
 
 export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<LocalTunnel> {
   const nodeName = opts.nodeName ?? 'edge-1';
   const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-'));
-  const certDir = join(dir, 'pki');
-  const agentDir = join(dir, 'agent');
+  const certDir = opts.certDir ?? join(dir, 'pki');
+  const agentDir = opts.agentDir ?? join(dir, 'agent');
   const udsPath = join(dir, 'proxier.sock');
   const agentPort = await freePort();
   const children: ChildProcess[] = [];
   let securePort = 0;
   let insecurePort = 0;
+  const killAll = (): void => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL'));
   const stop = async (): Promise<void> => {
+    process.off('exit', killAll);
     for (const c of [...children].reverse()) {
       if (c.exitCode !== null || c.signalCode !== null) continue;
       c.kill('SIGTERM');
@@ -116,29 +140,27 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     securePort = Number(started.match[1]);
     insecurePort = Number(started.match[2]);
     opts.onStep?.('server', `agents: 127.0.0.1:${agentPort} (gRPC, mutual TLS)   proxier: ${udsPath}`);
-    const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', agentDir], {
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    const [code] = (await once(issue, 'exit')) as [number];
-    if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
-    opts.onStep?.('agent-cert', join(agentDir, 'tls.crt'));
-    await startProcess(
-      children,
-      AGENT_BIN,
-      [
-        '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
-        '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
-        ...(opts.agentArgs ?? []),
-      ],
-      /connected to tunnel server/,
-      (t) => opts.onOutput?.('agent', t),
-      { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },
-    );
-    opts.onStep?.('agent', nodeName);
+    if (opts.agent !== false) {
+      if (opts.agentDir === undefined) await issueAgentCertificate(certDir, nodeName, agentDir);
+      opts.onStep?.('agent-cert', join(agentDir, 'tls.crt'));
+      await startProcess(
+        children,
+        AGENT_BIN,
+        [
+          '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
+          '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
+          ...(opts.agentArgs ?? []),
+        ],
+        /connected to tunnel server/,
+        (t) => opts.onOutput?.('agent', t),
+        { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },
+      );
+      opts.onStep?.('agent', nodeName);
+    }
   } catch (err: unknown) {
     await stop();
     throw err;
   }
-  process.on('exit', () => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
+  process.on('exit', killAll);
   return { dir, certDir, agentDir, udsPath, agentPort, securePort, insecurePort, nodeName, children, stop };
 }

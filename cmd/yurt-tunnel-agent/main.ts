@@ -3,7 +3,7 @@
 
 import { Command } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
-import { agentKubeConfigSource } from '../../pkg/kube/client.js';
+import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { onShutdownSignals } from '../common/signals.js';
 import { durationOption, packageVersion, parseBool, parseIP, parseLogFormat, parseNonNegativeInt, parsePort, parsePositiveInt } from '../common/flags.js';

@@ -4,12 +4,10 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
-import { createKubeClient, type KubeConfigSource } from '../kube/client.js';
-import { discoverTunnelServer } from '../kube/tunnel-server-discovery.js';
+import type { KubeConfigSource } from '../kube/config-source.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
-import { startClusterCertificate } from './cluster-certificate.js';
 import { AgentMetrics } from './metrics.js';
 import type { AgentTLS } from './server-connection.js';
 import { isIP } from 'node:net';
@@ -107,6 +105,8 @@ async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; ma
     ]);
     return { tls: { ca, cert, key } };
   }
+  // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
+  const { startClusterCertificate } = await import('./cluster-certificate.js');
   const { ca, manager } = await startClusterCertificate({
     source: opts.kubeSource!,
     certDir,
@@ -217,6 +217,9 @@ export class TunnelAgent {
     let discovery: { abort: AbortController; done: Promise<void> } | undefined;
     if (discover) {
       const abort = new AbortController();
+      // Loaded only here: an agent given its server's address never loads the Kubernetes client.
+      const { createKubeClient } = await import('../kube/client.js');
+      const { discoverTunnelServer } = await import('../kube/tunnel-server-discovery.js');
       const done = discoverTunnelServer({
         client: createKubeClient(opts.kubeSource!),
         signal: abort.signal,

@@ -21,17 +21,22 @@ export function writeGrpcFrameHeader(buf: Buffer, messageLength: number): Buffer
 
 /**
  * Splits a byte stream into gRPC messages. Chunks may be cut anywhere (HTTP/2
- * delivers 16 KiB frames). A message inside one chunk is returned as a
- * subarray of it; one that spans chunks is copied once, when complete. The
+ * delivers 16 KiB frames). A message inside one chunk is handed on as a
+ * subarray of it; one that spans chunks is copied once, piece by piece as
+ * they arrive, into a buffer of its own (so the chunks are not kept). The
  * caller must not reuse chunks it has pushed.
  */
 export class GrpcDeframer {
   private readonly maxMessageSize: number;
-  /** Bytes of an incomplete header or message, in arrival order. */
-  private pending: Buffer[] = [];
-  private pendingLength = 0;
-  /** Length of the message being collected, once its header is known; -1 before. */
-  private wanted = -1;
+  /** Bytes of a header cut by a chunk boundary. */
+  private readonly header = Buffer.alloc(GRPC_FRAME_HEADER_SIZE);
+  private headerLength = 0;
+  /** The message being assembled across chunks, and how much of it has arrived. */
+  private message: Buffer | undefined;
+  private messageLength = 0;
+  /** Messages that spanned chunks and were joined, and the bytes copied doing it (for the packet-path budget test). */
+  joinedMessages = 0;
+  copiedBytes = 0;
 
   constructor(maxMessageSize = DEFAULT_MAX_MESSAGE_SIZE) {
     this.maxMessageSize = maxMessageSize;
@@ -39,64 +44,58 @@ export class GrpcDeframer {
 
   /** Bytes received but not yet returned as a message. */
   get bufferedLength(): number {
-    return this.pendingLength;
+    return this.headerLength + this.messageLength;
   }
 
+  /** Every message completed by `chunk`, in order. */
   push(chunk: Buffer): Buffer[] {
     const out: Buffer[] = [];
-    let pos = 0;
-    while (pos < chunk.length) {
-      if (this.pendingLength === 0 && this.wanted < 0) {
-        // Fast path: parse straight out of the chunk.
-        if (chunk.length - pos < GRPC_FRAME_HEADER_SIZE) {
-          this.keep(chunk.subarray(pos));
-          break;
-        }
-        const len = this.readHeader(chunk, pos);
-        const start = pos + GRPC_FRAME_HEADER_SIZE;
-        if (chunk.length - start >= len) {
-          out.push(chunk.subarray(start, start + len));
-          pos = start + len;
-          continue;
-        }
-        this.wanted = len;
-        this.keep(chunk.subarray(start));
-        break;
-      }
-      // Continuing a header or a message that began in an earlier chunk.
-      if (this.wanted < 0) {
-        const need = GRPC_FRAME_HEADER_SIZE - this.pendingLength;
-        const take = Math.min(need, chunk.length - pos);
-        this.keep(chunk.subarray(pos, pos + take));
-        pos += take;
-        if (this.pendingLength < GRPC_FRAME_HEADER_SIZE) break;
-        const header = Buffer.concat(this.pending, GRPC_FRAME_HEADER_SIZE);
-        this.pending = [];
-        this.pendingLength = 0;
-        this.wanted = this.readHeader(header, 0);
-        if (this.wanted === 0) {
-          out.push(Buffer.alloc(0));
-          this.wanted = -1;
-        }
-        continue;
-      }
-      const take = Math.min(this.wanted - this.pendingLength, chunk.length - pos);
-      this.keep(chunk.subarray(pos, pos + take));
-      pos += take;
-      if (this.pendingLength === this.wanted) {
-        out.push(this.pending.length === 1 ? this.pending[0]! : Buffer.concat(this.pending, this.wanted));
-        this.pending = [];
-        this.pendingLength = 0;
-        this.wanted = -1;
-      }
-    }
+    this.forEach(chunk, (m) => out.push(m));
     return out;
   }
 
-  private keep(part: Buffer): void {
-    if (part.length === 0) return;
-    this.pending.push(part);
-    this.pendingLength += part.length;
+  /** Calls `onMessage` for every message completed by `chunk`, in order (no array on the hot path). */
+  forEach(chunk: Buffer, onMessage: (message: Buffer) => void): void {
+    let pos = 0;
+    const end = chunk.length;
+    while (pos < end) {
+      if (this.message !== undefined) {
+        // Continuing a message that began in an earlier chunk.
+        const take = Math.min(this.message.length - this.messageLength, end - pos);
+        chunk.copy(this.message, this.messageLength, pos, pos + take);
+        this.copiedBytes += take;
+        this.messageLength += take;
+        pos += take;
+        if (this.messageLength === this.message.length) {
+          const m = this.message;
+          this.message = undefined;
+          this.messageLength = 0;
+          onMessage(m);
+        }
+        continue;
+      }
+      let len: number;
+      if (this.headerLength === 0 && end - pos >= GRPC_FRAME_HEADER_SIZE) {
+        // Fast path: the header is whole in this chunk.
+        len = this.readHeader(chunk, pos);
+        pos += GRPC_FRAME_HEADER_SIZE;
+      } else {
+        const take = Math.min(GRPC_FRAME_HEADER_SIZE - this.headerLength, end - pos);
+        chunk.copy(this.header, this.headerLength, pos, pos + take);
+        this.headerLength += take;
+        pos += take;
+        if (this.headerLength < GRPC_FRAME_HEADER_SIZE) break;
+        this.headerLength = 0;
+        len = this.readHeader(this.header, 0);
+      }
+      if (end - pos >= len) {
+        onMessage(chunk.subarray(pos, pos + len));
+        pos += len;
+        continue;
+      }
+      this.message = Buffer.allocUnsafe(len);
+      this.joinedMessages++;
+    }
   }
 
   private readHeader(buf: Buffer, at: number): number {

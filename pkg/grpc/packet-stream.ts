@@ -5,12 +5,15 @@
 //
 // DATA is written as two pieces — one small buffer holding the gRPC prefix and
 // the packet header, then the payload untouched — so payloads are never copied
-// on the way out; on the way in they are views of what HTTP/2 delivered.
+// on the way out (HTTP/2 still puts both in one frame, and TLS in one record,
+// when they fit). Control packets are encoded with room for the prefix: one
+// buffer each. On the way in, messages are views of what HTTP/2 delivered,
+// except those that spanned chunks, which the deframer joins (one copy).
 
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
 import { ProtocolError } from '../protocol/errors.js';
-import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, grpcFrameHeader, writeGrpcFrameHeader } from './frame.js';
+import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
@@ -111,16 +114,24 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.stream.pause();
   }
 
+  /** Messages the deframer joined because they spanned chunks, and the bytes it copied (for the packet-path budget test). */
+  get joined(): { messages: number; bytes: number } {
+    return { messages: this.deframer.joinedMessages, bytes: this.deframer.copiedBytes };
+  }
+
   private readonly onData = (chunk: Buffer): void => {
-    let packets: Packet[];
+    // Packets are decoded all first: a malformed one anywhere in the chunk ends the call before any is handled.
+    const packets = this.decoded;
     try {
-      packets = this.deframer.push(chunk).map(decodePacket);
+      this.deframer.forEach(chunk, this.onMessage);
     } catch (err: unknown) {
+      packets.length = 0;
       this.onProtocolError(err instanceof ProtocolError ? err : new ProtocolError('YT_ERR_PROTOCOL_FRAME', String(err)));
       return;
     }
-    for (const p of packets) {
-      if (this.ended) return;
+    for (let i = 0; i < packets.length; i++) {
+      const p = packets[i]!;
+      if (this.ended) break;
       try {
         this.handlers?.onPacket(p);
       } catch (err: unknown) {
@@ -128,9 +139,16 @@ export abstract class GrpcPacketStream implements PacketLink {
         this.log?.error('internal error handling a packet; ending the call', { packetType: p.type, ...errorFields(err) });
         this.stopReading();
         this.onInternalError(`internal error handling a ${p.type} packet`);
-        return;
+        break;
       }
     }
+    packets.length = 0;
+  };
+
+  /** Packets of the chunk being handled (reused: no array per chunk). */
+  private readonly decoded: Packet[] = [];
+  private readonly onMessage = (message: Buffer): void => {
+    this.decoded.push(decodePacket(message));
   };
 
   sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
@@ -138,11 +156,11 @@ export abstract class GrpcPacketStream implements PacketLink {
       cb(new Error('the tunnel stream is closed'));
       return;
     }
-    const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
-    writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     const { stream } = this;
     this.writeTracker?.writeQueued();
     this.onPacketSent?.('DATA');
+    const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
+    writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     stream.cork();
     stream.write(header);
     stream.write(data, this.onWritten);
@@ -153,8 +171,8 @@ export abstract class GrpcPacketStream implements PacketLink {
 
   sendControl(packet: KnownPacket): boolean {
     if (this.ended) return false;
-    const body = encodePacket(packet);
-    const size = GRPC_FRAME_HEADER_SIZE + body.length;
+    const message = encodePacket(packet, GRPC_FRAME_HEADER_SIZE);
+    const size = message.length;
     if (this.controlQueued + size > this.controlBufferLimit) {
       this.refusedControlPackets++;
       this.onControlRefused?.();
@@ -167,7 +185,8 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.controlQueued += size;
     this.writeTracker?.writeQueued();
     this.onPacketSent?.(packet.type);
-    this.stream.write(Buffer.concat([grpcFrameHeader(body.length), body]), () => {
+    writeGrpcFrameHeader(message, size - GRPC_FRAME_HEADER_SIZE);
+    this.stream.write(message, () => {
       this.controlQueued -= size;
       this.onWritten?.();
     });

@@ -3,7 +3,6 @@
 // --apiserver-addr); the in-cluster environment; and, for the agent, the
 // kubelet's own kubeconfig. Everything else in pkg/kube takes a KubeClient.
 
-import { existsSync } from 'node:fs';
 import {
   CertificatesV1Api,
   CoordinationV1Api,
@@ -11,15 +10,20 @@ import {
   KubeConfig,
   Watch,
 } from '@kubernetes/client-node';
+import { describeSource, type KubeConfigSource } from './config-source.js';
 
-export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-/** Where kubelet keeps its kubeconfig; an agent with no other source uses the node's identity. */
-export const KUBELET_KUBECONFIG = '/etc/kubernetes/kubelet.conf';
-
-export type KubeConfigSource =
-  | { kind: 'kubeconfig'; path: string }
-  | { kind: 'apiserver-addr'; address: string; serviceAccountDir: string }
-  | { kind: 'in-cluster' };
+// Where the configuration comes from lives in config-source.ts, which does not
+// load @kubernetes/client-node (~75 MB of RSS): processes that run without a
+// cluster never load it.
+export {
+  agentKubeConfigSource,
+  describeSource,
+  inCluster,
+  KUBELET_KUBECONFIG,
+  serverKubeConfigSource,
+  SERVICE_ACCOUNT_DIR,
+  type KubeConfigSource,
+} from './config-source.js';
 
 export interface KubeClient {
   readonly config: KubeConfig;
@@ -31,40 +35,6 @@ export interface KubeClient {
   readonly coordination: CoordinationV1Api;
   readonly certificates: CertificatesV1Api;
   readonly watch: Watch;
-}
-
-/** True when running in a pod that has a service account mounted. */
-export function inCluster(serviceAccountDir = SERVICE_ACCOUNT_DIR): boolean {
-  return process.env.KUBERNETES_SERVICE_HOST !== undefined && existsSync(`${serviceAccountDir}/token`);
-}
-
-/**
- * The server's source: --kube-config, else the in-cluster environment, else
- * none (local mode).
- */
-export function serverKubeConfigSource(kubeConfig: string | undefined): KubeConfigSource | undefined {
-  if (kubeConfig !== undefined && kubeConfig !== '') return { kind: 'kubeconfig', path: kubeConfig };
-  if (inCluster()) return { kind: 'in-cluster' };
-  return undefined;
-}
-
-/**
- * The agent's source, as OpenYurt's agent: --kube-config, else --apiserver-addr
- * with the service-account token, else the kubelet's kubeconfig when present.
- */
-export function agentKubeConfigSource(opts: {
-  kubeConfig?: string;
-  apiserverAddr?: string;
-  serviceAccountDir?: string;
-  kubeletKubeConfig?: string;
-}): KubeConfigSource | undefined {
-  if (opts.kubeConfig !== undefined && opts.kubeConfig !== '') return { kind: 'kubeconfig', path: opts.kubeConfig };
-  if (opts.apiserverAddr !== undefined && opts.apiserverAddr !== '') {
-    return { kind: 'apiserver-addr', address: opts.apiserverAddr, serviceAccountDir: opts.serviceAccountDir ?? SERVICE_ACCOUNT_DIR };
-  }
-  const kubelet = opts.kubeletKubeConfig ?? KUBELET_KUBECONFIG;
-  if (existsSync(kubelet)) return { kind: 'kubeconfig', path: kubelet };
-  return undefined;
 }
 
 function loadConfig(source: KubeConfigSource): KubeConfig {
@@ -94,16 +64,6 @@ function loadConfig(source: KubeConfigSource): KubeConfig {
   return kc;
 }
 
-export function describeSource(source: KubeConfigSource): string {
-  switch (source.kind) {
-    case 'kubeconfig':
-      return `kubeconfig ${source.path}`;
-    case 'in-cluster':
-      return 'in-cluster service account';
-    case 'apiserver-addr':
-      return `--apiserver-addr ${source.address} with the service-account token in ${source.serviceAccountDir}`;
-  }
-}
 
 /** Builds the clients; throws naming the source when the configuration cannot be read. */
 export function createKubeClient(source: KubeConfigSource): KubeClient {

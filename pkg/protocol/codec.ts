@@ -195,10 +195,16 @@ function payloadFields(p: KnownPacket): Field[] {
   }
 }
 
-/** Encodes a packet to its protobuf bytes (without gRPC framing). */
-export function encodePacket(p: KnownPacket): Buffer {
+/**
+ * Encodes a packet to its protobuf bytes (without gRPC framing). `reserve`
+ * leaves that many bytes free at the start, for a framing prefix, so the
+ * framed message is one buffer.
+ */
+export function encodePacket(p: KnownPacket, reserve = 0): Buffer {
   if (p.type === 'DATA' && p.error === '') {
-    return Buffer.concat([encodeDataHeader(p.connectID, p.data.length), p.data]);
+    const header = encodeDataHeader(p.connectID, p.data.length, reserve, p.data.length);
+    p.data.copy(header, header.length - p.data.length);
+    return header;
   }
   const typeNumber = PACKET_TYPE_NUMBERS[p.type];
   const fields = payloadFields(p);
@@ -206,9 +212,9 @@ export function encodePacket(p: KnownPacket): Buffer {
   for (const f of fields) payloadLen += fieldSize(f);
   const typeLen = typeNumber === 0 ? 0 : 1 + smallVarintSize(typeNumber);
   const payloadTag = (PAYLOAD_FIELD_BY_TYPE[p.type] << 3) | WIRE_BYTES;
-  const total = typeLen + smallVarintSize(payloadTag) + smallVarintSize(payloadLen) + payloadLen;
+  const total = reserve + typeLen + smallVarintSize(payloadTag) + smallVarintSize(payloadLen) + payloadLen;
   const buf = Buffer.allocUnsafe(total);
-  let pos = 0;
+  let pos = reserve;
   if (typeNumber !== 0) {
     buf[pos++] = (1 << 3) | WIRE_VARINT;
     pos = writeSmallVarint(buf, pos, typeNumber);
@@ -221,19 +227,26 @@ export function encodePacket(p: KnownPacket): Buffer {
   return buf;
 }
 
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
 /**
  * The protobuf bytes of a DATA packet up to, not including, the payload.
  * `Buffer.concat([encodeDataHeader(id, data.length), data])` is the whole packet;
  * writing the two separately avoids copying the payload. `reserve` leaves
- * that many bytes free at the start, for a framing prefix.
+ * that many bytes free at the start, for a framing prefix; `room` that many
+ * at the end, for a caller that copies a small payload in (one buffer, one
+ * HTTP/2 frame).
  */
-export function encodeDataHeader(connectID: bigint, dataLength: number, reserve = 0): Buffer {
-  checkInt64(connectID, 'connectID');
-  const idLen = connectID === 0n ? 0 : 1 + varintSize(connectID);
+export function encodeDataHeader(connectID: bigint, dataLength: number, reserve = 0, room = 0): Buffer {
+  // Connection IDs are small counters: size them with number arithmetic, not BigInt.
+  const small = connectID >= 0n && connectID <= MAX_SAFE;
+  if (!small) checkInt64(connectID, 'connectID');
+  const id = small ? Number(connectID) : 0;
+  const idLen = connectID === 0n ? 0 : 1 + (small ? smallVarintSize(id) : varintSize(connectID));
   const dataFieldLen = dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength) + dataLength;
   const innerLen = idLen + dataFieldLen;
   const headerLen = 2 + 1 + smallVarintSize(innerLen) + idLen + (dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength));
-  const buf = Buffer.allocUnsafe(reserve + headerLen);
+  const buf = Buffer.allocUnsafe(reserve + headerLen + room);
   let pos = reserve;
   buf[pos++] = (1 << 3) | WIRE_VARINT;
   buf[pos++] = PACKET_TYPE_NUMBERS.DATA;
@@ -241,7 +254,7 @@ export function encodeDataHeader(connectID: bigint, dataLength: number, reserve 
   pos = writeSmallVarint(buf, pos, innerLen);
   if (connectID !== 0n) {
     buf[pos++] = (1 << 3) | WIRE_VARINT;
-    pos = writeVarint(buf, pos, connectID);
+    pos = small ? writeSmallVarint(buf, pos, id) : writeVarint(buf, pos, connectID);
   }
   if (dataLength !== 0) {
     buf[pos++] = (3 << 3) | WIRE_BYTES;
@@ -390,11 +403,63 @@ const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
 
 const EMPTY = Buffer.alloc(0);
 
+/** A varint of at most 7 bytes (< 2^49) at `pos` (its end in shortVarintEnd), or -1 for anything else. */
+function shortVarint(buf: Buffer, pos: number, end: number): number {
+  let v = 0;
+  let mul = 1;
+  for (let i = 0; i < 7 && pos < end; i++) {
+    const b = buf[pos++]!;
+    v += (b & 0x7f) * mul;
+    if (b < 0x80) {
+      shortVarintEnd = pos;
+      return v;
+    }
+    mul *= 128;
+  }
+  return -1;
+}
+/** Where the last shortVarint() ended (a module variable: no array per call on the hot path). */
+let shortVarintEnd = 0;
+
+/**
+ * DATA as Go and we write it: type first, then one `data` field holding an
+ * optional connectID and an optional payload, nothing else, in that order.
+ * Anything else (an error string, repeated or unknown fields, long varints)
+ * returns undefined and takes the general path, which gives the same answer
+ * for these bytes; this one only skips its objects and arrays.
+ */
+function decodeCanonicalData(buf: Buffer): DataPacket | undefined {
+  const end = buf.length;
+  if (end < 4 || buf[0] !== ((1 << 3) | WIRE_VARINT) || buf[1] !== PACKET_TYPE_NUMBERS.DATA || buf[2] !== ((FIELD_DATA << 3) | WIRE_BYTES)) return undefined;
+  const innerLen = shortVarint(buf, 3, end);
+  let pos = shortVarintEnd;
+  if (innerLen < 0 || pos + innerLen !== end) return undefined;
+  let connectID = 0;
+  if (pos < end && buf[pos] === ((1 << 3) | WIRE_VARINT)) {
+    connectID = shortVarint(buf, pos + 1, end);
+    if (connectID < 0) return undefined;
+    pos = shortVarintEnd;
+  }
+  let data: Buffer = EMPTY;
+  if (pos < end && buf[pos] === ((3 << 3) | WIRE_BYTES)) {
+    const len = shortVarint(buf, pos + 1, end);
+    if (len < 0) return undefined;
+    pos = shortVarintEnd;
+    if (pos + len !== end) return undefined;
+    data = buf.subarray(pos, end);
+    pos = end;
+  }
+  if (pos !== end) return undefined;
+  return { type: 'DATA', connectID: BigInt(connectID), error: '', data };
+}
+
 /**
  * Decodes a packet's protobuf bytes. `data` of a DATA packet is a subarray of
  * `buf` (no copy): the caller must not reuse `buf`.
  */
 export function decodePacket(buf: Buffer): Packet {
+  const data = decodeCanonicalData(buf);
+  if (data !== undefined) return data;
   const r = new Reader(buf, 0, buf.length);
   let typeNumber = 0;
   // The last payload field seen, as proto3 oneof semantics require.
@@ -438,10 +503,8 @@ export function decodePacket(buf: Buffer): Packet {
       return f.s2 === '' ? { type: name, connectID: f.i1 } : { type: name, connectID: f.i1, error: f.s2 };
     case 'CLOSE_RSP':
       return { type: name, error: f.s1, connectID: f.i2 };
-    case 'DATA': {
-      const data: DataPacket = { type: name, connectID: f.i1, error: f.s2, data: f.bytes3 ?? EMPTY };
-      return data;
-    }
+    case 'DATA':
+      return { type: name, connectID: f.i1, error: f.s2, data: f.bytes3 ?? EMPTY };
     case 'DIAL_CLS':
       return { type: name, random: f.i1 };
     case 'DRAIN':

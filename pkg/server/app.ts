@@ -19,11 +19,10 @@ import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { NodeResolverChain } from '../interceptor/node-resolver.js';
-import { serverKubeConfigSource } from '../kube/client.js';
+import { serverKubeConfigSource } from '../kube/config-source.js';
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
-import { ClusterServices } from './cluster.js';
-import { DnsController, MIN_DNS_SYNC_PERIOD_MS } from '../dns/controller.js';
+import type { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
@@ -314,7 +313,7 @@ export class TunnelServer {
   /** The iptables manager, when it runs (cluster mode, --enable-iptables, and it could start). */
   iptables: IptablesManager | undefined;
   /** Cluster mode's DNS record controller (--enable-dns-controller). */
-  private dns: DnsController | undefined;
+  private dns: import('../dns/controller.js').DnsController | undefined;
 
   private constructor(
     readonly serverID: string,
@@ -343,6 +342,8 @@ export class TunnelServer {
     if (source === undefined) {
       certs = await localCertificates(opts);
     } else {
+      // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
+      const { ClusterServices } = await import('./cluster.js');
       cluster = await ClusterServices.start({
         source,
         certDir: opts.certDir,
@@ -390,7 +391,7 @@ export class TunnelServer {
       await egress?.start();
       await master.start();
       server.listening = true;
-      if (cluster !== undefined && opts.enableDNSController) server.startDnsController(cluster, opts);
+      if (cluster !== undefined && opts.enableDNSController) await server.startDnsController(cluster, opts);
       server.afterFlood.start();
       await meta?.start();
       if (cluster !== undefined && opts.enableIptables) server.iptables = await startIptables(cluster, master, opts);
@@ -526,7 +527,9 @@ export class TunnelServer {
   }
 
   /** The `dnat-*` ports it keeps point at the master ports as they listen. */
-  private startDnsController(cluster: ClusterServices, opts: ServerOptions): void {
+  private async startDnsController(cluster: ClusterServices, opts: ServerOptions): Promise<void> {
+    // Loaded here, as the cluster services are: a server without a cluster never loads the Kubernetes client.
+    const { DnsController, MIN_DNS_SYNC_PERIOD_MS } = await import('../dns/controller.js');
     if (opts.dnsSyncPeriodMs !== undefined && opts.dnsSyncPeriodMs < MIN_DNS_SYNC_PERIOD_MS) {
       this.log.warn(`--dns-sync-period ${opts.dnsSyncPeriodMs / 1000}s raised to the minimum ${MIN_DNS_SYNC_PERIOD_MS / 1000}s`);
     }

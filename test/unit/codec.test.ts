@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import protobuf from 'protobufjs';
 import { decodePacket, encodeDataHeader, encodePacket } from '../../pkg/protocol/codec.js';
+import { newDialID } from '../../pkg/protocol/ids.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
@@ -224,4 +225,54 @@ test('the gRPC deframer refuses compressed and oversized messages', () => {
     message: 'gRPC message of 1025 bytes exceeds the limit of 1024 bytes',
   });
   assert.throws(() => new GrpcDeframer().push(Buffer.from([7, 0, 0, 0, 0])), { code: 'YT_ERR_PROTOCOL_FRAME' });
+});
+
+test('encodePacket leaves the room asked for in front, so a framed message is one buffer', () => {
+  for (const p of SAMPLES) {
+    const framed = encodePacket(p, 5);
+    assert.deepEqual(framed.subarray(5), encodePacket(p), p.type);
+  }
+});
+
+test('DATA in any field layout decodes as protobufjs reads it (the canonical layout has a fast path)', () => {
+  const variants: Array<[string, Buffer]> = [];
+  const data = (fields: Record<string, unknown>): Buffer => Buffer.from(PacketType.encode(PacketType.fromObject({ type: 4, data: fields })).finish());
+  for (const id of ['0', '1', '127', '128', String(2 ** 49 - 1), String(2 ** 49), String(2 ** 53), MAX.toString(), '-1', MIN.toString()]) {
+    for (const size of [0, 1, 127, 128, 70_000]) variants.push([`id ${id} size ${size}`, data({ connectID: id, data: randomBytes(size) })]);
+  }
+  const canonical = data({ connectID: '9', data: Buffer.from('xyz') });
+  variants.push(
+    ['with an error', data({ connectID: '9', error: 'broken', data: Buffer.from('xyz') })],
+    ['type after the payload', Buffer.concat([canonical.subarray(2), canonical.subarray(0, 2)])],
+    ['payload field twice (the last wins)', Buffer.concat([canonical, data({ connectID: '10', data: Buffer.from('later') }).subarray(2)])],
+    ['an unknown field inside', Buffer.from([0x08, 0x04, 0x22, 0x07, 0x08, 0x09, 0x20, 0x01, 0x1a, 0x01, 0x41])],
+    ['connectID as a 10-byte varint', Buffer.from([0x08, 0x04, 0x22, 0x0e, 0x08, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x1a, 0x01, 0x41])],
+    ['data before connectID', Buffer.from([0x08, 0x04, 0x22, 0x05, 0x1a, 0x01, 0x41, 0x08, 0x02])],
+  );
+  for (const [name, bytes] of variants) {
+    const ref = PacketType.toObject(PacketType.decode(bytes), { longs: String, defaults: true }) as { data: { connectID: string; error: string; data: Uint8Array } };
+    assert.deepEqual(
+      decodePacket(bytes),
+      { type: 'DATA', connectID: BigInt(ref.data.connectID), error: ref.data.error, data: Buffer.from(ref.data.data) },
+      name,
+    );
+  }
+});
+
+test('a truncated canonical DATA packet is refused, not read short', () => {
+  const bytes = encodePacket({ type: 'DATA', connectID: 3n, error: '', data: Buffer.from('hello') });
+  for (let cut = 3; cut < bytes.length; cut++) {
+    assert.throws(() => decodePacket(bytes.subarray(0, cut)), { code: 'YT_ERR_PROTOCOL_TRUNCATED' }, `cut at ${cut}`);
+  }
+});
+
+test('dial IDs drawn from the random pool are in [1, 2^63-1] and do not repeat', () => {
+  const seen = new Set<bigint>();
+  // Several refills of the 4 KiB pool.
+  for (let i = 0; i < 3000; i++) {
+    const id = newDialID();
+    assert.ok(id >= 1n && id <= MAX, `dial ID ${id} out of range`);
+    assert.ok(!seen.has(id), `dial ID ${id} repeated after ${i} draws`);
+    seen.add(id);
+  }
 });

@@ -1,0 +1,198 @@
+// The server + agent pairs the bench compares, each started alone and
+// stopped before the next one starts, all with certificates from one local CA
+// made once per run:
+//   yurt-tunnel                 our server and our agent (the real CLIs)
+//   Konnectivity                the v0.30 Go proxy-server and proxy-agent
+//   Go agent, our server        our server with the Go proxy-agent joined to it
+// A pair is ready when its server has logged the agent's arrival; no
+// connection has been made through it yet (the cold figures need that).
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { join } from 'node:path';
+import { ensureLocalServerCertificates } from '../pkg/certs/local-store.js';
+import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs, type KonnectivityBinaries } from '../hack/konnectivity.js';
+import { issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js';
+import type { BenchPath } from './lean-conn.js';
+
+export type PairName = 'yurt-tunnel' | 'Konnectivity' | 'Go agent, our server';
+
+export interface Pair {
+  name: PairName;
+  /** How the client reaches the target through this pair. */
+  path: BenchPath;
+  serverPid: number;
+  agentPid: number;
+  stop(): Promise<void>;
+}
+
+export interface PairContext {
+  /** A temp dir of the run: the local CA in pki/, agent certificates beside it. */
+  dir: string;
+  certDir: string;
+  targetAddress: string;
+  go: KonnectivityBinaries | undefined;
+  /** Node.js options for our server and agent (e.g. --cpu-prof), to profile them under the bench's load. */
+  nodeArgs: string[];
+  verbose: boolean;
+  /** Sees what our server and agent print (bench/profile.ts reads its probe's lines from it). */
+  onOutput?: (who: 'server' | 'agent', text: string) => void;
+}
+
+/** The CA and one agent certificate per pair, made once so that no pair pays for key generation. */
+export async function preparePairs(dir: string, targetAddress: string, nodeArgs: string[], verbose: boolean): Promise<PairContext> {
+  const certDir = join(dir, 'pki');
+  await ensureLocalServerCertificates({ certDir });
+  for (const name of ['bench', 'go-pair', 'go-agent']) await issueAgentCertificate(certDir, name, join(dir, name));
+  const go = findKonnectivity();
+  return { dir, certDir, targetAddress, go: typeof go === 'string' ? undefined : go, nodeArgs, verbose };
+}
+
+/** Waits for `pattern` in what a process prints (stdout and stderr). */
+function waitForOutput(child: ChildProcess, pattern: RegExp, what: string, echo: boolean): Promise<void> {
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what}: not seen within 30 s:\n${out.slice(-2000)}`)), 30_000);
+    timer.unref();
+    const onText = (b: Buffer): void => {
+      const text = b.toString();
+      if (echo) process.stderr.write(`[${what}] ${text}`);
+      if (out.length < 1_000_000) out += text;
+      if (pattern.test(out)) {
+        clearTimeout(timer);
+        out = '';
+        pattern = /(?!)/; // seen; keep draining the pipes
+        resolve();
+      }
+    };
+    child.stdout!.on('data', onText);
+    child.stderr!.on('data', onText);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited with ${code}:\n${out.slice(-2000)}`));
+    });
+  });
+}
+
+function spawnPiped(children: ChildProcess[], bin: string, args: string[]): ChildProcess {
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  return child;
+}
+
+async function stopChildren(children: ChildProcess[]): Promise<void> {
+  for (const c of [...children].reverse()) {
+    if (c.exitCode !== null || c.signalCode !== null) continue;
+    c.kill('SIGTERM');
+    const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+    await once(c, 'exit');
+    clearTimeout(timer);
+  }
+}
+
+async function startGoAgent(children: ChildProcess[], ctx: PairContext, serverPort: number, agentID: string): Promise<ChildProcess> {
+  const args = goAgentArgs(join(ctx.dir, agentID), serverPort, agentID, `host=${agentID}&ipv4=127.0.0.1`, await freeLowPort(), await freeLowPort());
+  const child = spawnPiped(children, ctx.go!.proxyAgent, args);
+  // Drain its log; readiness is judged by the server.
+  child.stdout!.resume();
+  child.stderr!.resume();
+  return child;
+}
+
+async function startOurs(ctx: PairContext): Promise<Pair> {
+  const local = await startLocalTunnel({
+    nodeName: 'bench',
+    certDir: ctx.certDir,
+    agentDir: join(ctx.dir, 'bench'),
+    serverNodeArgs: ctx.nodeArgs,
+    agentNodeArgs: ctx.nodeArgs,
+    onOutput: (who, text) => {
+      if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
+      ctx.onOutput?.(who, text);
+    },
+  });
+  return {
+    name: 'yurt-tunnel',
+    path: { kind: 'connect', uds: local.udsPath, address: ctx.targetAddress, proxyHost: 'bench' },
+    serverPid: local.children[0]!.pid!,
+    agentPid: local.children[1]!.pid!,
+    stop: () => local.stop(),
+  };
+}
+
+async function startGoAgentOnOurs(ctx: PairContext): Promise<Pair> {
+  let onServerText: ((text: string) => void) | undefined;
+  const local = await startLocalTunnel({
+    certDir: ctx.certDir,
+    agent: false,
+    serverNodeArgs: ctx.nodeArgs,
+    onOutput: (who, text) => {
+      if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
+      ctx.onOutput?.(who, text);
+      onServerText?.(text);
+    },
+  });
+  try {
+    const joined = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the Go agent did not join our server within 30 s')), 30_000);
+      onServerText = (text) => {
+        if (/agent connected/.test(text)) {
+          clearTimeout(timer);
+          onServerText = undefined;
+          resolve();
+        }
+      };
+    });
+    const agent = await startGoAgent(local.children, ctx, local.agentPort, 'go-agent');
+    await joined;
+    return {
+      name: 'Go agent, our server',
+      path: { kind: 'connect', uds: local.udsPath, address: ctx.targetAddress, proxyHost: 'go-agent' },
+      serverPid: local.children[0]!.pid!,
+      agentPid: agent.pid!,
+      stop: () => local.stop(),
+    };
+  } catch (err: unknown) {
+    await local.stop();
+    throw err;
+  }
+}
+
+async function startKonnectivity(ctx: PairContext): Promise<Pair> {
+  const children: ChildProcess[] = [];
+  const udsPath = join(ctx.dir, `konnectivity-${process.pid}.sock`);
+  try {
+    const ports = { agentPort: await freeLowPort(), healthPort: await freeLowPort(), adminPort: await freeLowPort() };
+    const server = spawnPiped(children, ctx.go!.proxyServer, goServerArgs(ctx.certDir, udsPath, ports));
+    await waitForOutput(server, /Starting agent server for tunnel connections/, 'proxy-server', ctx.verbose);
+    const joined = waitForOutput(server, /"Agent connected"/, 'proxy-server', ctx.verbose);
+    const agent = await startGoAgent(children, ctx, ports.agentPort, 'go-pair');
+    await joined;
+    return {
+      name: 'Konnectivity',
+      path: { kind: 'connect', uds: udsPath, address: ctx.targetAddress, proxyHost: 'go-pair' },
+      serverPid: server.pid!,
+      agentPid: agent.pid!,
+      stop: () => stopChildren(children),
+    };
+  } catch (err: unknown) {
+    await stopChildren(children);
+    throw err;
+  }
+}
+
+/** The pairs this machine can run, in the order each round runs them. */
+export function pairNames(ctx: PairContext): PairName[] {
+  return ctx.go === undefined ? ['yurt-tunnel'] : ['yurt-tunnel', 'Konnectivity', 'Go agent, our server'];
+}
+
+export function startPair(name: PairName, ctx: PairContext): Promise<Pair> {
+  switch (name) {
+    case 'yurt-tunnel':
+      return startOurs(ctx);
+    case 'Konnectivity':
+      return startKonnectivity(ctx);
+    case 'Go agent, our server':
+      return startGoAgentOnOurs(ctx);
+  }
+}
