@@ -185,9 +185,11 @@ function payloadFields(p: KnownPacket): Field[] {
     case 'WINDOW_UPDATE':
       checkInt64(p.connectID, 'connectID');
       checkInt64(p.bytes, 'bytes');
+      if (p.received !== undefined) checkInt64(p.received, 'received');
       return [
         { no: 1, kind: 'int64', value: p.connectID },
         { no: 2, kind: 'int64', value: p.bytes },
+        { no: 3, kind: 'int64', value: p.received ?? 0n },
       ];
     case 'CLOSE_WRITE':
       checkInt64(p.connectID, 'connectID');
@@ -352,7 +354,7 @@ interface Fields {
   s2: string; // address / Data.error / CloseRequest.error (our extension)
   i1: bigint; // field 1 as int64
   i2: bigint;
-  i3: bigint;
+  i3: bigint; // also WindowUpdate.received (our resume extension)
   bytes3: Buffer | undefined;
 }
 
@@ -397,7 +399,7 @@ const SCHEMAS: Record<KnownPacket['type'], SubSchema> = {
   DATA: { 1: 'int64', 2: 'string', 3: 'bytes' },
   DIAL_CLS: { 1: 'int64' },
   DRAIN: {},
-  WINDOW_UPDATE: { 1: 'int64', 2: 'int64' },
+  WINDOW_UPDATE: { 1: 'int64', 2: 'int64', 3: 'int64' },
   CLOSE_WRITE: { 1: 'int64' },
 };
 
@@ -510,7 +512,7 @@ export function decodePacket(buf: Buffer): Packet {
     case 'DRAIN':
       return { type: name };
     case 'WINDOW_UPDATE':
-      return { type: name, connectID: f.i1, bytes: f.i2 };
+      return f.i3 === 0n ? { type: name, connectID: f.i1, bytes: f.i2 } : { type: name, connectID: f.i1, bytes: f.i2, received: f.i3 };
     case 'CLOSE_WRITE':
       return { type: name, connectID: f.i1 };
   }

@@ -71,6 +71,13 @@ export interface WindowUpdatePacket {
   type: 'WINDOW_UPDATE';
   connectID: bigint;
   bytes: bigint;
+  /**
+   * Session resume only (field 3, proto/yurttunnel_ext.proto): the packets of
+   * the session the sender has received so far, an acknowledgement. Absent
+   * (or 0): none carried. With connectID 0 and no bytes the packet is an
+   * acknowledgement alone, which is not itself numbered.
+   */
+  received?: bigint;
 }
 
 /** The sender will send no more DATA on a connection; it still reads (yurt-tunnel half-close). */
@@ -124,7 +131,12 @@ export function describePacket(p: Packet): Record<string, string | number> {
     case 'DRAIN':
       return { type: p.type };
     case 'WINDOW_UPDATE':
-      return { type: p.type, connectID: p.connectID.toString(), bytes: p.bytes.toString() };
+      return {
+        type: p.type,
+        connectID: p.connectID.toString(),
+        bytes: p.bytes.toString(),
+        ...(p.received !== undefined ? { received: p.received.toString() } : {}),
+      };
     case 'CLOSE_WRITE':
       return { type: p.type, connectID: p.connectID.toString() };
     case 'UNKNOWN':

@@ -38,7 +38,10 @@ function toReference(p: KnownPacket): Record<string, unknown> {
     case 'DRAIN':
       return { type: 6, drain: {} };
     case 'WINDOW_UPDATE':
-      return { type: 100, windowUpdate: { connectID: p.connectID.toString(), bytes: p.bytes.toString() } };
+      return {
+        type: 100,
+        windowUpdate: { connectID: p.connectID.toString(), bytes: p.bytes.toString(), ...(p.received !== undefined ? { received: p.received.toString() } : {}) },
+      };
     case 'CLOSE_WRITE':
       return { type: 101, closeWrite: { connectID: p.connectID.toString() } };
   }
@@ -80,6 +83,8 @@ const SAMPLES: KnownPacket[] = [
   { type: 'DRAIN' },
   { type: 'WINDOW_UPDATE', connectID: 3n, bytes: 524_288n },
   { type: 'WINDOW_UPDATE', connectID: MAX, bytes: 1n },
+  { type: 'WINDOW_UPDATE', connectID: 3n, bytes: 65_536n, received: 1n },
+  { type: 'WINDOW_UPDATE', connectID: 0n, bytes: 0n, received: MAX },
   { type: 'CLOSE_WRITE', connectID: 7n },
   { type: 'CLOSE_WRITE', connectID: MAX },
 ];
@@ -275,4 +280,56 @@ test('dial IDs drawn from the random pool are in [1, 2^63-1] and do not repeat',
     assert.ok(!seen.has(id), `dial ID ${id} repeated after ${i} draws`);
     seen.add(id);
   }
+});
+
+test("WINDOW_UPDATE's received (session resume) is absent from the bytes when unset, and read back exactly when set", () => {
+  const plain = encodePacket({ type: 'WINDOW_UPDATE', connectID: 9n, bytes: 4096n });
+  assert.deepEqual(encodePacket({ type: 'WINDOW_UPDATE', connectID: 9n, bytes: 4096n, received: 0n }), plain, 'a zero count is not written');
+  assert.deepEqual(decodePacket(plain), { type: 'WINDOW_UPDATE', connectID: 9n, bytes: 4096n }, 'no received key at all when absent');
+  for (const received of [1n, 127n, 128n, 2n ** 32n, 2n ** 49n, 2n ** 53n + 1n, MAX]) {
+    const p: KnownPacket = { type: 'WINDOW_UPDATE', connectID: 9n, bytes: 4096n, received };
+    assert.deepEqual(decodePacket(encodePacket(p)), p, `received ${received}`);
+  }
+  // An acknowledgement alone: connectID 0 and no bytes, only the count.
+  const ack = encodePacket({ type: 'WINDOW_UPDATE', connectID: 0n, bytes: 0n, received: 300n });
+  assert.deepEqual(ack, Buffer.from([0x08, 100, 0xa2, 0x06, 3, 0x18, 0xac, 0x02]));
+  assert.deepEqual(decodePacket(ack), { type: 'WINDOW_UPDATE', connectID: 0n, bytes: 0n, received: 300n });
+  assert.throws(() => encodePacket({ type: 'WINDOW_UPDATE', connectID: 1n, bytes: 1n, received: MAX + 1n }), {
+    name: 'RangeError',
+    message: 'received 9223372036854775808 does not fit in int64',
+  });
+});
+
+test('a WINDOW_UPDATE with received, cut anywhere, is refused as truncated; split across gRPC chunks it arrives whole', () => {
+  const p: KnownPacket = { type: 'WINDOW_UPDATE', connectID: 77n, bytes: 262_144n, received: 2n ** 40n + 5n };
+  const bytes = encodePacket(p);
+  for (let cut = 1; cut < bytes.length; cut++) {
+    const head = bytes.subarray(0, cut);
+    try {
+      const got = decodePacket(head);
+      // A cut right after a whole field is a shorter valid message: it must not invent a count.
+      assert.ok(got.type !== 'WINDOW_UPDATE' || got.received === undefined || got.received === p.received, `cut at ${cut}`);
+    } catch (err: unknown) {
+      assert.ok(err instanceof ProtocolError, `cut at ${cut} threw ${String(err)}`);
+      assert.equal(err.code, 'YT_ERR_PROTOCOL_TRUNCATED', `cut at ${cut}`);
+    }
+  }
+  const stream = Buffer.concat([grpcFrameHeader(bytes.length), bytes, grpcFrameHeader(bytes.length), bytes]);
+  for (let cut = 1; cut <= stream.length; cut++) {
+    const d = new GrpcDeframer();
+    const got: KnownPacket[] = [];
+    for (let off = 0; off < stream.length; off += cut) for (const m of d.push(stream.subarray(off, off + cut))) got.push(decodePacket(m) as KnownPacket);
+    assert.deepEqual(got, [p, p], `chunks of ${cut}`);
+  }
+});
+
+test('received: the last one wins, one of the wrong wire type is skipped (as Go does), a malformed one is refused', () => {
+  // windowUpdate { connectID: 5, received: 7, bytes: 9, received: 8, received as a length-delimited field }.
+  const repeated = Buffer.from([0x08, 100, 0xa2, 0x06, 12, 0x08, 5, 0x18, 7, 0x10, 9, 0x18, 8, 0x1a, 2, 0xaa, 0xbb]);
+  assert.deepEqual(decodePacket(repeated), { type: 'WINDOW_UPDATE', connectID: 5n, bytes: 9n, received: 8n });
+  // received as an 11-byte varint.
+  const tooLong = Buffer.from([0x08, 100, 0xa2, 0x06, 12, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+  assert.throws(() => decodePacket(tooLong), { code: 'YT_ERR_PROTOCOL_VARINT' });
+  // The payload's length claims more than there is.
+  assert.throws(() => decodePacket(Buffer.from([0x08, 100, 0xa2, 0x06, 9, 0x18, 1])), { code: 'YT_ERR_PROTOCOL_TRUNCATED' });
 });
