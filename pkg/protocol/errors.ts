@@ -175,3 +175,38 @@ export class IptablesError extends TunnelError {
     super(message, options);
   }
 }
+
+/**
+ * A connection (or dial) whose agent's link dropped without a goodbye and did
+ * not come back within the resume window (proto/yurttunnel_ext.proto): it is
+ * closed as failed on both sides.
+ */
+export class AgentLostError extends TunnelError {
+  override readonly name = 'AgentLostError';
+  readonly code = 'YT_ERR_AGENT_LOST';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+export type ResumeErrorCode =
+  /** A peer's count of packets received is outside what we sent and have not seen acknowledged. */
+  | 'YT_ERR_RESUME_BAD_COUNT'
+  /** A peer acknowledged packets we never sent. */
+  | 'YT_ERR_RESUME_ACK_AHEAD'
+  /** Control packets a peer does not acknowledge piled up past the session's limit. */
+  | 'YT_ERR_RESUME_BUFFER_FULL'
+  /** A session token or claim in call metadata is malformed. */
+  | 'YT_ERR_RESUME_BAD_CLAIM';
+
+/** A session cannot be carried on (session resume, proto/yurttunnel_ext.proto). */
+export class ResumeError extends TunnelError {
+  override readonly name = 'ResumeError';
+  constructor(
+    readonly code: ResumeErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
