@@ -1,0 +1,197 @@
+// The packets one end of a resumable session has sent and the peer has not
+// acknowledged yet, by sequence number (proto/yurttunnel_ext.proto): what is
+// resent, in order, when the session resumes on a new link.
+//
+// DATA is kept by reference, never copied (a payload is not reused once
+// written: sockets and our own streams hand out a fresh Buffer per chunk).
+// Entries live in a ring of two arrays, so appending and acknowledging
+// allocate nothing per packet once the ring has grown to the traffic in flight.
+//
+// Bounds: DATA in flight is bounded by the connections' flow-control windows,
+// and `full` tells the link to hold its writers (back-pressure) past
+// maxDataBytes anyway; control packets cannot wait, so more than
+// maxControlPackets unacknowledged means the peer does not acknowledge, and
+// appending throws.
+
+import { ResumeError } from '../protocol/errors.js';
+import type { KnownPacket } from '../protocol/packet.js';
+
+export interface ResendBufferOptions {
+  /** DATA bytes kept before `full` holds writers. Default 64 MiB. */
+  maxDataBytes?: number;
+  /** Control packets kept before appending another throws. Default 65,536. */
+  maxControlPackets?: number;
+}
+
+const INITIAL_CAPACITY = 64;
+/** A ring larger than this is given back once empty. */
+const SHRINK_ABOVE = 1024;
+
+export class ResendBuffer {
+  /** connectID of a DATA entry; undefined for a control packet. */
+  private ids: Array<bigint | undefined> = new Array(INITIAL_CAPACITY);
+  /** The payload of a DATA entry, or the control packet. */
+  private items: Array<Buffer | KnownPacket | undefined> = new Array(INITIAL_CAPACITY);
+  /** Ring position of the oldest entry. */
+  private head = 0;
+  private count = 0;
+  /** Sequence number of the oldest entry (everything below is acknowledged). */
+  private base = 0;
+  private data = 0;
+  private controls = 0;
+  private readonly maxDataBytes: number;
+  private readonly maxControlPackets: number;
+
+  constructor(opts: ResendBufferOptions = {}) {
+    this.maxDataBytes = opts.maxDataBytes ?? 64 * 1024 * 1024;
+    this.maxControlPackets = opts.maxControlPackets ?? 65_536;
+    if (!(this.maxDataBytes > 0) || !Number.isInteger(this.maxControlPackets) || this.maxControlPackets < 1) {
+      throw new TypeError(`invalid resend buffer limits ${JSON.stringify(opts)}`);
+    }
+  }
+
+  /** The sequence number the next packet appended gets. */
+  get next(): number {
+    return this.base + this.count;
+  }
+
+  /** Every packet below this sequence number has been acknowledged (and let go). */
+  get acknowledged(): number {
+    return this.base;
+  }
+
+  /** Packets kept. */
+  get length(): number {
+    return this.count;
+  }
+
+  /** DATA payload bytes kept. */
+  get dataBytes(): number {
+    return this.data;
+  }
+
+  get controlPackets(): number {
+    return this.controls;
+  }
+
+  /** DATA kept has reached maxDataBytes: writers should wait for acknowledgements. */
+  get full(): boolean {
+    return this.data >= this.maxDataBytes;
+  }
+
+  /** Keeps a DATA packet (its payload by reference); returns its sequence number. */
+  appendData(connectID: bigint, data: Buffer): number {
+    this.push(connectID, data);
+    this.data += data.length;
+    return this.next - 1;
+  }
+
+  /** Keeps a control packet; returns its sequence number. Throws when the peer has left too many unacknowledged. */
+  appendControl(packet: KnownPacket): number {
+    if (this.controls >= this.maxControlPackets) {
+      throw new ResumeError(
+        'YT_ERR_RESUME_BUFFER_FULL',
+        `${this.controls} control packets wait for the peer's acknowledgement (limit ${this.maxControlPackets}); the peer does not acknowledge`,
+      );
+    }
+    this.push(undefined, packet);
+    this.controls++;
+    return this.next - 1;
+  }
+
+  /**
+   * The peer has received every packet below `upTo`: let them go. An older
+   * count changes nothing (acknowledgements are cumulative); one beyond what
+   * was sent is a peer's error and throws.
+   */
+  acknowledge(upTo: number): void {
+    if (upTo > this.next || !Number.isSafeInteger(upTo)) {
+      throw new ResumeError('YT_ERR_RESUME_ACK_AHEAD', `the peer acknowledged ${upTo} packets, but only ${this.next} were sent`);
+    }
+    const { ids, items } = this;
+    const capacity = items.length;
+    while (this.base < upTo) {
+      const item = items[this.head];
+      if (ids[this.head] === undefined) this.controls--;
+      else this.data -= (item as Buffer).length;
+      ids[this.head] = undefined;
+      items[this.head] = undefined;
+      this.head = (this.head + 1) % capacity;
+      this.count--;
+      this.base++;
+    }
+    // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
+    if (this.count === 0 && capacity > SHRINK_ABOVE) {
+      this.ids = new Array(INITIAL_CAPACITY);
+      this.items = new Array(INITIAL_CAPACITY);
+      this.head = 0;
+    }
+  }
+
+  /**
+   * Hands every packet from sequence number `from` on, oldest first, to
+   * `onData` or `onControl`. `from` is the peer's count of packets received:
+   * one below what it acknowledged before, or above what was sent, cannot be
+   * true and throws (the session cannot resume).
+   */
+  replay(from: number, onData: (connectID: bigint, data: Buffer) => void, onControl: (packet: KnownPacket) => void): void {
+    this.checkResumeCount(from);
+    const { ids, items } = this;
+    const capacity = items.length;
+    for (let seq = from; seq < this.next; seq++) {
+      const i = (this.head + seq - this.base) % capacity;
+      const id = ids[i];
+      if (id === undefined) onControl(items[i] as KnownPacket);
+      else onData(id, items[i] as Buffer);
+    }
+  }
+
+  /** Throws unless `received` is a count the peer can truly have: between what it acknowledged and what was sent. */
+  checkResumeCount(received: number): void {
+    if (!Number.isSafeInteger(received) || received < this.base || received > this.next) {
+      throw new ResumeError(
+        'YT_ERR_RESUME_BAD_COUNT',
+        `the peer says it received ${received} packets; it acknowledged ${this.base} before and ${this.next} were sent`,
+      );
+    }
+  }
+
+  /** Lets every packet go (the session is over). Sequence numbers go on from where they were. */
+  clear(): void {
+    this.base = this.next;
+    this.ids = new Array(INITIAL_CAPACITY);
+    this.items = new Array(INITIAL_CAPACITY);
+    this.head = 0;
+    this.count = 0;
+    this.data = 0;
+    this.controls = 0;
+  }
+
+  /** Slots in the ring (for tests: it grows with the traffic in flight and is given back once idle). */
+  get capacity(): number {
+    return this.items.length;
+  }
+
+  private push(id: bigint | undefined, item: Buffer | KnownPacket): void {
+    if (this.count === this.items.length) this.grow();
+    const i = (this.head + this.count) % this.items.length;
+    this.ids[i] = id;
+    this.items[i] = item;
+    this.count++;
+  }
+
+  /** Doubles the ring, oldest entry first. */
+  private grow(): void {
+    const capacity = this.items.length;
+    const ids: Array<bigint | undefined> = new Array(capacity * 2);
+    const items: Array<Buffer | KnownPacket | undefined> = new Array(capacity * 2);
+    for (let k = 0; k < this.count; k++) {
+      const i = (this.head + k) % capacity;
+      ids[k] = this.ids[i];
+      items[k] = this.items[i];
+    }
+    this.ids = ids;
+    this.items = items;
+    this.head = 0;
+  }
+}
