@@ -136,13 +136,14 @@ export class ResendBuffer {
    */
   replay(from: number, onData: (connectID: bigint, data: Buffer) => void, onControl: (packet: KnownPacket) => void): void {
     this.checkResumeCount(from);
-    const { ids, items } = this;
-    const capacity = items.length;
-    for (let seq = from; seq < this.next; seq++) {
-      const i = (this.head + seq - this.base) % capacity;
-      const id = ids[i];
-      if (id === undefined) onControl(items[i] as KnownPacket);
-      else onData(id, items[i] as Buffer);
+    // What the callbacks append (a writer let go by the replay) is sent by them, not replayed:
+    // stop at the end as it is now, and read the ring afresh each time, as it may grow.
+    const end = this.next;
+    for (let seq = Math.max(from, this.base); seq < end; seq++) {
+      const i = (this.head + seq - this.base) % this.items.length;
+      const id = this.ids[i];
+      if (id === undefined) onControl(this.items[i] as KnownPacket);
+      else onData(id, this.items[i] as Buffer);
     }
   }
 

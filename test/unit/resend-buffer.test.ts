@@ -155,3 +155,22 @@ test('clear lets everything go and numbering goes on', () => {
   assert.deepEqual([b.length, b.dataBytes, b.controlPackets, b.acknowledged, b.next], [0, 0, 0, 2, 2]);
   assert.equal(b.appendData(1n, Buffer.alloc(1)), 2);
 });
+
+test('what a replay callback appends is not part of that replay, even when the ring grows under it', () => {
+  const b = new ResendBuffer();
+  for (let i = 0; i < 60; i++) b.appendData(1n, Buffer.from([i]));
+  const seen: number[] = [];
+  b.replay(
+    0,
+    (_id, data) => {
+      seen.push(data[0]!);
+      // A writer let go by the replay sends at once; 60 more packets double the ring.
+      b.appendData(2n, Buffer.from([200]));
+    },
+    () => assert.fail('no control packets here'),
+  );
+  assert.deepEqual(seen, Array.from({ length: 60 }, (_, i) => i));
+  assert.equal(b.next, 120);
+  assert.ok(b.capacity > 64, 'the ring grew during the replay');
+  assert.equal(replayed(b, 60).length, 60, 'the new packets are there for the next replay');
+});
