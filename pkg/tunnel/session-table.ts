@@ -1,0 +1,191 @@
+// The resumable sessions of one server (session resume,
+// proto/yurttunnel_ext.proto): a token per agent link, bound to the agentID and
+// the client certificate of the call that opened it, and for a link that
+// dropped without a goodbye, the timer that ends the session when its window
+// passes. What a session carries (the agent's connections, its packet link)
+// is the owner's `value`; this table only answers who may take it back, and when
+// it expires.
+//
+// A token is "<id>.<secret>": the ID finds the session, the secret proves the
+// right to it. Only a hash of the secret is kept, and it is compared in
+// constant time, so neither memory nor timing gives it away. A token that is
+// right but comes with another certificate or agentID is "foreign": the
+// session is not handed over, nor touched.
+
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { SESSION_ID_BYTES, SESSION_SECRET_BYTES, parseSessionToken, type SessionClaim } from '../protocol/resume.js';
+
+/** Who opened a session: the claimed agentID, and the SHA-256 fingerprint of the verified client certificate. */
+export interface SessionOwner {
+  agentID: string;
+  fingerprint: string;
+}
+
+export class Session<V> {
+  /** When the link dropped (ms since the epoch); undefined while a link carries the session. */
+  suspendedAt: number | undefined;
+  /** Times the session was taken back by a new link. */
+  resumes = 0;
+  /** The highest attempt number taken (SessionClaim.attempt). */
+  lastAttempt = 0;
+  /** @internal The expiry timer while suspended. */
+  timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly id: string,
+    /** @internal SHA-256 of the secret. */
+    readonly secretHash: Buffer,
+    readonly owner: SessionOwner,
+    /** The resume window agreed for it. */
+    readonly windowMs: number,
+    public value: V,
+  ) {}
+
+  get suspended(): boolean {
+    return this.suspendedAt !== undefined;
+  }
+}
+
+export type SessionLookup<V> =
+  /** The caller may take the session back (take()). */
+  | { kind: 'found'; session: Session<V> }
+  /** No such session here (never was, expired, or the secret is wrong): the call starts a new one. */
+  | { kind: 'unknown'; reason: 'no-session' | 'wrong-secret' | 'malformed' }
+  /** The token is right, but the agentID or certificate is not the one it was issued to: refuse; leave the session alone. */
+  | { kind: 'foreign'; session: Session<V> }
+  /** An attempt not above one already taken: a call that arrived late; refuse it. */
+  | { kind: 'stale'; session: Session<V> };
+
+export interface SessionTableOptions<V> {
+  /** A suspended session's window passed: it is out of the table already; the owner closes what it carried. */
+  onExpire(session: Session<V>): void;
+  /**
+   * Suspended sessions one agentID may have; suspending one more expires its
+   * oldest at once (onExpire). Default 4, the default --max-agent-streams.
+   */
+  maxSuspendedPerAgent?: number;
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+export class SessionTable<V> {
+  private readonly sessions = new Map<string, Session<V>>();
+  /** Suspended sessions by agentID, oldest first (a Set keeps insertion order). */
+  private readonly suspendedByAgent = new Map<string, Set<Session<V>>>();
+  private readonly onExpire: (session: Session<V>) => void;
+  private readonly maxSuspendedPerAgent: number;
+
+  constructor(opts: SessionTableOptions<V>) {
+    this.onExpire = opts.onExpire;
+    this.maxSuspendedPerAgent = opts.maxSuspendedPerAgent ?? 4;
+    if (!Number.isInteger(this.maxSuspendedPerAgent) || this.maxSuspendedPerAgent < 1) {
+      throw new TypeError(`maxSuspendedPerAgent must be a positive integer, got ${this.maxSuspendedPerAgent}`);
+    }
+  }
+
+  /** A new session for a link of `owner`; the token goes to the agent (and nowhere else: never log it). */
+  open(owner: SessionOwner, windowMs: number, value: V): { session: Session<V>; token: string } {
+    let id = randomBytes(SESSION_ID_BYTES).toString('base64url');
+    while (this.sessions.has(id)) id = randomBytes(SESSION_ID_BYTES).toString('base64url');
+    const secret = randomBytes(SESSION_SECRET_BYTES).toString('base64url');
+    const session = new Session(id, sha256(secret), { ...owner }, windowMs, value);
+    this.sessions.set(id, session);
+    return { session, token: `${id}.${secret}` };
+  }
+
+  /** What a claim presented by a call of `caller` finds. Changes nothing. */
+  find(claim: SessionClaim, caller: SessionOwner): SessionLookup<V> {
+    const token = parseSessionToken(claim.token);
+    if (token === undefined) return { kind: 'unknown', reason: 'malformed' };
+    const session = this.sessions.get(token.id);
+    if (session === undefined) return { kind: 'unknown', reason: 'no-session' };
+    if (!timingSafeEqual(sha256(token.secret), session.secretHash)) return { kind: 'unknown', reason: 'wrong-secret' };
+    if (caller.agentID !== session.owner.agentID || caller.fingerprint !== session.owner.fingerprint) return { kind: 'foreign', session };
+    if (claim.attempt <= session.lastAttempt) return { kind: 'stale', session };
+    return { kind: 'found', session };
+  }
+
+  /**
+   * A new link carries `session` from now on (the caller has detached the
+   * old one, whether it had dropped or still looked alive): its timer stops.
+   * False if the session is no longer in the table.
+   */
+  take(session: Session<V>, attempt: number): boolean {
+    if (this.sessions.get(session.id) !== session) return false;
+    this.stopTimer(session);
+    session.resumes++;
+    session.lastAttempt = Math.max(session.lastAttempt, attempt);
+    return true;
+  }
+
+  /**
+   * The session's link dropped without a goodbye: it ends when its window
+   * passes, unless taken back first. Past maxSuspendedPerAgent, the agent's
+   * oldest suspended session expires now. Idempotent.
+   */
+  suspend(session: Session<V>, now = Date.now()): void {
+    if (this.sessions.get(session.id) !== session || session.suspended) return;
+    const agentID = session.owner.agentID;
+    let suspended = this.suspendedByAgent.get(agentID);
+    if (suspended === undefined) {
+      suspended = new Set();
+      this.suspendedByAgent.set(agentID, suspended);
+    }
+    while (suspended.size >= this.maxSuspendedPerAgent) {
+      const oldest = suspended.values().next().value!;
+      this.expire(oldest);
+    }
+    session.suspendedAt = now;
+    suspended.add(session);
+    session.timer = setTimeout(() => this.expire(session), session.windowMs);
+    session.timer.unref();
+  }
+
+  /** Takes the session out (a goodbye, or its link ended it); no onExpire. True if it was there. */
+  end(session: Session<V>): boolean {
+    if (this.sessions.get(session.id) !== session) return false;
+    this.stopTimer(session);
+    this.sessions.delete(session.id);
+    return true;
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  get suspendedCount(): number {
+    let n = 0;
+    for (const set of this.suspendedByAgent.values()) n += set.size;
+    return n;
+  }
+
+  /** The sessions of one agent, for logs and /debug. */
+  sessionsOf(agentID: string): Session<V>[] {
+    return [...this.sessions.values()].filter((s) => s.owner.agentID === agentID);
+  }
+
+  /** Forgets every session and stops every timer, without onExpire (the server is stopping: its owner closes what they carry). */
+  close(): void {
+    for (const session of this.sessions.values()) clearTimeout(session.timer);
+    this.sessions.clear();
+    this.suspendedByAgent.clear();
+  }
+
+  private expire(session: Session<V>): void {
+    if (!this.end(session)) return;
+    this.onExpire(session);
+  }
+
+  private stopTimer(session: Session<V>): void {
+    clearTimeout(session.timer);
+    session.timer = undefined;
+    if (session.suspendedAt === undefined) return;
+    session.suspendedAt = undefined;
+    const agentID = session.owner.agentID;
+    const suspended = this.suspendedByAgent.get(agentID);
+    suspended?.delete(session);
+    if (suspended?.size === 0) this.suspendedByAgent.delete(agentID);
+  }
+}

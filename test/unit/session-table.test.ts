@@ -1,0 +1,165 @@
+// The server's resumable sessions (pkg/tunnel/session-table.ts): tokens bound
+// to the agentID and certificate that opened them, one unref'd timer per
+// suspended session that ends it when its window passes, and the bounds.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { inspect } from 'node:util';
+import { test } from 'node:test';
+import { Worker } from 'node:worker_threads';
+import { parseSessionToken } from '../../pkg/protocol/resume.js';
+import { SessionTable, type Session } from '../../pkg/tunnel/session-table.js';
+import { harness } from '../support/harness.js';
+
+const EDGE1 = { agentID: 'edge-1', fingerprint: 'AA:BB:01' };
+const EDGE2 = { agentID: 'edge-2', fingerprint: 'AA:BB:02' };
+
+function table(onExpire: (s: Session<string>) => void = () => {}, maxSuspendedPerAgent?: number): SessionTable<string> {
+  return new SessionTable<string>({ onExpire, ...(maxSuspendedPerAgent !== undefined ? { maxSuspendedPerAgent } : {}) });
+}
+
+test('a token finds its session only with the agentID and certificate that opened it, and only for a newer attempt', (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const { session, token } = sessions.open(EDGE1, 10_000, 'links of edge-1');
+  const parsed = parseSessionToken(token);
+  assert.ok(parsed !== undefined, 'the token has the wire form');
+  assert.equal(parsed.id, session.id);
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, EDGE1), { kind: 'found', session });
+
+  // Right token, wrong holder: refused, and the session is left as it was.
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, EDGE2), { kind: 'foreign', session });
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { agentID: 'edge-1', fingerprint: EDGE2.fingerprint }), { kind: 'foreign', session });
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { agentID: 'edge-2', fingerprint: EDGE1.fingerprint }), { kind: 'foreign', session });
+  assert.equal(session.resumes, 0);
+
+  const otherSecret = `${session.id}.${'A'.repeat(43)}`;
+  assert.deepEqual(sessions.find({ token: otherSecret, received: 0, attempt: 1 }, EDGE1), { kind: 'unknown', reason: 'wrong-secret' });
+  const otherID = `${'B'.repeat(22)}.${parsed.secret}`;
+  assert.deepEqual(sessions.find({ token: otherID, received: 0, attempt: 1 }, EDGE1), { kind: 'unknown', reason: 'no-session' });
+  assert.deepEqual(sessions.find({ token: 'nonsense', received: 0, attempt: 1 }, EDGE1), { kind: 'unknown', reason: 'malformed' });
+
+  assert.equal(sessions.take(session, 3), true);
+  assert.equal(session.resumes, 1);
+  for (const attempt of [1, 3]) {
+    assert.deepEqual(sessions.find({ token, received: 0, attempt }, EDGE1), { kind: 'stale', session }, `attempt ${attempt} after 3 was taken`);
+  }
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 4 }, EDGE1), { kind: 'found', session });
+});
+
+test('only a hash of the secret is kept', (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const { session, token } = sessions.open(EDGE1, 10_000, 'v');
+  const secret = parseSessionToken(token)!.secret;
+  const shown = inspect(sessions, { depth: 10 }) + inspect(session, { depth: 10, showHidden: true });
+  assert.ok(!shown.includes(secret), 'the secret is nowhere in the table');
+  assert.ok(!shown.includes(Buffer.from(secret, 'base64url').toString('hex')));
+});
+
+test('a suspended session ends when its window passes: out of the table, its timer gone, onExpire once', async (t) => {
+  const h = harness(t);
+  const expired: Session<string>[] = [];
+  const sessions = table((s) => expired.push(s));
+  h.defer(() => sessions.close());
+  const { session } = sessions.open(EDGE1, 50, 'conns');
+  const startedAt = performance.now();
+  sessions.suspend(session);
+  sessions.suspend(session); // idempotent: one timer, from the first drop
+  assert.equal(session.suspended, true);
+  assert.deepEqual([sessions.size, sessions.suspendedCount], [1, 1]);
+  await waitUntil(() => expired.length > 0);
+  assert.ok(performance.now() - startedAt >= 45, 'not before the window');
+  assert.deepEqual(expired, [session]);
+  assert.deepEqual([sessions.size, sessions.suspendedCount], [0, 0]);
+  assert.equal(session.timer, undefined);
+  assert.equal(sessions.take(session, 1), false, 'an expired session cannot be taken');
+});
+
+test('a session taken back before its window does not expire; a goodbye ends one without onExpire', async (t) => {
+  const h = harness(t);
+  const expired: string[] = [];
+  const sessions = table((s) => expired.push(s.value));
+  h.defer(() => sessions.close());
+  const resumed = sessions.open(EDGE1, 40, 'resumed').session;
+  sessions.suspend(resumed);
+  assert.equal(sessions.take(resumed, 1), true);
+  assert.equal(resumed.suspended, false);
+  assert.equal(resumed.timer, undefined);
+  // A witness suspended after it with the same window: once it has expired, the first would have too.
+  const witness = sessions.open(EDGE2, 40, 'witness').session;
+  sessions.suspend(witness);
+  const goodbye = sessions.open(EDGE2, 40, 'goodbye').session;
+  sessions.suspend(goodbye);
+  assert.equal(sessions.end(goodbye), true);
+  assert.equal(sessions.end(goodbye), false);
+  await waitUntil(() => expired.includes('witness'));
+  assert.deepEqual(expired, ['witness']);
+  assert.deepEqual([sessions.size, sessions.suspendedCount], [1, 0]);
+});
+
+test('past maxSuspendedPerAgent the agent\'s oldest suspended session expires at once; other agents are untouched', (t) => {
+  const expired: string[] = [];
+  const sessions = table((s) => expired.push(s.value), 2);
+  t.after(() => sessions.close());
+  const a = sessions.open(EDGE1, 60_000, 'a').session;
+  const b = sessions.open(EDGE1, 60_000, 'b').session;
+  const c = sessions.open(EDGE1, 60_000, 'c').session;
+  const other = sessions.open(EDGE2, 60_000, 'other').session;
+  sessions.suspend(other);
+  sessions.suspend(a);
+  sessions.suspend(b);
+  assert.deepEqual(expired, []);
+  sessions.suspend(c);
+  assert.deepEqual(expired, ['a']);
+  assert.deepEqual([sessions.size, sessions.suspendedCount], [3, 3]);
+  assert.equal(a.timer, undefined);
+  assert.throws(() => table(() => {}, 0), TypeError);
+});
+
+test('close forgets every session and stops every timer without onExpire', (t) => {
+  const expired: string[] = [];
+  const sessions = table((s) => expired.push(s.value));
+  t.after(() => sessions.close());
+  const all = [1, 2, 3].map((i) => sessions.open({ agentID: `edge-${i}`, fingerprint: `F${i}` }, 60_000, `s${i}`).session);
+  for (const s of all) sessions.suspend(s);
+  sessions.close();
+  assert.deepEqual([sessions.size, sessions.suspendedCount, expired.length], [0, 0, 0]);
+  assert.deepEqual(sessionsOfAll(sessions), []);
+});
+
+test('a suspended session\'s timer does not keep the process alive (unref\'d)', async () => {
+  const url = new URL('../../pkg/tunnel/session-table.js', import.meta.url);
+  const worker = new Worker(
+    `import(${JSON.stringify(fileURLToPath(url))}).then(({ SessionTable }) => {
+       const t = new SessionTable({ onExpire() {} });
+       t.suspend(t.open({ agentID: 'edge-1', fingerprint: 'F' }, 600000, 'v').session);
+     });`,
+    { eval: true },
+  );
+  let guard: NodeJS.Timeout | undefined;
+  const lingered = new Promise<'lingered'>((resolve) => (guard = setTimeout(() => resolve('lingered'), 20_000)));
+  const ended = once(worker, 'exit').then(([code]) => code as number);
+  const outcome = await Promise.race([ended, lingered]);
+  clearTimeout(guard);
+  if (outcome === 'lingered') await worker.terminate();
+  assert.equal(outcome, 0, 'the worker ended by itself long before the 10-minute window');
+});
+
+function sessionsOfAll(sessions: SessionTable<string>): string[] {
+  return ['edge-1', 'edge-2', 'edge-3'].flatMap((id) => sessions.sessionsOf(id).map((s) => s.value));
+}
+
+async function waitUntil(cond: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const keep = setInterval(() => {}, 1000); // the table's timers are unref'd
+  try {
+    while (!cond()) {
+      if (Date.now() > deadline) throw new Error('timed out');
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  } finally {
+    clearInterval(keep);
+  }
+}
