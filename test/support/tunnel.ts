@@ -18,6 +18,7 @@ import type { Logger } from '../../pkg/log/logger.js';
 import { MemoryLogger } from './memory-logger.js';
 import { AgentEndpoint, type AgentEndpointOptions } from '../../pkg/tunnel/agent-endpoint.js';
 import { Tunnel, type TunnelOptions } from '../../pkg/tunnel/tunnel.js';
+import { startBlipRelay } from './blip-relay.js';
 import type { Harness } from './harness.js';
 import { testPKI } from './pki.js';
 
@@ -283,19 +284,11 @@ export function startEchoServer(h: Harness): Promise<{ server: Server; port: num
 /**
  * A loopback TCP relay that sends each new connection to the next of `ports`
  * in turn, as a Service or load balancer in front of server replicas would;
- * the test may change `ports` while it runs.
+ * the test may change `ports` while it runs. (startBlipRelay, for a test that
+ * also wants the network to blip.)
  */
 export async function startRoundRobin(h: Harness, ports: number[]): Promise<number> {
-  let next = 0;
-  const lb = await startTCPServer(h, (client: Socket) => {
-    const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
-    upstream.on('error', () => client.destroy());
-    client.on('error', () => upstream.destroy());
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    client.pipe(upstream).pipe(client);
-  });
-  return lb.port;
+  return (await startBlipRelay(h, ports)).port;
 }
 
 /** CONNECTs through `udsPath` to `target`, sends `text`, half-closes, and returns all that came back. */
@@ -387,23 +380,6 @@ export async function readExactly(socket: Socket, n: number, initial: Buffer = B
 
 /** A TCP relay to `targetPort` that can be frozen: it then forwards nothing, not even a close (a dead link). */
 export async function startRelay(h: Harness, targetPort: number): Promise<{ port: number; freeze(): void; connections(): number }> {
-  let frozen = false;
-  const pairs = new Set<[Socket, Socket]>();
-  const relay = await startTCPServer(h, (client) => {
-    const upstream = connect(targetPort, '127.0.0.1');
-    upstream.on('error', () => client.destroy());
-    client.on('error', () => upstream.destroy());
-    const pair: [Socket, Socket] = [client, upstream];
-    pairs.add(pair);
-    // Frozen, it is a black hole: not even a close gets through.
-    client.on('close', () => {
-      if (!frozen) upstream.destroy();
-      pairs.delete(pair);
-    });
-    upstream.on('close', () => frozen || client.destroy());
-    client.on('data', (d) => frozen || upstream.write(d));
-    upstream.on('data', (d) => frozen || client.write(d));
-  });
-  h.defer(() => pairs.forEach(([a, b]) => (a.destroy(), b.destroy())));
-  return { port: relay.port, freeze: () => (frozen = true), connections: () => pairs.size };
+  const relay = await startBlipRelay(h, [targetPort]);
+  return { port: relay.port, freeze: () => relay.freeze(), connections: () => relay.connections() };
 }
