@@ -56,6 +56,18 @@ export type SessionLookup<V> =
   /** An attempt not above one already taken: a call that arrived late; refuse it. */
   | { kind: 'stale'; session: Session<V> };
 
+/** What the claims of one call found. */
+export interface ClaimResolution<V> {
+  /** The session the call takes back, with the claim (the agent's count) that found it. */
+  found: { session: Session<V>; claim: SessionClaim } | undefined;
+  /** Sessions whose token came with another agentID or certificate: refused, left alone. */
+  foreign: Session<V>[];
+  /** Sessions claimed with an attempt already superseded: the call is a late one. */
+  stale: Session<V>[];
+  /** Claims that found nothing here (another replica's, expired, or wrong). */
+  unknown: number;
+}
+
 export interface SessionTableOptions<V> {
   /** A suspended session's window passed: it is out of the table already; the owner closes what it carried. */
   onExpire(session: Session<V>): void;
@@ -105,6 +117,24 @@ export class SessionTable<V> {
     if (caller.agentID !== session.owner.agentID || caller.fingerprint !== session.owner.fingerprint) return { kind: 'foreign', session };
     if (claim.attempt <= session.lastAttempt) return { kind: 'stale', session };
     return { kind: 'found', session };
+  }
+
+  /**
+   * Looks up every claim of one call (an agent presents one per session it
+   * wants back, and behind a load balancer cannot know which replica it
+   * reached): the first it may take, and the ones refused, for logs and
+   * metrics. Changes nothing.
+   */
+  resolve(claims: readonly SessionClaim[], caller: SessionOwner): ClaimResolution<V> {
+    const out: ClaimResolution<V> = { found: undefined, foreign: [], stale: [], unknown: 0 };
+    for (const claim of claims) {
+      const r = this.find(claim, caller);
+      if (r.kind === 'found') out.found ??= { session: r.session, claim };
+      else if (r.kind === 'foreign') out.foreign.push(r.session);
+      else if (r.kind === 'stale') out.stale.push(r.session);
+      else out.unknown++;
+    }
+    return out;
   }
 
   /**

@@ -48,6 +48,31 @@ test('a token finds its session only with the agentID and certificate that opene
   assert.deepEqual(sessions.find({ token, received: 0, attempt: 4 }, EDGE1), { kind: 'found', session });
 });
 
+test("one call's claims: the first this server can hand back, and the refused ones by why", (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const mine = sessions.open(EDGE1, 10_000, 'mine');
+  const second = sessions.open(EDGE1, 10_000, 'second');
+  const someoneElses = sessions.open(EDGE2, 10_000, 'edge-2');
+  sessions.take(second.session, 5);
+  const otherReplica = `${'C'.repeat(22)}.${'D'.repeat(43)}`;
+  const r = sessions.resolve(
+    [
+      { token: otherReplica, received: 0, attempt: 1 },
+      { token: someoneElses.token, received: 0, attempt: 1 },
+      { token: second.token, received: 0, attempt: 2 },
+      { token: mine.token, received: 7, attempt: 1 },
+    ],
+    EDGE1,
+  );
+  assert.deepEqual(r.found, { session: mine.session, claim: { token: mine.token, received: 7, attempt: 1 } });
+  assert.deepEqual(r.foreign, [someoneElses.session]);
+  assert.deepEqual(r.stale, [second.session]);
+  assert.equal(r.unknown, 1);
+  assert.deepEqual(sessions.resolve([], EDGE1), { found: undefined, foreign: [], stale: [], unknown: 0 });
+  assert.equal(mine.session.resumes, 0, 'resolving takes nothing');
+});
+
 test('only a hash of the secret is kept', (t) => {
   const sessions = table();
   t.after(() => sessions.close());
