@@ -16,6 +16,7 @@ import { ResumableLink, type ResumableLinkOptions } from '../../pkg/mux/resumabl
 import { ConnectionClosedError, ResumeError } from '../../pkg/protocol/errors.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { harness } from '../support/harness.js';
+import { memoryLinkPair, type MemoryLinkPair } from '../support/memory-link.js';
 import { PacketWire } from '../support/packet-wire.js';
 
 const LIMIT = { timeout: 60_000 };
@@ -375,6 +376,55 @@ test('8 MiB each way through real connections (flow control, half-close) arrive 
   await Promise.all([server.destroyed ? undefined : once(server, 'close'), agent.destroyed ? undefined : once(agent, 'close')]);
   assert.equal(server.errored, null);
   assert.equal(agent.errored, null);
+});
+
+test('over real gRPC packet calls (HTTP/2): 8 MiB each way survive their connection destroyed mid-flight, three times', LIMIT, async (t) => {
+  const h = harness(t);
+  keepAlive(h);
+  let server: PacketConn | undefined;
+  let agent: PacketConn | undefined;
+  const broken: ResumeError[] = [];
+  const a = new ResumableLink({ onPacket: dispatch(() => server!), onBroken: (e) => broken.push(e) });
+  const b = new ResumableLink({ onPacket: dispatch(() => agent!), onBroken: (e) => broken.push(e) });
+  h.defer(() => (a.close(), b.close()));
+  const pairs: MemoryLinkPair[] = [];
+  const connectPair = async (): Promise<void> => {
+    const pair = await memoryLinkPair();
+    pairs.push(pair);
+    h.defer(() => pair.close());
+    pair.onServerPacket((p) => a.receive(pair.server, p));
+    pair.onAgentPacket((p) => b.receive(pair.agent, p));
+    const aReceived = a.received;
+    a.attach(pair.server, b.received);
+    b.attach(pair.agent, aReceived);
+  };
+  await connectPair();
+  const flow = { sendWindow: 1024 * 1024, receiveWindow: 1024 * 1024 };
+  server = new ServerSideConn(a, 1n, { flow, halfClose: true });
+  agent = new EndpointConn(b, 1n, '127.0.0.1:1', { flow, halfClose: true });
+  h.defer(() => (server!.destroy(), agent!.destroy()));
+  const up = randomBytes(8 * 1024 * 1024);
+  const down = randomBytes(8 * 1024 * 1024);
+  const transfer = Promise.all([exchange(server, down), exchange(agent, up)]);
+  let cuts = 0;
+  for (const at of [2, 4, 6]) {
+    while (agent.bytesReceived < at * 1024 * 1024) await sleep(1);
+    // The connection under both calls goes away at once: what HTTP/2 and the transport held is lost.
+    const pair = pairs.at(-1)!;
+    pair.agentTransport.destroy();
+    pair.serverTransport.destroy();
+    a.detach();
+    b.detach();
+    cuts++;
+    await sleep(10);
+    await connectPair();
+  }
+  const [atServer, atAgent] = await transfer;
+  assert.equal(cuts, 3);
+  assert.equal(sha(atAgent), sha(down), 'server → agent byte-exact');
+  assert.equal(sha(atServer), sha(up), 'agent → server byte-exact');
+  assert.ok(a.resentBytes > 0 && b.resentBytes > 0, `both ends resent DATA (${a.resentBytes}, ${b.resentBytes} bytes)`);
+  assert.deepEqual(broken, []);
 });
 
 async function waitUntil(cond: () => boolean, timeoutMs = 5000): Promise<void> {
