@@ -7,10 +7,16 @@
 //   rtt      a 1-byte DATA packet to the server and one back
 //   bulk     64 KiB DATA packets agent → server (per 64 KiB), with back-pressure
 //   control  a DIAL_REQ to the agent and its DIAL_RSP back
+// Each scenario runs twice: on the calls themselves, and through a
+// ResumableLink at each end (session resume: numbering, the resend buffer,
+// acknowledgements), so that what resume costs per packet shows beside it.
 
 import { PerformanceObserver } from 'node:perf_hooks';
 import { memoryLinkPair, type MemoryLinkPair } from '../test/support/memory-link.js';
 import { countBufferAllocations } from '../test/support/buffer-allocations.js';
+import type { PacketLink } from '../pkg/mux/packet-link.js';
+import { ResumableLink } from '../pkg/mux/resumable-link.js';
+import type { Packet } from '../pkg/protocol/packet.js';
 
 const RUNS = Number(process.env.PACKET_PATH_RUNS ?? 5);
 
@@ -25,14 +31,50 @@ interface Figures {
 let gcs = 0;
 new PerformanceObserver((list) => (gcs += list.getEntries().length)).observe({ entryTypes: ['gc'] });
 
-async function measure(ops: number, run: (pair: MemoryLinkPair) => Promise<void>): Promise<Figures> {
+/** What a scenario drives: the two ends, plain calls or resumable links over them. */
+interface Ends {
+  agent: PacketLink;
+  server: PacketLink;
+  onAgentPacket(handler: (p: Packet) => void): void;
+  onServerPacket(handler: (p: Packet) => void): void;
+}
+
+function plainEnds(pair: MemoryLinkPair): Ends {
+  return pair;
+}
+
+/** Each end behind a ResumableLink, as a session with resume negotiated has it. */
+function resumableEnds(pair: MemoryLinkPair): Ends & { close(): void } {
+  let onAgent: (p: Packet) => void = () => {};
+  let onServer: (p: Packet) => void = () => {};
+  const broken = (err: Error): never => {
+    throw err;
+  };
+  const agent = new ResumableLink({ onPacket: (p) => onAgent(p), onBroken: broken });
+  const server = new ResumableLink({ onPacket: (p) => onServer(p), onBroken: broken });
+  pair.onAgentPacket((p) => agent.receive(pair.agent, p));
+  pair.onServerPacket((p) => server.receive(pair.server, p));
+  agent.attach(pair.agent, 0);
+  server.attach(pair.server, 0);
+  return {
+    agent,
+    server,
+    onAgentPacket: (h) => (onAgent = h),
+    onServerPacket: (h) => (onServer = h),
+    close: () => (agent.close(), server.close()),
+  };
+}
+
+async function measure(ops: number, run: (ends: Ends) => Promise<void>, resumable: boolean): Promise<Figures> {
   const pair = await memoryLinkPair();
+  const wrapped = resumable ? resumableEnds(pair) : undefined;
+  const ends = wrapped ?? plainEnds(pair);
   try {
     const writes0 = pair.agentTransport.writes + pair.serverTransport.writes;
     const gc0 = gcs;
     const cpu0 = process.cpuUsage();
     const byFactory: Record<string, number> = {};
-    const allocations = await countBufferAllocations(() => run(pair), byFactory);
+    const allocations = await countBufferAllocations(() => run(ends), byFactory);
     const cpu = process.cpuUsage(cpu0);
     await new Promise((r) => setImmediate(r));
     return {
@@ -43,12 +85,13 @@ async function measure(ops: number, run: (pair: MemoryLinkPair) => Promise<void>
       byFactory: Object.fromEntries(Object.entries(byFactory).map(([k, v]) => [k, v / ops])),
     };
   } finally {
+    wrapped?.close();
     await pair.close();
   }
 }
 
 function rtt(rounds: number) {
-  return (pair: MemoryLinkPair): Promise<void> =>
+  return (pair: Ends): Promise<void> =>
     new Promise((resolve) => {
       const one = Buffer.from([1]);
       let left = rounds;
@@ -64,7 +107,7 @@ function rtt(rounds: number) {
 }
 
 function bulk(messages: number) {
-  return (pair: MemoryLinkPair): Promise<void> =>
+  return (pair: Ends): Promise<void> =>
     new Promise((resolve) => {
       const payload = Buffer.alloc(64 * 1024, 0x5a);
       let received = 0;
@@ -92,7 +135,7 @@ function bulk(messages: number) {
 }
 
 function control(rounds: number) {
-  return (pair: MemoryLinkPair): Promise<void> =>
+  return (pair: Ends): Promise<void> =>
     new Promise((resolve) => {
       let left = rounds;
       pair.onAgentPacket((p) => {
@@ -107,20 +150,23 @@ function control(rounds: number) {
 }
 
 async function main(): Promise<void> {
-  const scenarios: Array<[string, number, (pair: MemoryLinkPair) => Promise<void>]> = [
+  const scenarios: Array<[string, number, (ends: Ends) => Promise<void>]> = [
     ['rtt (1-byte DATA there and back)', 20_000, rtt(20_000)],
     ['bulk (per 64 KiB DATA)', 4096, bulk(4096)],
     ['control (DIAL_REQ + DIAL_RSP)', 20_000, control(20_000)],
   ];
   console.log(`best of ${RUNS} runs; allocations are Buffer.alloc/allocUnsafe/allocUnsafeSlow/concat/from calls`);
-  for (const [name, ops, run] of scenarios) {
-    const runs: Figures[] = [];
-    for (let i = 0; i < RUNS; i++) runs.push(await measure(ops, run));
-    const best = runs.reduce((a, b) => (b.cpuUs < a.cpuUs ? b : a));
-    console.log(
-      `${name.padEnd(34)} CPU ${best.cpuUs.toFixed(2).padStart(7)} µs/op (runs ${runs.map((r) => r.cpuUs.toFixed(1)).join(', ')})  ` +
-        `allocations ${best.allocations.toFixed(2)}/op ${JSON.stringify(best.byFactory)}  writes ${best.writes.toFixed(2)}/op  GCs ${(best.gcs * 1000).toFixed(2)}/1000 ops`,
-    );
+  for (const [scenario, ops, run] of scenarios) {
+    for (const resumable of [false, true]) {
+      const name = resumable ? '  … through ResumableLinks' : scenario;
+      const runs: Figures[] = [];
+      for (let i = 0; i < RUNS; i++) runs.push(await measure(ops, run, resumable));
+      const best = runs.reduce((a, b) => (b.cpuUs < a.cpuUs ? b : a));
+      console.log(
+        `${name.padEnd(34)} CPU ${best.cpuUs.toFixed(2).padStart(7)} µs/op (runs ${runs.map((r) => r.cpuUs.toFixed(1)).join(', ')})  ` +
+          `allocations ${best.allocations.toFixed(2)}/op ${JSON.stringify(best.byFactory)}  writes ${best.writes.toFixed(2)}/op  GCs ${(best.gcs * 1000).toFixed(2)}/1000 ops`,
+      );
+    }
   }
 }
 
