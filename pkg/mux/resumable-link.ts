@@ -109,6 +109,22 @@ export class ResumableLink implements PacketLink {
   }
 
   /**
+   * Whether the session can resume from the peer's count `peerReceived`
+   * (what attach() would accept): check it before answering a resume, since
+   * the answer goes out before the replay.
+   */
+  canResume(peerReceived: number): boolean {
+    if (this.closed) return false;
+    try {
+      this.buffer.checkResumeCount(peerReceived);
+      return true;
+    } catch (err: unknown) {
+      if (err instanceof ResumeError) return false;
+      throw err;
+    }
+  }
+
+  /**
    * Carries the session on `transport` from now on. `peerReceived` is the
    * peer's count of our packets it has received (0 for a new session); every
    * packet after it is resent first, in order. Throws a ResumeError

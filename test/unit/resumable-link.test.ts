@@ -230,6 +230,7 @@ test('a count the peer cannot have refuses the resume; an acknowledgement ahead 
   await waitUntil(() => s.a.unacknowledged.packets === 0);
   s.blip();
   const wire = new PacketWire(() => {}, () => {});
+  assert.deepEqual([2, 3, 4].map((n) => s.a.canResume(n)), [false, true, false], 'what attach would accept, asked first');
   assert.throws(() => s.a.attach(wire.a, 2), { name: 'ResumeError', code: 'YT_ERR_RESUME_BAD_COUNT' }, 'below what b acknowledged');
   assert.throws(() => s.a.attach(wire.a, 4), { name: 'ResumeError', code: 'YT_ERR_RESUME_BAD_COUNT' }, 'beyond what a sent');
   s.resume();
