@@ -203,6 +203,10 @@ export class ResumableLink implements PacketLink {
 
   sendControl(packet: KnownPacket): boolean {
     if (this.closed) return false;
+    if (packet.type === 'WINDOW_UPDATE' && packet.connectID === 0n) {
+      // The peer would not number it, and the counts would part.
+      throw new TypeError('a WINDOW_UPDATE for connectID 0 is an acknowledgement; only the link sends those');
+    }
     try {
       this.buffer.appendControl(packet);
     } catch (err: unknown) {

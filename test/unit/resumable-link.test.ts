@@ -169,6 +169,7 @@ test('acknowledgements ride on WINDOW_UPDATE; one of our own (connectID 0) is ne
   assert.equal(s.a.received, 1, 'the WINDOW_UPDATE with credit is numbered');
   assert.equal(s.b.received, 10, 'the acknowledgement alone is not');
   assert.equal(s.toB.length, 10, 'nor handed on');
+  assert.throws(() => s.a.sendControl({ type: 'WINDOW_UPDATE', connectID: 0n, bytes: 5n }), TypeError, 'connectID 0 is the link\'s own');
 });
 
 test('many packets or bytes are acknowledged at once, not after the delay', LIMIT, async (t) => {
