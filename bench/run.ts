@@ -17,7 +17,7 @@ import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { issueCertificate } from '../pkg/certs/pki.js';
-import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
+import { dialThroughProxier } from '../pkg/frontend/connect-client.js';
 import { findGoBinaries, startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
 
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;

@@ -46,7 +46,7 @@ export async function startMaster(
 ): Promise<TestMaster> {
   const pki = testPKI();
   const connector = new KubeletConnector({
-    udsPath: server.udsPath,
+    dial: (address, o) => server.tunnel.dial(address, o),
     tls: () => ({ ...proxyClientCert(), kubeletCA: opts.kubeletCA }),
     logger: server.log,
   });
