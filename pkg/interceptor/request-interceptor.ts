@@ -77,6 +77,9 @@ function abortResponse(res: ServerResponse, err: Error): void {
   res.destroy();
 }
 
+/** What an upgrading caller may send before the kubelet's connection is ready, kept for it. */
+const MAX_EARLY_BYTES = 64 * 1024;
+
 function rawHeaderLines(raw: readonly string[]): string {
   let text = '';
   for (let i = 0; i + 1 < raw.length; i += 2) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
@@ -156,27 +159,47 @@ export class RequestInterceptor {
    */
   handleUpgrade(ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    // The caller gone before the kubelet's connection is ready: a dial still pending is cancelled (DIAL_CLS).
+    // Read while the kubelet's connection opens, so that a caller who leaves
+    // is noticed and its dial cancelled (DIAL_CLS); what it sends meanwhile
+    // is kept for the kubelet, up to a bound, after which reading pauses.
     const gone = new AbortController();
+    const early: Buffer[] = head.length > 0 ? [head] : [];
+    let earlyBytes = head.length;
+    const onData = (chunk: Buffer): void => {
+      early.push(chunk);
+      earlyBytes += chunk.length;
+      if (earlyBytes >= MAX_EARLY_BYTES) socket.pause();
+    };
     const onGone = (): void => gone.abort();
+    socket.on('data', onData);
+    socket.once('end', onGone);
     socket.once('close', onGone);
+    socket.resume();
+    const stopWatching = (): void => {
+      socket.off('data', onData);
+      socket.off('end', onGone);
+      socket.off('close', onGone);
+      socket.pause();
+    };
     this.connector.connect(this.target(ctx), gone.signal).then(
       (kubelet) => {
-        socket.off('close', onGone);
-        if (socket.destroyed) {
+        stopWatching();
+        if (socket.destroyed || gone.signal.aborted) {
           kubelet.destroy();
+          socket.destroy();
           return;
         }
         kubelet.write(`${req.method} ${req.url} HTTP/1.1\r\n${rawHeaderLines(forwardedHeaders(req.rawHeaders, true))}\r\n`);
-        if (head.length > 0) kubelet.write(head);
+        for (const chunk of early) kubelet.write(chunk);
         readResponseHead(kubelet).then(
           (answer) => this.passAnswer(ctx, socket, kubelet, answer),
           (err: unknown) => this.failUpgrade(ctx, socket, err, kubelet),
         );
       },
       (err: unknown) => {
-        socket.off('close', onGone);
-        this.failUpgrade(ctx, socket, err);
+        stopWatching();
+        if (gone.signal.aborted) socket.destroy();
+        else this.failUpgrade(ctx, socket, err);
       },
     );
   }
@@ -200,7 +223,8 @@ export class RequestInterceptor {
       kubelet.destroy();
       socket.end();
     };
-    if (left <= 0) {
+    // The kubelet may have closed with its answer (the head and its EOF read together).
+    if (left <= 0 || kubelet.readableEnded) {
       done();
       return;
     }

@@ -1,10 +1,11 @@
 // The master ports end to end: a caller with kube-apiserver's identity → the
-// secure port → middleware → CONNECT over the proxier socket → agent → TLS to a
+// secure port → middleware → a tunnelled connection → agent → TLS to a
 // stand-in kubelet with the proxy-client identity.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { Agent } from 'node:https';
 import { Registry } from 'prom-client';
 import { test } from 'node:test';
@@ -12,7 +13,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { harness } from '../support/harness.js';
 import { apiserverClientCert, callMaster, startKubelet, startMaster } from '../support/master.js';
 import { testPKI } from '../support/pki.js';
-import { closedPort, startHangingListener, startServer, startTCPServer, startTunnel } from '../support/tunnel.js';
+import { closedPort, startHangingListener, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
 
 test('healthz, metrics and stats through the secure port; the kubelet sees the proxy-client identity', async (t) => {
   const h = harness(t);
@@ -161,4 +162,29 @@ test('requests in flight are counted by verb and a bounded path class, never the
   assert.deepEqual(await inFlight(), []);
   const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
   assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
+});
+
+test('a caller that goes away while its dial is pending cancels the dial (DIAL_CLS), for a request and for an upgrade', async (t) => {
+  const h = harness(t);
+  const hanging = await startHangingListener(h);
+  const { server } = await startTunnel(h, { server: { tunnel: { dialTimeoutMs: 60_000 } }, agent: { dialTimeoutMs: 60_000 } });
+  const { insecurePort } = await startMaster(h, server);
+  const host = `127.0.0.1:${hanging}`;
+
+  const req = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/healthz', headers: { Host: host }, agent: false });
+  req.on('error', () => {});
+  req.end();
+  await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount === 1);
+  req.destroy();
+  await waitFor('the dial to be cancelled', () => server.tunnel.pendingDialCount === 0);
+
+  const upgrade = connect(insecurePort, '127.0.0.1');
+  upgrade.on('error', () => {});
+  upgrade.write(`GET /exec/default/p1/c1?command=cat HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
+  await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount === 1);
+  upgrade.destroy();
+  await waitFor('the dial to be cancelled', () => server.tunnel.pendingDialCount === 0);
+
+  const cancelled = server.log.find('dial failed').filter((r) => r.fields.reason === 'YT_ERR_DIAL_CANCELLED');
+  assert.equal(cancelled.length, 2, JSON.stringify(server.log.find('dial failed')));
 });
