@@ -22,7 +22,7 @@ import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
-import { dialThroughProxier } from '../pkg/frontend/connect-client.js';
+import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 
 const TOTAL = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
 const CONCURRENCY = 200;

@@ -12,7 +12,7 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { issueCertificate } from '../pkg/certs/pki.js';
-import { dialThroughProxier } from '../pkg/frontend/connect-client.js';
+import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../test/support/standin-kubelet/index.js';
 import { freePort, startLocalTunnel } from './local-tunnel.js';
 import { ProxierError } from '../pkg/protocol/errors.js';

@@ -7,6 +7,7 @@ import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy
 import { masterPortTLS } from '../../pkg/interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
 import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
 import { pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
@@ -183,6 +184,15 @@ test('a response head is read with its exact bytes, however it arrives', async (
   const failing = readResponseHead(bad);
   bad.end('garbage\r\n\r\n');
   await assert.rejects(failing, { message: 'malformed response status line "garbage"' });
+});
+
+test('the proxier client\'s CONNECT request is exactly OpenYurt\'s interceptor\'s, each optional header only when set', () => {
+  assert.equal(connectRequest('10.0.0.5:10250'), 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\n\r\n');
+  assert.equal(
+    connectRequest('10.0.0.5:10250', 'edge-1', 'kube-apiserver/v1.24'),
+    'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\nX-Tunnel-Proxy-Host: edge-1\r\nUser-Agent: kube-apiserver/v1.24\r\n\r\n',
+  );
+  assert.equal(connectRequest('[fd00::1]:10250', undefined, 'ua'), 'CONNECT [fd00::1]:10250 HTTP/1.1\r\nHost: localhost\r\nUser-Agent: ua\r\n\r\n');
 });
 
 test('master-port TLS: a TLS caller gets plain HTTP to a port of the insecure master port, TLS to any other; a plain caller never gets TLS', () => {

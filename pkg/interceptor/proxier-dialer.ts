@@ -1,8 +1,8 @@
-// The CONNECT proxier's client (the demo, the bench): opens a tunnelled
-// connection through the proxier's Unix socket by writing a CONNECT request
-// in OpenYurt's format, accepts only a 200, and turns any other answer into
-// an error that carries the proxier's status and reason. (The master ports
-// dial the tunnel in-process and do not use it.)
+// Opens a tunnelled connection through the proxier's Unix socket, as
+// OpenYurt's interceptor does: writes a CONNECT request, accepts only a 200,
+// and turns any other answer into an error that carries the proxier's status
+// and reason. Our master ports dial the tunnel in-process and no longer use
+// it; the demo and the bench do, as a local caller of the proxier.
 
 import { connect, type Socket } from 'node:net';
 import { ProxierError } from '../protocol/errors.js';
