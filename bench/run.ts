@@ -6,18 +6,20 @@
 //
 //   direct:  client ──TCP──► target
 //   tunnel:  client ──CONNECT over UDS──► server ──gRPC/mTLS──► agent ──TCP──► target
+//   GETs:    client ──HTTPS──► master port ─(in-process dial)─► agent ──TLS──► stand-in kubelet,
+//            against client ──HTTPS──► stand-in kubelet
 //
 // Absolute numbers depend on the machine; the ratios are what to compare.
 
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
+import { REPO_ROOT, startLocalTunnel, startProcess, type LocalTunnel } from '../hack/local-tunnel.js';
 import { issueCertificate } from '../pkg/certs/pki.js';
-import { dialThroughProxier } from '../pkg/frontend/connect-client.js';
+import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 import { findGoBinaries, startGoAgentOnOurs, startGoPair, stopAll } from './konnectivity.js';
 
 const BULK_BYTES = Number(process.env.BENCH_BULK_MIB ?? 256) * 1024 * 1024;
@@ -29,6 +31,31 @@ const GET_REQUESTS = 3000;
 const GET_CONCURRENCY = 8;
 
 const VERBOSE = process.env.BENCH_VERBOSE === '1';
+
+const USAGE = `usage: node dist/bench/run.js [--only master-gets]
+
+Runs yurt-tunnel-server, yurt-tunnel-agent, a target and a stand-in kubelet as
+processes and prints each figure next to the same figure on a direct loopback
+path, then (when the Go binaries are found) the Konnectivity reference rows.
+
+  --only master-gets   only the small GETs through the secure master port
+                       against the same GETs straight to the stand-in kubelet
+  --help               this text
+
+Environment: BENCH_BULK_MIB (bulk size, default 256), BENCH_VERBOSE=1 (the
+processes' logs at -v=3), BENCH_AGENT_NODE_ARGS (Node options for the agent).`;
+
+/** The command line: the whole bench, or only one part of it. */
+function parseArgs(argv: readonly string[]): { only: 'master-gets' | undefined } {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  if (argv.length === 0) return { only: undefined };
+  if (argv.length === 2 && argv[0] === '--only' && argv[1] === 'master-gets') return { only: 'master-gets' };
+  console.error(`bench: unknown arguments ${JSON.stringify(argv.join(' '))}\n\n${USAGE}`);
+  process.exit(2);
+}
 
 type Dial = () => Promise<Socket>;
 
@@ -205,7 +232,43 @@ function printReferenceTable(paths: Array<[string, PathFigures]>): void {
   console.log('\n(in brackets: the ratio to direct, as in the table above)');
 }
 
+/**
+ * CPU time (user + system) process `pid` has used so far, in ms, from
+ * /proc/<pid>/stat (Linux; clock ticks of 10 ms). Undefined where there is no /proc.
+ */
+function cpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return undefined;
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** Small GETs through the secure master port, against the same GETs straight to the stand-in kubelet. */
+async function masterPortGets(children: ChildProcess[], local: LocalTunnel): Promise<void> {
+  console.log(`small GETs (/healthz), ${GET_REQUESTS} over ${GET_CONCURRENCY} keep-alive connections ...`);
+  const kubeletProc = await startProcess(children, join(REPO_ROOT, 'dist/bench/kubelet.js'), [local.certDir], /^(\d+)\n/);
+  const kubeletPort = Number(kubeletProc.match[1]);
+  const ca = { cert: readFileSync(join(local.certDir, 'ca.crt'), 'utf8'), key: readFileSync(join(local.certDir, 'ca.key'), 'utf8') };
+  const caller = issueCertificate(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usages: ['clientAuth'] });
+  const tls = { ca: ca.cert, cert: caller.cert, key: caller.key };
+  const gd = await smallGets(kubeletPort, `127.0.0.1:${kubeletPort}`, tls);
+  // CPU per GET is steadier than the rates on a shared machine: the server's and the agent's, over the tunnelled run.
+  const [server, agent] = local.children;
+  const before = [cpuMs(server?.pid), cpuMs(agent?.pid)];
+  const gm = await smallGets(local.securePort, `${local.nodeName}:${kubeletPort}`, tls);
+  const after = [cpuMs(server?.pid), cpuMs(agent?.pid)];
+  const perGet = (i: number): string => {
+    const [b, a] = [before[i], after[i]];
+    return b === undefined || a === undefined ? 'unknown' : `${(((a - b) * 1000) / (GET_REQUESTS + 200)).toFixed(0)} µs`;
+  };
+  console.log(`CPU per GET through the master port (warm-up included): server ${perGet(0)}, agent ${perGet(1)}`);
+  row('GET through master port, per second', gd.rate, gm.rate, '/s', 0);
+  row('GET through master port, p50', percentile(gd.samples, 50), percentile(gm.samples, 50), 'ms', 3, false);
+  row('GET through master port, p99', percentile(gd.samples, 99), percentile(gm.samples, 99), 'ms', 3, false);
+}
+
 async function main(): Promise<void> {
+  const { only } = parseArgs(process.argv.slice(2));
   const children: ChildProcess[] = [];
   const verbose = VERBOSE ? ['--v', '3'] : [];
   const echo = VERBOSE ? (who: string, text: string): void => void process.stderr.write(`[${who}] ${text}`) : undefined;
@@ -214,6 +277,11 @@ async function main(): Promise<void> {
   const agentNodeArgs = (process.env.BENCH_AGENT_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
   const local = await startLocalTunnel({ nodeName: 'bench', serverArgs: verbose, agentArgs: verbose, agentNodeArgs, onOutput: echo });
   try {
+    if (only === 'master-gets') {
+      await masterPortGets(children, local);
+      printTable();
+      return;
+    }
     const targetPort = Number(target.match[1]);
     const uds = local.udsPath;
     const address = `127.0.0.1:${targetPort}`;
@@ -255,17 +323,7 @@ async function main(): Promise<void> {
     rows.push(['4 flows, slowest/fastest', `${fairness(pd).toFixed(0)} %`, `${fairness(pt).toFixed(0)} %`, '']);
     row('4 flows vs 1 flow (tunnel)', median(bulkTunnel), pt.total / MiB, 'MiB/s');
 
-    console.log(`small GETs (/healthz), ${GET_REQUESTS} over ${GET_CONCURRENCY} keep-alive connections ...`);
-    const kubeletProc = await startProcess(children, join(REPO_ROOT, 'dist/bench/kubelet.js'), [local.certDir], /^(\d+)\n/);
-    const kubeletPort = Number(kubeletProc.match[1]);
-    const ca = { cert: readFileSync(join(local.certDir, 'ca.crt'), 'utf8'), key: readFileSync(join(local.certDir, 'ca.key'), 'utf8') };
-    const caller = issueCertificate(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usages: ['clientAuth'] });
-    const tls = { ca: ca.cert, cert: caller.cert, key: caller.key };
-    const gd = await smallGets(kubeletPort, `127.0.0.1:${kubeletPort}`, tls);
-    const gm = await smallGets(local.securePort, `bench:${kubeletPort}`, tls);
-    row('GET through master port, per second', gd.rate, gm.rate, '/s', 0);
-    row('GET through master port, p50', percentile(gd.samples, 50), percentile(gm.samples, 50), 'ms', 3, false);
-    row('GET through master port, p99', percentile(gd.samples, 99), percentile(gm.samples, 99), 'ms', 3, false);
+    await masterPortGets(children, local);
 
     printTable();
 
