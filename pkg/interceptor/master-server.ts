@@ -5,7 +5,9 @@
 // - insecure (--insecure-port, 10264): plain HTTP, on loopback unless the
 //   operator binds it elsewhere.
 // Each request runs the middleware chain (trace, localhost) and then the
-// interceptor, which carries it through the tunnel.
+// interceptor, which carries it through the tunnel. A caller whose stream is
+// cut by a failure has its TCP connection reset, on the secure port too
+// (beneath its TLS session: see abortsThrough).
 // A caller gets a bounded time for its TLS handshake and for its request head;
 // one that takes longer is closed, logged (a few lines per kind and interval)
 // and counted.
@@ -18,6 +20,7 @@ import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
 import { LogLimiter } from '../log/log-limiter.js';
+import { abortsThrough } from '../mux/abort.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage, HttpError } from '../protocol/errors.js';
 import type { Middleware } from './middleware/middleware.js';
@@ -124,7 +127,25 @@ export class MasterServer {
         },
         (req, res) => this.onRequest(req, res, true),
       );
-      server.on('secureConnection', (socket: TLSSocket) => this.secured.add(socket));
+      // The TCP socket each TLS session runs over, so that an abort can reset it.
+      const tcpByPeer = new Map<string, Socket>();
+      const peer = (s: Socket): string | undefined => (s.remotePort === undefined ? undefined : `${s.remoteAddress}|${s.remotePort}`);
+      server.on('connection', (socket: Socket) => {
+        const key = peer(socket);
+        if (key === undefined) return;
+        tcpByPeer.set(key, socket);
+        socket.once('close', () => {
+          if (tcpByPeer.get(key) === socket) tcpByPeer.delete(key);
+        });
+      });
+      server.on('secureConnection', (tls: TLSSocket) => {
+        this.secured.add(tls);
+        const key = peer(tls);
+        const tcp = key === undefined ? undefined : tcpByPeer.get(key);
+        if (tcp === undefined) return;
+        tcpByPeer.delete(key!);
+        abortsThrough(tls, tcp);
+      });
       server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
       this.wire(server, 'secure', s.host, s.port, true);
     }
@@ -179,6 +200,8 @@ export class MasterServer {
     server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
+      // Beneath a TLS session nobody else listens: a failed reset must not end the process.
+      socket.on('error', (err) => this.opts.logger.verbose(3, 'caller connection error', { port: name, error: errorMessage(err) }));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head, tls));
     server.on('clientError', (err: Error, socket: Socket) => this.onClientError(name, tls, err, socket));
@@ -263,7 +286,6 @@ export class MasterServer {
       proxyDest: headerOf(req, PROXY_DEST_HEADER),
       forwardedUri: headerOf(req, 'x-forwarded-uri'),
       serverName: tls ? servernameOf(req) : undefined,
-      userAgent: headerOf(req, 'user-agent'),
     };
   }
 

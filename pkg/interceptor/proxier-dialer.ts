@@ -1,6 +1,8 @@
-// Opens a tunnelled connection through the proxier's Unix socket: writes a
-// CONNECT request, accepts only a 200, and turns any other answer into an
-// error that carries the proxier's status and reason.
+// Opens a tunnelled connection through the proxier's Unix socket, as
+// OpenYurt's interceptor does: writes a CONNECT request, accepts only a 200,
+// and turns any other answer into an error that carries the proxier's status
+// and reason. Our master ports dial the tunnel in-process and no longer use
+// it; the demo and the bench do, as a local caller of the proxier.
 
 import { connect, type Socket } from 'node:net';
 import { ProxierError } from '../protocol/errors.js';
@@ -19,7 +21,7 @@ export interface ProxierDialOptions {
   signal?: AbortSignal;
 }
 
-/** The exact request the interceptor writes (OpenYurt's format, each optional header only when set). */
+/** The exact request OpenYurt's interceptor writes, each optional header only when set. */
 export function connectRequest(address: string, proxyHost?: string, userAgent?: string): string {
   let req = `CONNECT ${address} HTTP/1.1\r\nHost: localhost`;
   if (proxyHost) req += `\r\nX-Tunnel-Proxy-Host: ${proxyHost}`;

@@ -439,7 +439,13 @@ export class TunnelServer {
     });
 
     let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
-    const connector = new KubeletConnector({ udsPath: opts.interceptorProxierUDS, tls: () => kubeletTLS, logger: log });
+    // The master ports dial the tunnel in this process: a failure of the
+    // tunnelled connection reaches them as an error, not as a Unix socket's EOF.
+    const connector = new KubeletConnector({
+      dial: (address, o) => tunnel.dial(address, o),
+      tls: () => kubeletTLS,
+      logger: log,
+    });
     const agents = new AgentNodeResolver(tunnel.registry);
     const resolver = cluster === undefined ? agents : new NodeResolverChain([cluster.resolver, agents]);
     // A failed dial names the node of its address, when one node has it.
@@ -466,7 +472,7 @@ export class TunnelServer {
         localhostProxy(() => settings().localhostProxyPorts, resolver),
         masterPortTLS(() => settings().mappings),
       ],
-      interceptor: new RequestInterceptor(connector, log),
+      interceptor: new RequestInterceptor(connector, log, { nodeNameOf }),
       tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
       requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
       logger: log,

@@ -21,6 +21,17 @@ export class TunnelConn extends PacketConn {
     this.closeWithError = backend.halfClose;
   }
 
+  // node:http's Agent refs a pooled connection when it reuses it (as it
+  // would a net.Socket). A tunnelled connection holds no handle of its own,
+  // and its timers are unref'd: there is nothing to do.
+  ref(): this {
+    return this;
+  }
+
+  unref(): this {
+    return this;
+  }
+
   protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
     if (remoteInitiated) return undefined;
     if (err !== null && this.closeWithError) return { type: 'CLOSE_REQ', connectID: this.connectID, error: err.message || err.name };
