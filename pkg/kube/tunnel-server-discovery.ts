@@ -3,12 +3,12 @@
 // node can dial. Until then every change of what is wrong is logged, with
 // what to set, and the search goes on with backoff.
 
-import type { V1Node, V1Service } from '@kubernetes/client-node';
+import type { ConfigurationOptions, V1Node, V1Service } from '@kubernetes/client-node';
 import { Backoff } from '../agent/backoff.js';
 import type { Logger } from '../log/logger.js';
 import { describeSource, type KubeClient } from './client.js';
 import { apiErrorMessage, apiStatusCode, isNotFound } from './errors.js';
-import { abortable } from './request-options.js';
+import { abortable, requestDeadline } from './request-options.js';
 import { CLOUD_NODE_SELECTOR, tunnelServerAddress, type ServerAddressResult } from './tunnel-server-address.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from './tunnel-addresses.js';
 
@@ -26,7 +26,15 @@ export interface DiscoveryOptions {
 const REQUEST_TIMEOUT_MS = 15_000;
 
 async function readOnce(client: KubeClient, signal: AbortSignal): Promise<ServerAddressResult> {
-  const options = abortable(AbortSignal.any([signal, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]));
+  const deadline = requestDeadline(signal, REQUEST_TIMEOUT_MS);
+  try {
+    return await readService(client, abortable(deadline.signal));
+  } finally {
+    deadline.dispose();
+  }
+}
+
+async function readService(client: KubeClient, options: ConfigurationOptions): Promise<ServerAddressResult> {
   const forbidden = (what: string, err: unknown): ServerAddressResult => ({
     problem:
       `the agent's identity (${describeSource(client.source)}) may not ${what} (${apiErrorMessage(err)}): ` +
