@@ -18,7 +18,7 @@ import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../p
 import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/tunnel.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
-import { onShutdownSignals } from '../common/signals.js';
+import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import {
   packageVersion,
   parseBool,
@@ -239,6 +239,7 @@ const program = new Command('yurt-tunnel-server')
   .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
+    holdProcessOpen();
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const server = await TunnelServer.start({
       bindAddress: flags.bindAddress,

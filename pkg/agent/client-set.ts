@@ -6,7 +6,8 @@
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
 
 export interface ClientSetOptions {
@@ -38,9 +39,10 @@ export class ClientSet {
   private lastProbe = 0;
   private draining = false;
   private stopped = false;
+  private closing: Promise<void> | undefined;
   private loop: Promise<void> | undefined;
-  private sleepTimer: NodeJS.Timeout | undefined;
-  private wake: (() => void) | undefined;
+  /** Cuts the current pause between syncs short (a link dropped, or close()). */
+  private wake: AbortController | undefined;
 
   constructor(opts: ClientSetOptions) {
     this.opts = opts;
@@ -111,7 +113,7 @@ export class ClientSet {
           error: errorMessage(err),
         });
       }
-      await this.sleep(delay);
+      await this.pause(delay);
     }
   }
 
@@ -164,20 +166,16 @@ export class ClientSet {
     });
   }
 
-  private sleep(ms: number): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      this.wake = resolve;
-      this.sleepTimer = setTimeout(resolve, ms);
-    }).then(() => {
-      clearTimeout(this.sleepTimer);
-      this.sleepTimer = undefined;
-      this.wake = undefined;
-    });
+  private async pause(ms: number): Promise<void> {
+    if (this.stopped) return;
+    const wake = new AbortController();
+    this.wake = wake;
+    await sleep(ms, wake.signal);
+    this.wake = undefined;
   }
 
   private wakeUp(): void {
-    this.wake?.();
+    this.wake?.abort();
   }
 
   /** Stops making links and sends DRAIN on every link (connections keep flowing). */
@@ -188,8 +186,13 @@ export class ClientSet {
     this.log.info('draining: told every server to send new connections elsewhere', { servers: this.clients.size });
   }
 
-  /** Closes every link and stops the loop. Idempotent. */
-  async close(): Promise<void> {
+  /** Closes every link and stops the loop. Idempotent: a second call waits for the first. */
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
     this.stopped = true;
     this.wakeUp();
     this.dialing?.close('agent is stopping');

@@ -4,7 +4,8 @@
 // lookups once the first list is in. stop() ends the watch and every timer.
 
 import type { Watch } from '@kubernetes/client-node';
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { apiErrorMessage, isGone } from './errors.js';
 
@@ -79,7 +80,8 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
   private stopped = false;
   private running: Promise<void> | undefined;
   private abortWatch: (() => void) | undefined;
-  private wakeSleep: (() => void) | undefined;
+  /** Aborted by stop(): ends a pause between retries at once. */
+  private readonly stopping = new AbortController();
   private resyncTimer: NodeJS.Timeout | undefined;
 
   private readonly transform: (raw: Raw) => T;
@@ -104,6 +106,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     this.running = this.run();
     if ((this.opts.resyncMs ?? 0) > 0) {
       this.resyncTimer = setInterval(() => this.resync(), this.opts.resyncMs);
+      this.resyncTimer.unref();
     }
   }
 
@@ -131,7 +134,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     this.stopped = true;
     clearInterval(this.resyncTimer);
     this.abortWatch?.();
-    this.wakeSleep?.();
+    this.stopping.abort();
     await this.running;
     // Whoever waits for a sync that will never come is released; synced() stays false.
     for (const wake of this.syncWaiters.splice(0)) wake();
@@ -164,7 +167,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
             retryInMs: Math.round(delay),
           });
         }
-        await this.sleep(delay);
+        await sleep(delay, this.stopping.signal);
       }
     }
   }
@@ -296,20 +299,6 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         this.log.error('informer event handler failed', { error: (err as Error).stack ?? String(err) });
       }
     }
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done(): void {
-        clearTimeout(timer);
-        resolve();
-      }
-      this.wakeSleep = () => {
-        this.wakeSleep = undefined;
-        done();
-      };
-    });
   }
 }
 

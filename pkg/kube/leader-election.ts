@@ -81,7 +81,9 @@ export class LeaderElector {
     this.timer = undefined;
     this.inFlight = this.attempt().finally(() => {
       this.inFlight = undefined;
-      if (!this.stopped) this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      if (this.stopped) return;
+      this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      this.timer.unref();
     });
   }
 

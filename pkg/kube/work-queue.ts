@@ -3,7 +3,7 @@
 // while it is being synced is synced again afterwards. A failed sync is
 // retried with backoff, up to a bound; the next event or resync brings it back.
 
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
 import type { Logger } from '../log/logger.js';
 import { apiErrorMessage } from './errors.js';
 
