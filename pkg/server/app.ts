@@ -18,7 +18,7 @@ import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
-import { NodeResolverChain } from '../interceptor/node-resolver.js';
+import { NodeResolverChain } from '../nodes/node-resolver.js';
 import { serverKubeConfigSource } from '../kube/config-source.js';
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';

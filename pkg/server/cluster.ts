@@ -18,7 +18,7 @@ import {
 import { SERVER_COMMON_NAME, SERVER_ORGANIZATION, PROXY_CLIENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
 import { PemFileStore } from '../certs/pem-file-store.js';
 import type { CertKeyPair } from '../certs/pki.js';
-import type { NodeResolver } from '../interceptor/node-resolver.js';
+import type { NodeResolver } from '../nodes/node-resolver.js';
 import type { Logger } from '../log/logger.js';
 import { createKubeClient, describeSource, type KubeClient, type KubeConfigSource } from '../kube/client.js';
 import { CsrSigner } from '../kube/csr-signer.js';

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../../pkg/interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
 import { pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
