@@ -249,12 +249,9 @@ export class TunnelAgent {
    */
   async drainAndStop(): Promise<void> {
     this.clients.drain();
-    const deadline = Date.now() + this.opts.drainTimeoutMs;
-    while (this.clients.connCount > 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
+    if (!(await this.clients.whenIdle(this.opts.drainTimeoutMs))) {
+      this.opts.logger.warn('drain timeout passed; closing remaining connections', { connections: this.clients.connCount });
     }
-    const left = this.clients.connCount;
-    if (left > 0) this.opts.logger.warn('drain timeout passed; closing remaining connections', { connections: left });
     await this.stop();
   }
 

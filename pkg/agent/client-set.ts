@@ -7,6 +7,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { Backoff } from '../timers/backoff.js';
+import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';
 import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
 
@@ -40,6 +41,8 @@ export class ClientSet {
   private draining = false;
   private stopped = false;
   private closing: Promise<void> | undefined;
+  /** Whoever waits for the last connection to end (a drain). */
+  private readonly idle = new IdleWaiters(() => this.connCount);
   private loop: Promise<void> | undefined;
   /** Cuts the current pause between syncs short (a link dropped, or close()). */
   private wake: AbortController | undefined;
@@ -98,6 +101,11 @@ export class ClientSet {
     return n;
   }
 
+  /** Resolves true once no tunnelled connection is open, false if `ms` passes first. */
+  whenIdle(ms: number): Promise<boolean> {
+    return this.idle.wait(ms);
+  }
+
   private async run(): Promise<void> {
     while (!this.stopped) {
       let delay: number;
@@ -125,7 +133,7 @@ export class ClientSet {
       if (!(every > 0) || Date.now() - this.lastProbe < every) return;
       this.lastProbe = Date.now();
     }
-    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive });
+    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive, onConnectionClosed: () => this.idle.check() });
     this.dialing = conn;
     let identity;
     try {

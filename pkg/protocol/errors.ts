@@ -175,3 +175,23 @@ export class IptablesError extends TunnelError {
     super(message, options);
   }
 }
+
+export type ServerConnectionErrorCode =
+  /** The agent could not connect to the server or open its call (TLS, refusal, the connection closed). */
+  | 'YT_ERR_CONNECT_FAILED'
+  /** The server answered without usable serverid/servercount headers. */
+  | 'YT_ERR_BAD_HEADERS'
+  /** The server did not answer the call in time. */
+  | 'YT_ERR_HANDSHAKE_TIMEOUT';
+
+/** The agent's link to a tunnel server could not be set up. */
+export class ServerConnectionError extends TunnelError {
+  override readonly name = 'ServerConnectionError';
+  constructor(
+    readonly code: ServerConnectionErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
