@@ -13,9 +13,9 @@ import {
   TunnelServer,
   type EgressSelectorMode,
 } from '../../pkg/server/app.js';
-import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
-import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
-import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/tunnel.js';
+import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/endpoint/agent-identity.js';
+import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/endpoint/agent-endpoint.js';
+import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';

@@ -4,7 +4,7 @@
 import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
-import { Counter, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
@@ -27,8 +27,8 @@ import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage, IptablesError } from '../protocol/errors.js';
-import { AgentEndpoint } from '../tunnel/agent-endpoint.js';
-import type { AgentIdentityCheck } from '../tunnel/agent-identity.js';
+import { AgentEndpoint } from '../endpoint/agent-endpoint.js';
+import type { AgentIdentityCheck } from '../endpoint/agent-identity.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 
@@ -42,8 +42,6 @@ export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-conne
 
 /** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
 interface EgressFrontend {
-  /** Clients closed before their request, by why. */
-  readonly refusedCallers: Readonly<Record<string, number>>;
   readonly connectionCount: number;
   start(): Promise<void>;
   stopAccepting(): void;
@@ -162,56 +160,6 @@ export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles>
   ]);
   const proxyClient = proxyCert !== undefined && proxyKey !== undefined ? { cert: proxyCert, key: proxyKey } : undefined;
   return { clientCA, proxyClient, kubeletCA };
-}
-
-/** The agent endpoint's refusals as one counter, read at scrape time: `reason` is what limit refused the call. */
-function registerRefusalCounters(registry: Registry, endpoint: AgentEndpoint): void {
-  const reported: Record<string, number> = {};
-  new Counter({
-    name: 'yurttunnel_server_agent_refusals_total',
-    help: 'Agent calls and packets refused by a limit: stream_limit (--max-agent-streams), connect_rate (--max-agent-connect-rate), unread_control (an agent that does not read).',
-    labelNames: ['reason'],
-    registers: [registry],
-    collect() {
-      const now: Record<string, number> = {
-        stream_limit: endpoint.refusedForStreamLimit,
-        connect_rate: endpoint.refusedForConnectRate,
-        unread_control: endpoint.refusedControlPackets,
-      };
-      for (const [reason, value] of Object.entries(now)) {
-        const delta = value - (reported[reason] ?? 0);
-        this.inc({ reason }, delta > 0 ? delta : 0);
-        reported[reason] = value;
-      }
-    },
-  });
-}
-
-/**
- * Callers a listener closed before they made a request, read at scrape time:
- * `listener` is the port or socket, `reason` tls_handshake_timeout,
- * tls_error or head_timeout.
- */
-function registerCallerRefusals(registry: Registry, listeners: Record<string, () => Readonly<Record<string, number>>>): void {
-  const reported = new Map<string, number>();
-  new Counter({
-    name: 'yurttunnel_server_refused_callers_total',
-    help:
-      'Connections closed before their request: tls_handshake_timeout (--tls-handshake-timeout), tls_error (no or a bad client ' +
-      'certificate, not TLS), head_timeout (--request-head-timeout, --connect-head-timeout), by listener.',
-    labelNames: ['listener', 'reason'],
-    registers: [registry],
-    collect() {
-      for (const [listener, read] of Object.entries(listeners)) {
-        for (const [reason, value] of Object.entries(read())) {
-          const key = `${listener} ${reason}`;
-          const delta = value - (reported.get(key) ?? 0);
-          this.inc({ listener, reason }, delta > 0 ? delta : 0);
-          reported.set(key, value);
-        }
-      }
-    },
-  });
 }
 
 /** The certificates the listeners and the kubelet connector use, whichever mode made them. */
@@ -436,6 +384,7 @@ export class TunnelServer {
       maxConnectRate: opts.maxAgentConnectRate,
       tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
       logger: log,
+      metricsRegistry: opts.metricsRegistry,
     });
 
     let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
@@ -453,15 +402,15 @@ export class TunnelServer {
       const nodes = resolver.nodesByIP(host);
       return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
     };
-    const headTimeoutMs = opts.connectHeadTimeoutMs;
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, headTimeoutMs, logger: log });
+    const common = { nodeNameOf, headTimeoutMs: opts.connectHeadTimeoutMs, logger: log, metricsRegistry: opts.metricsRegistry };
+    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, name: 'proxier', ...common });
     const e = opts.egressSelector;
     const egress =
       e === undefined
         ? undefined
         : e.mode === 'grpc'
-          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log })
-          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log });
+          ? new GrpcProxyServer(tunnel, { path: e.uds, ...common })
+          : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', ...common });
     // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
     const settings = serverSettings(opts, cluster);
     const master = new MasterServer({
@@ -491,14 +440,6 @@ export class TunnelServer {
         });
       }
     }
-    registerRefusalCounters(opts.metricsRegistry!, agentEndpoint);
-    registerCallerRefusals(opts.metricsRegistry!, {
-      secure: () => master.refused.secure,
-      insecure: () => master.refused.insecure,
-      agent: () => agentEndpoint.refusedCallers,
-      proxier: () => proxier.refusedCallers,
-      ...(egress === undefined ? {} : { egress: () => egress.refusedCallers }),
-    });
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
     const meta: MetaServer | undefined =
@@ -565,11 +506,8 @@ export class TunnelServer {
     this.master.stopAccepting();
     const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount;
     this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
-    const deadline = Date.now() + graceMs;
-    while (open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    const left = open();
-    if (left > 0) this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: left });
-    else this.log.info('every connection finished');
+    if (await this.tunnel.whenIdle(graceMs)) this.log.info('every connection finished');
+    else this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: open() });
     await this.stop();
   }
 

@@ -190,7 +190,7 @@ test('200 silent TCP callers on the secure port are closed at the TLS handshake 
   }
   await waitFor('the server to close every silent caller', () => closed === 200, 15_000);
   assert.ok(performance.now() - started >= 500, 'not before the handshake timeout');
-  assert.equal(master.refused.secure.tls_handshake_timeout, 200);
+  assert.equal(master.refusedCallers('secure').tls_handshake_timeout, 200);
   await waitFor('the descriptor count back at its baseline', () => descriptorCount() <= baseline, 5000);
   assert.ok(server.log.find('did not finish its TLS handshake in time').length <= 5, 'a few lines, not one per caller');
 });
@@ -212,7 +212,7 @@ test('2,000 refused callers on the secure port write a few log lines and a summa
       }),
     );
   }
-  await waitFor('every refusal counted', () => master.refused.secure.tls_error === 2000);
+  await waitFor('every refusal counted', () => master.refusedCallers('secure').tls_error === 2000);
   await master.close(); // writes the pending summary
   const lines = server.log.find('caller refused on the secure master port');
   assert.ok(lines.length <= 20, `${lines.length} lines for 2,000 refusals`);

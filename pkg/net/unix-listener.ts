@@ -1,5 +1,6 @@
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import type { Server } from 'node:net';
+import { listen } from './listen.js';
 
 /**
  * Listens on a Unix socket path, replacing a stale socket file left by an
@@ -15,12 +16,6 @@ export async function listenUnix(server: Server, path: string, mode: number): Pr
   } catch (err: unknown) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ path, backlog: 1024 }, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listen(server, { path, backlog: 1024 });
   await chmod(path, mode);
 }
