@@ -33,6 +33,7 @@ import {
   parsePositiveInt,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
+import { errorMessage } from '../../pkg/protocol/errors.js';
 
 interface ServerFlags {
   bindAddress: string;
@@ -84,7 +85,7 @@ function strategies(text: string): ReturnType<typeof parseProxyStrategies> {
   try {
     return parseProxyStrategies(text);
   } catch (err: unknown) {
-    throw new InvalidArgumentError((err as Error).message);
+    throw new InvalidArgumentError(errorMessage(err));
   }
 }
 

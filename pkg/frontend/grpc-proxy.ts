@@ -16,7 +16,7 @@ import { silentLogger, type Logger } from '../log/logger.js';
 import { CallerRefusals } from '../net/caller-refusals.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { stopListening } from '../net/listen.js';
-import { errorMessage } from '../protocol/errors.js';
+import { asError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { EgressStream } from './grpc-proxy-stream.js';
 import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
@@ -76,7 +76,7 @@ export class GrpcProxyServer {
       try {
         this.onStream(stream, headers, rawHeaders);
       } catch (err: unknown) {
-        this.log.error('internal error serving an egress stream; it was reset', { error: errorMessage(err), stack: (err as Error).stack });
+        this.log.error('internal error serving an egress stream; it was reset', { error: errorMessage(err), stack: asError(err).stack });
         stream.destroy();
       }
     });

@@ -83,7 +83,7 @@ export function dialThroughProxier(opts: ProxierDialOptions): Promise<Socket> {
       if (headEnd >= 0) failWithBody();
       else settle(new ProxierError(0, `connection closed after ${buf.length} bytes`, opts.address));
     };
-    const onError = (err: Error): void => settle(new ProxierError(0, err.message, opts.address));
+    const onError = (err: Error): void => settle(new ProxierError(0, err.message, opts.address, { cause: err }));
     const onAbort = (): void => settle(new Error(`dial to ${opts.address} through the proxier was aborted`));
     if (opts.signal?.aborted) {
       onAbort();

@@ -8,6 +8,7 @@ import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { apiErrorMessage } from './errors.js';
+import { CertificateRequestError } from '../protocol/errors.js';
 import { sleep } from '../timers/sleep.js';
 
 import type { KeyUsage } from '../certs/certificate-manager.js';
@@ -33,9 +34,6 @@ export interface CsrSignerOptions {
   logger: Logger;
 }
 
-export class CertificateRequestDenied extends Error {
-  override readonly name = 'CertificateRequestDenied';
-}
 
 export class CsrSigner {
   private readonly pollMs: number;
@@ -105,7 +103,8 @@ export class CsrSigner {
     for (const type of ['Denied', 'Failed']) {
       const c = this.condition(csr, type);
       if (c !== undefined) {
-        throw new CertificateRequestDenied(
+        throw new CertificateRequestError(
+          'YT_ERR_CSR_DENIED',
           `certificate signing request ${name} was ${type.toLowerCase()}: ${c.reason ?? ''}${c.message ? ` (${c.message})` : ''}`,
         );
       }

@@ -7,7 +7,8 @@ import type { Watch } from '@kubernetes/client-node';
 import { Backoff, type BackoffOptions } from '../timers/backoff.js';
 import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
-import { apiErrorMessage, isGone } from './errors.js';
+import { apiErrorMessage, HTTP_GONE, isGone } from './errors.js';
+import { asError, WatchError } from '../protocol/errors.js';
 
 export interface ObjectMeta {
   name?: string;
@@ -60,9 +61,6 @@ const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 800, factor: 2, jitter: 1, 
 /** Watches are asked to end after 5–10 minutes, as client-go's reflector does, so a silently dead one is replaced. */
 const WATCH_TIMEOUT_MIN_S = 300;
 
-class WatchExpired extends Error {
-  readonly code = 410;
-}
 
 export function objectKey(obj: KubeObject): string {
   const meta = obj.metadata ?? {};
@@ -227,7 +225,11 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         if (type === 'ERROR') {
           const status = obj as { code?: number; message?: string };
           // Settle first: aborting reports an abort error through the watch's done callback.
-          finish(status.code === 410 ? new WatchExpired(status.message ?? 'too old resource version') : Object.assign(new Error(status.message ?? 'watch error'), { code: status.code }));
+          finish(
+            status.code === HTTP_GONE
+              ? new WatchError('YT_ERR_WATCH_EXPIRED', status.code, status.message ?? 'too old resource version')
+              : new WatchError('YT_ERR_WATCH_FAILED', status.code, status.message ?? 'watch error'),
+          );
           controller?.abort();
           return;
         }
@@ -296,7 +298,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
       try {
         call(handler);
       } catch (err: unknown) {
-        this.log.error('informer event handler failed', { error: (err as Error).stack ?? String(err) });
+        this.log.error('informer event handler failed', { error: asError(err).stack ?? String(err) });
       }
     }
   }

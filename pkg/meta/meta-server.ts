@@ -9,7 +9,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { listen, stopListening } from '../net/listen.js';
-import { errorMessage } from '../protocol/errors.js';
+import { asError, errorMessage } from '../protocol/errors.js';
 
 /** A readiness check: undefined when ready, else why not. */
 export type ReadyCheck = () => string | undefined;
@@ -38,7 +38,7 @@ export class MetaServer {
   constructor(private readonly opts: MetaServerOptions) {
     this.server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
       this.handle(req, res).catch((err: unknown) => {
-        opts.logger.error('meta server: internal error', { url: req.url, error: errorMessage(err), stack: (err as Error).stack });
+        opts.logger.error('meta server: internal error', { url: req.url, error: errorMessage(err), stack: asError(err).stack });
         if (!res.headersSent) res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
         res.end(`internal error: ${errorMessage(err)}\n`);
       });

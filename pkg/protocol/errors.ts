@@ -142,8 +142,12 @@ export class ProxierError extends TunnelError {
     /** The proxier's one-line reason. */
     readonly reason: string,
     address: string,
+    options?: { cause?: unknown },
   ) {
-    super(status === 0 ? `proxier closed the connection to ${address} without an answer: ${reason}` : `proxier answered ${status} for ${address}: ${reason}`);
+    super(
+      status === 0 ? `proxier closed the connection to ${address} without an answer: ${reason}` : `proxier answered ${status} for ${address}: ${reason}`,
+      options,
+    );
   }
 }
 
@@ -189,6 +193,103 @@ export class ServerConnectionError extends TunnelError {
   override readonly name = 'ServerConnectionError';
   constructor(
     readonly code: ServerConnectionErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+export type ConfigErrorCode =
+  /** A file named by a flag or a kubeconfig cannot be read. */
+  | 'YT_ERR_FILE_UNREADABLE'
+  /** A file does not hold what it should (a PEM certificate or key). */
+  | 'YT_ERR_FILE_INVALID'
+  /** The Kubernetes client configuration cannot be loaded or names no usable cluster. */
+  | 'YT_ERR_KUBECONFIG'
+  /** The certificate directory holds half a pair, no CA, or a CA the Go peers cannot read. */
+  | 'YT_ERR_CERT_DIR'
+  /** A Unix socket path is taken by a file that is not a socket. */
+  | 'YT_ERR_SOCKET_PATH';
+
+/** A process cannot start with what it was given: the message names the flag or file and what to do. */
+export class ConfigError extends TunnelError {
+  override readonly name = 'ConfigError';
+  constructor(
+    readonly code: ConfigErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Something that cannot happen did (a bug of ours): the message says which promise broke. */
+export class InternalError extends TunnelError {
+  override readonly name = 'InternalError';
+  readonly code = 'YT_ERR_INTERNAL';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** An HPACK header block that cannot be decoded (RFC 7541). */
+export class HpackError extends TunnelError {
+  override readonly name = 'HpackError';
+  readonly code = 'YT_ERR_HPACK';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** A Huffman-coded HPACK string that cannot be decoded (EOS, bad padding, an unfinished code). */
+export class HuffmanError extends TunnelError {
+  override readonly name = 'HuffmanError';
+  readonly code = 'YT_ERR_HPACK_HUFFMAN';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** HTTP/2 frames a client sent that break the framing rules (a header block cut by another frame, a bad padding). */
+export class Http2FrameError extends TunnelError {
+  override readonly name = 'Http2FrameError';
+  readonly code = 'YT_ERR_HTTP2_FRAME';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+export type WatchErrorCode =
+  /** The resourceVersion watched from is older than the API server keeps (410 Gone): list again. */
+  | 'YT_ERR_WATCH_EXPIRED'
+  /** The watch ended with another error status. */
+  | 'YT_ERR_WATCH_FAILED';
+
+/** A Kubernetes watch that ended with an ERROR event; `statusCode` is the Status object's code. */
+export class WatchError extends TunnelError {
+  override readonly name = 'WatchError';
+  constructor(
+    readonly code: WatchErrorCode,
+    readonly statusCode: number | undefined,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+export type CertificateRequestErrorCode =
+  /** The cluster denied the CertificateSigningRequest (or it failed). */
+  | 'YT_ERR_CSR_DENIED'
+  /** The request is not signed by the key it carries. */
+  | 'YT_ERR_CSR_INVALID';
+
+/** A certificate signing request that produced no certificate. */
+export class CertificateRequestError extends TunnelError {
+  override readonly name = 'CertificateRequestError';
+  constructor(
+    readonly code: CertificateRequestErrorCode,
     message: string,
     options?: { cause?: unknown },
   ) {

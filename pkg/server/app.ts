@@ -1,8 +1,7 @@
 // yurt-tunnel-server's run sequence: certificates, the tunnel core, the agent
 // endpoint and the CONNECT proxier, in that order; stop() undoes all of it.
 
-import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
 import { isIP } from 'node:net';
 import { Registry } from 'prom-client';
 import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
@@ -26,7 +25,8 @@ import type { ClusterServices } from './cluster.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage, IptablesError } from '../protocol/errors.js';
+import { readPemFile } from '../certs/read-pem.js';
+import { IptablesError } from '../protocol/errors.js';
 import { AgentEndpoint } from '../endpoint/agent-endpoint.js';
 import type { AgentIdentityCheck } from '../endpoint/agent-identity.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
@@ -129,19 +129,7 @@ interface ServerFiles {
 
 async function readOptional(flag: string, path: string | undefined, kind: 'certificate' | 'key'): Promise<string | undefined> {
   if (path === undefined || path === '') return undefined;
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err: unknown) {
-    throw new Error(`${flag}: cannot read ${path}: ${errorMessage(err)}`, { cause: err });
-  }
-  try {
-    if (kind === 'certificate') new X509Certificate(text);
-    else createPrivateKey(text);
-  } catch (err: unknown) {
-    throw new Error(`${flag}: ${path} does not hold a PEM ${kind}: ${errorMessage(err)}`, { cause: err });
-  }
-  return text;
+  return readPemFile(path, { namedBy: flag, kind });
 }
 
 /** Reads and checks every file named by a flag; throws naming the flag and the file. */
