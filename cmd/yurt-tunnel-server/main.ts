@@ -10,9 +10,9 @@ import {
   DEFAULT_EGRESS_SELECTOR_UDS,
   DEFAULT_PROXIER_UDS,
   EGRESS_SELECTOR_MODES,
-  TunnelServer,
   type EgressSelectorMode,
-} from '../../pkg/server/app.js';
+} from '../../pkg/server/options.js';
+import { TunnelServer } from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/endpoint/agent-identity.js';
 import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/endpoint/agent-endpoint.js';
 import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js';
