@@ -72,6 +72,7 @@ export function templateMismatch(have: CertificateSummary, want: CertificateTemp
 }
 
 export class CertificateManager {
+  private stopping: Promise<void> | undefined;
   private pair: CertKeyPair | undefined;
   private summary: CertificateSummary | undefined;
   private deadline: Date | undefined;
@@ -134,7 +135,13 @@ export class CertificateManager {
     if (reason !== undefined) this.renew(`${reason} (${trigger})`);
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.abort.abort(new Error('certificate manager stopped'));

@@ -68,6 +68,7 @@ export function objectKey(obj: KubeObject): string {
 }
 
 export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
+  private stopDone: Promise<void> | undefined;
   private readonly store = new Map<string, T>();
   private readonly handlers: InformerHandler<T>[] = [];
   private readonly backoff: Backoff;
@@ -128,7 +129,13 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     return [...this.store.values()];
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopDone ??= this.doStop();
+    return this.stopDone;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.resyncTimer);
     this.abortWatch?.();

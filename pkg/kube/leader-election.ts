@@ -26,6 +26,7 @@ export interface LeaderElectionOptions {
 const DEFAULTS = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
 export class LeaderElector {
+  private stopping: Promise<void> | undefined;
   private readonly leaseDurationMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryPeriodMs: number;
@@ -65,8 +66,13 @@ export class LeaderElector {
     this.tick();
   }
 
-  /** Stops trying; a leader releases the lease so another replica takes over at once. */
-  async stop(): Promise<void> {
+  /** Stops trying; a leader releases the lease so another replica takes over at once. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.stopRequests.abort();

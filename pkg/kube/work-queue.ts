@@ -21,6 +21,7 @@ export interface WorkQueueOptions {
 const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 50, factor: 2, jitter: 0.2, capMs: 30_000 };
 
 export class WorkQueue {
+  private stopping: Promise<void> | undefined;
   private readonly pending = new Set<string>();
   private readonly retryTimers = new Map<string, NodeJS.Timeout>();
   private readonly failures = new Map<string, { count: number; backoff: Backoff }>();
@@ -47,8 +48,13 @@ export class WorkQueue {
     return this.pending.size;
   }
 
-  /** Drops what is queued and waits for the sync in progress. Final. */
-  async stop(): Promise<void> {
+  /** Drops what is queued and waits for the sync in progress. Final. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     this.pending.clear();
     for (const timer of this.retryTimers.values()) clearTimeout(timer);

@@ -56,6 +56,7 @@ async function clusterCA(client: KubeClient): Promise<string> {
 }
 
 export class ClusterServices {
+  private stopping: Promise<void> | undefined;
   private constructor(
     readonly client: KubeClient,
     readonly clusterCA: string,
@@ -151,7 +152,13 @@ export class ClusterServices {
     return { serving, proxyClient };
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop(), this.config.stop()]);
   }
 }
