@@ -11,6 +11,17 @@ export abstract class TunnelError extends Error {
   }
 }
 
+/** An error whose code is one of a family's (the type parameter), given at construction. */
+export abstract class CodedError<Code extends string> extends TunnelError {
+  constructor(
+    readonly code: Code,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
 export type ProtocolErrorCode =
   | 'YT_ERR_PROTOCOL_VARINT'
   | 'YT_ERR_PROTOCOL_LENGTH'
@@ -22,15 +33,8 @@ export type ProtocolErrorCode =
   | 'YT_ERR_PROTOCOL_COMPRESSED';
 
 /** Bytes that are not a valid packet or gRPC message. */
-export class ProtocolError extends TunnelError {
+export class ProtocolError extends CodedError<ProtocolErrorCode> {
   override readonly name = 'ProtocolError';
-  constructor(
-    readonly code: ProtocolErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
 
 /** Why a dial did not produce a connection. */
@@ -54,13 +58,8 @@ export type DialFailureReason =
   /** The request itself is unusable (bad address). */
   | 'YT_ERR_BAD_ADDRESS';
 
-export class DialError extends TunnelError {
+export class DialError extends CodedError<DialFailureReason> {
   override readonly name = 'DialError';
-  readonly code: DialFailureReason;
-  constructor(code: DialFailureReason, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = code;
-  }
 }
 
 /**
@@ -71,18 +70,12 @@ export class DialError extends TunnelError {
 export class ConnectionStalledError extends TunnelError {
   override readonly name = 'ConnectionStalledError';
   readonly code = 'YT_ERR_CONN_STALLED';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 /** A tunnelled connection that ended abnormally (agent gone, CLOSE_RSP with an error). */
 export class ConnectionClosedError extends TunnelError {
   override readonly name = 'ConnectionClosedError';
   readonly code = 'YT_ERR_CONNECTION_CLOSED';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 /**
@@ -90,15 +83,8 @@ export class ConnectionClosedError extends TunnelError {
  * socket's errno (ECONNREFUSED, ENOTFOUND, ...) or one of ours; the message
  * uses Go's wording, which servers classify (dial-errors.ts).
  */
-export class AgentDialError extends TunnelError {
+export class AgentDialError extends CodedError<string> {
   override readonly name = 'AgentDialError';
-  constructor(
-    readonly code: string,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
 
 /** The message of any thrown value, for logs. */
@@ -155,9 +141,6 @@ export class ProxierError extends TunnelError {
 export class KubeletTLSError extends TunnelError {
   override readonly name = 'KubeletTLSError';
   readonly code = 'YT_ERR_KUBELET_TLS';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 export type IptablesErrorCode =
@@ -169,15 +152,8 @@ export type IptablesErrorCode =
   | 'YT_ERR_IPTABLES_FAILED';
 
 /** The iptables manager could not read or write the nat table. */
-export class IptablesError extends TunnelError {
+export class IptablesError extends CodedError<IptablesErrorCode> {
   override readonly name = 'IptablesError';
-  constructor(
-    readonly code: IptablesErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
 
 export type ServerConnectionErrorCode =
@@ -189,15 +165,8 @@ export type ServerConnectionErrorCode =
   | 'YT_ERR_HANDSHAKE_TIMEOUT';
 
 /** The agent's link to a tunnel server could not be set up. */
-export class ServerConnectionError extends TunnelError {
+export class ServerConnectionError extends CodedError<ServerConnectionErrorCode> {
   override readonly name = 'ServerConnectionError';
-  constructor(
-    readonly code: ServerConnectionErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
 
 export type ConfigErrorCode =
@@ -213,42 +182,26 @@ export type ConfigErrorCode =
   | 'YT_ERR_SOCKET_PATH';
 
 /** A process cannot start with what it was given: the message names the flag or file and what to do. */
-export class ConfigError extends TunnelError {
+export class ConfigError extends CodedError<ConfigErrorCode> {
   override readonly name = 'ConfigError';
-  constructor(
-    readonly code: ConfigErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
 
 /** Something that cannot happen did (a bug of ours): the message says which promise broke. */
 export class InternalError extends TunnelError {
   override readonly name = 'InternalError';
   readonly code = 'YT_ERR_INTERNAL';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 /** An HPACK header block that cannot be decoded (RFC 7541). */
 export class HpackError extends TunnelError {
   override readonly name = 'HpackError';
   readonly code = 'YT_ERR_HPACK';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 /** A Huffman-coded HPACK string that cannot be decoded (EOS, bad padding, an unfinished code). */
 export class HuffmanError extends TunnelError {
   override readonly name = 'HuffmanError';
   readonly code = 'YT_ERR_HPACK_HUFFMAN';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-  }
 }
 
 /** HTTP/2 frames a client sent that break the framing rules (a header block cut by another frame, a bad padding). */
@@ -286,13 +239,6 @@ export type CertificateRequestErrorCode =
   | 'YT_ERR_CSR_INVALID';
 
 /** A certificate signing request that produced no certificate. */
-export class CertificateRequestError extends TunnelError {
+export class CertificateRequestError extends CodedError<CertificateRequestErrorCode> {
   override readonly name = 'CertificateRequestError';
-  constructor(
-    readonly code: CertificateRequestErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
 }
