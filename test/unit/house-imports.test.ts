@@ -1,5 +1,6 @@
 // The rules of the house that the compiler does not check, read from the
-// sources under pkg/: no circle between rooms (folders) or between files, the
+// sources under pkg/: no circle between rooms (folders) or between files, no
+// import of a room that stands higher (README, Layout), the
 // packet switch (pkg/tunnel) free of HTTP/2 and gRPC, only pkg/kube talking
 // to the Kubernetes client, nothing in pkg/ reaching into cmd/, test/, bench/
 // or hack/, and every error thrown in pkg/ one of ours (with a code), never a
@@ -109,6 +110,43 @@ test('no room imports a room that imports it back (no folder circle)', () => {
     const inside = [...why].filter(([edge]) => rooms.includes(edge.split('>')[0]!) && rooms.includes(edge.split('>')[1]!)).map(([, w]) => w);
     return `${rooms.join(' ↔ ')}: ${inside.join('; ')}`;
   });
+  assert.deepEqual(found, []);
+});
+
+/** How high each room stands (README, Layout): a room imports rooms at its level or below, never above. */
+const LEVELS: Record<string, number> = {
+  protocol: 0,
+  log: 0,
+  timers: 0,
+  net: 1,
+  nodes: 1,
+  mux: 1,
+  grpc: 2,
+  tunnel: 3,
+  endpoint: 4,
+  frontend: 4,
+  interceptor: 4,
+  certs: 4,
+  kube: 4,
+  dns: 5,
+  iptables: 5,
+  meta: 5,
+  agent: 6,
+  server: 6,
+};
+
+test('every room has its level, and no room imports a room above it', () => {
+  const rooms = [...new Set(sources.map((s) => s.room))].sort();
+  assert.deepEqual(
+    rooms.filter((r) => LEVELS[r] === undefined),
+    [],
+    'a new room under pkg/: give it a level here and a line in the README',
+  );
+  const found = sources.flatMap((s) =>
+    ours(s)
+      .filter((target) => (LEVELS[target.split('/')[0]!] ?? Infinity) > LEVELS[s.room]!)
+      .map((target) => `${s.path} (level ${LEVELS[s.room]}) imports ${target} (level ${LEVELS[target.split('/')[0]!]})`),
+  );
   assert.deepEqual(found, []);
 });
 
