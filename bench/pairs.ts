@@ -11,7 +11,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { ensureLocalServerCertificates } from '../pkg/certs/local-store.js';
-import { findKonnectivity, freeLowPort, goAgentArgs, goServerArgs, type KonnectivityBinaries } from '../hack/konnectivity.js';
+import { findKonnectivity, goAgentArgs, goServerArgs, type KonnectivityBinaries } from '../hack/konnectivity.js';
+import { freeLowPort } from '../hack/ports.js';
 import { issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js';
 import type { BenchPath } from './lean-conn.js';
 

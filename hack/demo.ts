@@ -14,7 +14,8 @@ import { connect as tlsConnect } from 'node:tls';
 import { issueCertificate } from '../pkg/certs/pki.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../test/support/standin-kubelet/index.js';
-import { freePort, startLocalTunnel } from './local-tunnel.js';
+import { startLocalTunnel } from './local-tunnel.js';
+import { freeLowPort } from './ports.js';
 import { ProxierError } from '../pkg/protocol/errors.js';
 
 const keepRunning = process.argv.includes('--keep-running');
@@ -145,7 +146,7 @@ async function main(): Promise<void> {
   say('\n6. failures get a status and a reason, never a 200 that closes:');
   const failures: Array<[string, string, string | undefined]> = [
     ['a node with no agent', kubeletAddress, 'edge-2'],
-    ['a port nothing listens on', `127.0.0.1:${await freePort()}`, undefined],
+    ['a port nothing listens on', `127.0.0.1:${await freeLowPort()}`, undefined],
     ['an address the agent\'s allow-list forbids', '192.0.2.10:10250', 'edge-1'],
   ];
   for (const [what, address, proxyHost] of failures) {

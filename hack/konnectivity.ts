@@ -4,7 +4,6 @@
 // reason to skip when they are not, free ports they accept, their arguments.
 
 import { accessSync, constants } from 'node:fs';
-import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { REPO_ROOT } from './local-tunnel.js';
 
@@ -34,25 +33,6 @@ export function findKonnectivity(): KonnectivityBinaries | string {
   return bins;
 }
 
-/**
- * A free loopback TCP port below 32768: the Go proxy-server refuses agent
- * ports above 32767, and the kernel's ephemeral range starts above it.
- */
-export async function freeLowPort(): Promise<number> {
-  for (let i = 0; i < 50; i++) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const server = createServer();
-    const ok = await new Promise<boolean>((resolve) => {
-      server.once('error', () => resolve(false));
-      server.listen(port, '127.0.0.1', () => resolve(true));
-    });
-    if (ok) {
-      await new Promise((r) => server.close(r));
-      return port;
-    }
-  }
-  throw new Error('no free loopback port below 32768 after 50 tries');
-}
 
 export interface GoServerPorts {
   agentPort: number;

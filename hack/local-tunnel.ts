@@ -5,21 +5,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freeLowPort } from './ports.js';
 
 export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
 export const SERVER_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-server/main.js');
 export const AGENT_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-agent/main.js');
-
-export async function freePort(): Promise<number> {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** Starts a node script; resolves once its output matches `ready` (with the match). */
 export function startProcess(
@@ -111,7 +103,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
   const certDir = opts.certDir ?? join(dir, 'pki');
   const agentDir = opts.agentDir ?? join(dir, 'agent');
   const udsPath = join(dir, 'proxier.sock');
-  const agentPort = await freePort();
+  const agentPort = await freeLowPort();
   const children: ChildProcess[] = [];
   let securePort = 0;
   let insecurePort = 0;

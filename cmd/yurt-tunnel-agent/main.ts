@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
-import { onShutdownSignals } from '../common/signals.js';
+import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { durationOption, packageVersion, parseBool, parseIP, parseLogFormat, parseNonNegativeInt, parsePort, parsePositiveInt } from '../common/flags.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
@@ -88,6 +88,7 @@ const program = new Command('yurt-tunnel-agent')
   .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {
+    holdProcessOpen();
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const agent = await TunnelAgent.start({
       nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',

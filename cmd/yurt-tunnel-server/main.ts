@@ -10,15 +10,15 @@ import {
   DEFAULT_EGRESS_SELECTOR_UDS,
   DEFAULT_PROXIER_UDS,
   EGRESS_SELECTOR_MODES,
-  TunnelServer,
   type EgressSelectorMode,
-} from '../../pkg/server/app.js';
-import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
-import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
-import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/tunnel.js';
+} from '../../pkg/server/options.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/endpoint/agent-identity.js';
+import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/endpoint/agent-endpoint.js';
+import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
-import { onShutdownSignals } from '../common/signals.js';
+import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import {
   packageVersion,
   parseBool,
@@ -33,6 +33,7 @@ import {
   parsePositiveInt,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
+import { errorMessage } from '../../pkg/protocol/errors.js';
 
 interface ServerFlags {
   bindAddress: string;
@@ -84,7 +85,7 @@ function strategies(text: string): ReturnType<typeof parseProxyStrategies> {
   try {
     return parseProxyStrategies(text);
   } catch (err: unknown) {
-    throw new InvalidArgumentError((err as Error).message);
+    throw new InvalidArgumentError(errorMessage(err));
   }
 }
 
@@ -239,6 +240,7 @@ const program = new Command('yurt-tunnel-server')
   .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
+    holdProcessOpen();
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const server = await TunnelServer.start({
       bindAddress: flags.bindAddress,

@@ -4,7 +4,8 @@
 // (jittered, so replicas do not all renew at once). Whoever serves or dials
 // with it subscribes to onRotated and swaps it in without a restart.
 
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { PemFileStore } from './pem-file-store.js';
@@ -71,6 +72,7 @@ export function templateMismatch(have: CertificateSummary, want: CertificateTemp
 }
 
 export class CertificateManager {
+  private stopping: Promise<void> | undefined;
   private pair: CertKeyPair | undefined;
   private summary: CertificateSummary | undefined;
   private deadline: Date | undefined;
@@ -133,7 +135,13 @@ export class CertificateManager {
     if (reason !== undefined) this.renew(`${reason} (${trigger})`);
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.abort.abort(new Error('certificate manager stopped'));
@@ -199,24 +207,9 @@ export class CertificateManager {
         if (this.stopped) return;
         const delay = this.backoff.next();
         this.log.warn('could not obtain a certificate; retrying', { error: errorMessage(err), retryInMs: Math.round(delay) });
-        await this.pause(delay);
+        await sleep(delay, this.abort.signal);
       }
     }
-  }
-
-  private pause(ms: number): Promise<void> {
-    const signal = this.abort.signal;
-    return new Promise((resolve) => {
-      const onAbort = (): void => {
-        clearTimeout(timer);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
   }
 
   private install(pair: CertKeyPair, summary: CertificateSummary): void {
@@ -236,5 +229,6 @@ export class CertificateManager {
       if (Date.now() >= this.deadline!.getTime()) this.check('rotation deadline');
       else this.schedule();
     }, wait);
+    this.timer.unref();
   }
 }

@@ -6,6 +6,7 @@
 import { generateKeyPairSync, randomBytes, X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import forge from 'node-forge';
+import { CertificateRequestError } from '../protocol/errors.js';
 
 export interface CertKeyPair {
   /** PEM certificate (or chain). */
@@ -226,7 +227,7 @@ export function signRequest(
   opts: { usages: readonly ExtendedKeyUsage[]; lifetimeMs: number; notBefore?: Date },
 ): string {
   const csr = forge.pki.certificationRequestFromPem(csrPem);
-  if (!csr.verify()) throw new Error('the certificate request is not signed by its own key');
+  if (!csr.verify()) throw new CertificateRequestError('YT_ERR_CSR_INVALID', 'the certificate request is not signed by its own key');
   const caCert = forge.pki.certificateFromPem(ca.cert);
   const cert = forge.pki.createCertificate();
   cert.publicKey = csr.publicKey!;

@@ -20,6 +20,7 @@ import { configMapInformer } from '../kube/config-map-informer.js';
 import { ensureConfigMapData, updateService } from '../kube/ensure.js';
 import type { Informer, SharedInformer } from '../kube/informer.js';
 import { LeaderElector } from '../kube/leader-election.js';
+import { requestDeadline } from '../kube/request-options.js';
 import { clusterIPOf, TUNNEL_INTERNAL_SERVICE, TUNNEL_NAMESPACE } from '../kube/tunnel-addresses.js';
 import type { V1ConfigMap, V1Node, V1Service } from '../kube/types.js';
 import { WorkQueue } from '../kube/work-queue.js';
@@ -198,8 +199,9 @@ export class DnsController {
   private sync(key: string): Promise<void> {
     const leading = this.leading;
     if (leading === undefined) return Promise.resolve();
-    const signal = AbortSignal.any([leading.abort.signal, AbortSignal.timeout(SYNC_TIMEOUT_MS)]);
-    return key === RECORDS_KEY ? this.syncRecords(signal) : this.syncServicePorts(signal);
+    const deadline = requestDeadline(leading.abort.signal, SYNC_TIMEOUT_MS);
+    const synced = key === RECORDS_KEY ? this.syncRecords(deadline.signal) : this.syncServicePorts(deadline.signal);
+    return synced.finally(deadline.dispose);
   }
 
   private async syncRecords(signal: AbortSignal): Promise<void> {

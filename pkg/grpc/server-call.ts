@@ -38,6 +38,11 @@ export class ServerPacketCall extends GrpcPacketStream {
     });
   }
 
+  /** The status the call ended with, once it has one (a call that broke has none). */
+  get endStatus(): { readonly code: number; readonly message: string } | undefined {
+    return this.status;
+  }
+
   private closeReason(): string {
     const code = this.serverStream.rstCode;
     if (code !== undefined && code !== 0) return `stream reset (HTTP/2 error code ${code})`;

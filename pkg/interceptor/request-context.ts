@@ -24,7 +24,6 @@ export interface RequestContext {
   forwardedUri: string | undefined;
   /** The TLS server name (SNI) the caller asked for: a node name when it dialled one. */
   serverName: string | undefined;
-  userAgent: string | undefined;
 }
 
 /** Splits host:port (IPv6 in brackets); undefined when it is not that. */

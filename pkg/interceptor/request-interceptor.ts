@@ -5,16 +5,21 @@
 // - upgrades (exec, attach, port-forward over SPDY/3.1 or WebSocket) are
 //   relayed as raw bytes after the kubelet's 101; any other answer is passed
 //   back as it came.
-// Failures get a status the caller can act on and a one-line reason: the
-// proxier's 502/503/504, 502 for a failed TLS handshake with the kubelet.
+// Failures before an answer get a status the caller can act on and a
+// one-line reason, as the CONNECT proxier gives them (503 no agent, 502 dial
+// refused, 504 dial timeout), 502 for a failed TLS handshake with the kubelet.
+// A failure after the answer began reaches the caller as one: the response is
+// cut without its last chunk, an upgraded stream is closed abortively.
 
 import { request, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { errorResponse } from '../frontend/http-answer.js';
+import { dialFailureReason, type NodeNameOf } from '../frontend/dial-reason.js';
+import { errorResponse, statusForDialFailure } from '../frontend/http-answer.js';
 import { abortStream } from '../mux/abort.js';
 import { splice } from '../mux/splice.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage, ProxierError, KubeletTLSError } from '../protocol/errors.js';
+import { DialError, errorMessage, KubeletTLSError } from '../protocol/errors.js';
+import { removePortFromHost } from '../protocol/identifiers.js';
 import { type KubeletConnector, type TunnelTarget } from './kubelet-connector.js';
 import { readResponseHead, type RawResponseHead } from './response-head.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, splitAddress, type RequestContext } from './request-context.js';
@@ -48,10 +53,15 @@ export function forwardedHeaders(raw: readonly string[], upgrade: boolean): stri
   return out;
 }
 
-/** Status and one-line reason for a failure before any answer came. */
-export function failureFor(err: unknown, ctx: RequestContext): { status: number; reason: string } {
+/**
+ * Status and one-line reason for a failure before any answer came; a failed
+ * dial's reason names the node of its address (`nodeNameOf`) when no agent took it.
+ */
+export function failureFor(err: unknown, ctx: RequestContext, nodeNameOf?: NodeNameOf): { status: number; reason: string } {
   const node = ctx.proxyHost ?? ctx.dialAddress;
-  if (err instanceof ProxierError) return { status: err.status === 0 ? 502 : err.status, reason: err.reason || err.message };
+  if (err instanceof DialError) {
+    return { status: statusForDialFailure(err.code), reason: dialFailureReason(err, removePortFromHost(node), nodeNameOf) };
+  }
   if (err instanceof KubeletTLSError) return { status: 502, reason: err.message };
   return { status: 502, reason: `connection to the kubelet of node ${node} at ${ctx.dialAddress} failed: ${errorMessage(err)}` };
 }
@@ -67,25 +77,34 @@ function abortResponse(res: ServerResponse, err: Error): void {
   res.destroy();
 }
 
+/** What an upgrading caller may send before the kubelet's connection is ready, kept for it. */
+const MAX_EARLY_BYTES = 64 * 1024;
+
 function rawHeaderLines(raw: readonly string[]): string {
   let text = '';
   for (let i = 0; i + 1 < raw.length; i += 2) text += `${raw[i]}: ${raw[i + 1]}\r\n`;
   return text;
 }
 
+export interface RequestInterceptorOptions {
+  /** The node an address belongs to, so that a failed dial's reason names it. */
+  nodeNameOf?: NodeNameOf;
+}
+
 export class RequestInterceptor {
   constructor(
     private readonly connector: KubeletConnector,
     private readonly log: Logger,
+    private readonly opts: RequestInterceptorOptions = {},
   ) {}
 
   private target(ctx: RequestContext): TunnelTarget {
-    return { dialAddress: ctx.dialAddress, proxyHost: ctx.proxyHost, tls: ctx.tls, userAgent: ctx.userAgent };
+    return { dialAddress: ctx.dialAddress, proxyHost: ctx.proxyHost, tls: ctx.tls };
   }
 
-  private upstream(ctx: RequestContext, req: IncomingMessage, upgrade: boolean): ReturnType<typeof request> {
+  private upstream(ctx: RequestContext, req: IncomingMessage, upgrade: boolean, signal: AbortSignal): ReturnType<typeof request> {
     const address = splitAddress(ctx.dialAddress)!;
-    const options: RequestOptions & { tunnel: TunnelTarget } = {
+    const options: RequestOptions & { tunnel: TunnelTarget; tunnelSignal: AbortSignal } = {
       agent: this.connector,
       host: address.host,
       port: address.port,
@@ -95,13 +114,16 @@ export class RequestInterceptor {
       headers: forwardedHeaders(req.rawHeaders, upgrade) as unknown as RequestOptions['headers'],
       setHost: false,
       tunnel: this.target(ctx),
+      tunnelSignal: signal,
     };
     return request(options);
   }
 
   /** An ordinary request: streamed both ways. */
   handleRequest(ctx: RequestContext, req: IncomingMessage, res: ServerResponse): void {
-    const up = this.upstream(ctx, req, false);
+    // The caller went away: a dial still pending is cancelled (DIAL_CLS).
+    const gone = new AbortController();
+    const up = this.upstream(ctx, req, false, gone.signal);
     res.sendDate = false; // the kubelet's Date is passed on
     up.on('response', (answer: IncomingMessage) => {
       res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardedHeaders(answer.rawHeaders, false));
@@ -111,18 +133,21 @@ export class RequestInterceptor {
       answer.on('error', (err) => abortResponse(res, err));
     });
     up.on('error', (err) => {
+      if (gone.signal.aborted) return; // nobody to answer
       if (res.headersSent) {
         abortResponse(res, err);
         return;
       }
-      const { status, reason } = failureFor(err, ctx);
+      const { status, reason } = failureFor(err, ctx, this.opts.nodeNameOf);
       this.log.warn('request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
       res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
       res.end(reason.replace(/[\r\n]+/g, ' ') + '\n');
     });
     // The caller went away: close the tunnel connection at once (a follow stream ends at the kubelet).
     res.on('close', () => {
-      if (!res.writableFinished) up.destroy();
+      if (res.writableFinished) return;
+      gone.abort();
+      up.destroy();
     });
     req.pipe(up);
   }
@@ -134,24 +159,56 @@ export class RequestInterceptor {
    */
   handleUpgrade(ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    this.connector.connect(this.target(ctx)).then(
+    // Read while the kubelet's connection opens, so that a caller who leaves
+    // is noticed and its dial cancelled (DIAL_CLS); what it sends meanwhile
+    // is kept for the kubelet, up to a bound, after which reading pauses.
+    const gone = new AbortController();
+    const early: Buffer[] = head.length > 0 ? [head] : [];
+    let earlyBytes = head.length;
+    const onData = (chunk: Buffer): void => {
+      early.push(chunk);
+      earlyBytes += chunk.length;
+      if (earlyBytes >= MAX_EARLY_BYTES) socket.pause();
+    };
+    const onGone = (): void => gone.abort();
+    socket.on('data', onData);
+    socket.once('end', onGone);
+    socket.once('close', onGone);
+    socket.resume();
+    const stopWatching = (): void => {
+      socket.off('data', onData);
+      socket.off('end', onGone);
+      socket.off('close', onGone);
+      socket.pause();
+    };
+    this.connector.connect(this.target(ctx), gone.signal).then(
       (kubelet) => {
-        if (socket.destroyed) {
+        stopWatching();
+        if (socket.destroyed || gone.signal.aborted) {
           kubelet.destroy();
+          socket.destroy();
           return;
         }
         kubelet.write(`${req.method} ${req.url} HTTP/1.1\r\n${rawHeaderLines(forwardedHeaders(req.rawHeaders, true))}\r\n`);
-        if (head.length > 0) kubelet.write(head);
+        for (const chunk of early) kubelet.write(chunk);
         readResponseHead(kubelet).then(
           (answer) => this.passAnswer(ctx, socket, kubelet, answer),
           (err: unknown) => this.failUpgrade(ctx, socket, err, kubelet),
         );
       },
-      (err: unknown) => this.failUpgrade(ctx, socket, err),
+      (err: unknown) => {
+        stopWatching();
+        if (gone.signal.aborted) socket.destroy();
+        else this.failUpgrade(ctx, socket, err);
+      },
     );
   }
 
   private passAnswer(ctx: RequestContext, socket: Duplex, kubelet: Duplex, answer: RawResponseHead): void {
+    if (socket.destroyed) {
+      kubelet.destroy();
+      return;
+    }
     socket.write(answer.raw);
     if (answer.rest.length > 0) socket.write(answer.rest);
     if (answer.status === 101) {
@@ -166,7 +223,8 @@ export class RequestInterceptor {
       kubelet.destroy();
       socket.end();
     };
-    if (left <= 0) {
+    // The kubelet may have closed with its answer (the head and its EOF read together).
+    if (left <= 0 || kubelet.readableEnded) {
       done();
       return;
     }
@@ -184,7 +242,7 @@ export class RequestInterceptor {
   private failUpgrade(ctx: RequestContext, socket: Duplex, err: unknown, kubelet?: Duplex): void {
     kubelet?.destroy();
     if (socket.destroyed) return;
-    const { status, reason } = failureFor(err, ctx);
+    const { status, reason } = failureFor(err, ctx, this.opts.nodeNameOf);
     this.log.warn('upgrade request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
     socket.end(errorResponse(status, reason));
   }

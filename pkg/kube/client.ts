@@ -11,6 +11,7 @@ import {
   Watch,
 } from '@kubernetes/client-node';
 import { describeSource, type KubeConfigSource } from './config-source.js';
+import { ConfigError, errorMessage } from '../protocol/errors.js';
 
 // Where the configuration comes from lives in config-source.ts, which does not
 // load @kubernetes/client-node (~75 MB of RSS): processes that run without a
@@ -59,7 +60,7 @@ function loadConfig(source: KubeConfigSource): KubeConfig {
     }
   }
   if (kc.getCurrentCluster() === null) {
-    throw new Error(`${describeSource(source)} names no current cluster (set current-context)`);
+    throw new ConfigError('YT_ERR_KUBECONFIG', `${describeSource(source)} names no current cluster (set current-context)`);
   }
   return kc;
 }
@@ -71,7 +72,7 @@ export function createKubeClient(source: KubeConfigSource): KubeClient {
   try {
     config = loadConfig(source);
   } catch (err: unknown) {
-    throw new Error(`cannot load the Kubernetes client configuration from ${describeSource(source)}: ${(err as Error).message}`, {
+    throw new ConfigError('YT_ERR_KUBECONFIG', `cannot load the Kubernetes client configuration from ${describeSource(source)}: ${errorMessage(err)}`, {
       cause: err,
     });
   }

@@ -4,11 +4,11 @@
 // others take it over once it has not changed for a whole lease duration, as
 // measured on their own clock (so clock skew between replicas does not matter).
 
-import { V1MicroTime, type V1Lease } from '@kubernetes/client-node';
+import { V1MicroTime, type ConfigurationOptions, type V1Lease } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { apiErrorMessage, isConflict, isNotFound } from './errors.js';
-import { abortable } from './request-options.js';
+import { abortable, requestDeadline } from './request-options.js';
 
 export interface LeaderElectionOptions {
   namespace: string;
@@ -26,6 +26,7 @@ export interface LeaderElectionOptions {
 const DEFAULTS = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
 export class LeaderElector {
+  private stopping: Promise<void> | undefined;
   private readonly leaseDurationMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryPeriodMs: number;
@@ -65,8 +66,13 @@ export class LeaderElector {
     this.tick();
   }
 
-  /** Stops trying; a leader releases the lease so another replica takes over at once. */
-  async stop(): Promise<void> {
+  /** Stops trying; a leader releases the lease so another replica takes over at once. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.stopRequests.abort();
@@ -81,16 +87,22 @@ export class LeaderElector {
     this.timer = undefined;
     this.inFlight = this.attempt().finally(() => {
       this.inFlight = undefined;
-      if (!this.stopped) this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      if (this.stopped) return;
+      this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      this.timer.unref();
     });
   }
 
   private async attempt(): Promise<void> {
     let acquired = false;
+    // An API server that stops answering must not hold an attempt open: the leader would never notice it cannot renew.
+    const deadline = requestDeadline(this.stopRequests.signal, this.requestTimeoutMs);
     try {
-      acquired = await this.tryAcquireOrRenew();
+      acquired = await this.tryAcquireOrRenew(abortable(deadline.signal));
     } catch (err: unknown) {
       this.log.verbose(2, 'leader election attempt failed', { error: apiErrorMessage(err) });
+    } finally {
+      deadline.dispose();
     }
     if (this.stopped) return;
     const now = Date.now();
@@ -113,12 +125,10 @@ export class LeaderElector {
     this.opts.onStoppedLeading();
   }
 
-  private async tryAcquireOrRenew(): Promise<boolean> {
+  private async tryAcquireOrRenew(options: ConfigurationOptions): Promise<boolean> {
     const { namespace, name, identity } = this.opts;
     const api = this.client.coordination;
     const now = new V1MicroTime();
-    // An API server that stops answering must not hold an attempt open: the leader would never notice it cannot renew.
-    const options = abortable(AbortSignal.any([this.stopRequests.signal, AbortSignal.timeout(this.requestTimeoutMs)]));
     let lease: V1Lease;
     try {
       lease = await api.readNamespacedLease({ namespace, name }, options);
@@ -180,14 +190,17 @@ export class LeaderElector {
     const lease = this.observed?.lease;
     if (lease === undefined) return;
     const { namespace, name } = this.opts;
+    const deadline = requestDeadline(undefined, this.requestTimeoutMs);
     try {
       await this.client.coordination.replaceNamespacedLease({
         namespace,
         name,
         body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } },
-      }, abortable(AbortSignal.timeout(this.requestTimeoutMs)));
+      }, abortable(deadline.signal));
     } catch (err: unknown) {
       this.log.warn('could not release the lease; the next leader waits for it to expire', { error: apiErrorMessage(err) });
+    } finally {
+      deadline.dispose();
     }
   }
 }

@@ -18,3 +18,32 @@ export function abortable(signal: AbortSignal): ConfigurationOptions {
     middlewareMergeStrategy: 'append',
   };
 }
+
+/** A signal for one request: aborted by `parent`, or after `ms`; call `dispose()` when the request is over. */
+export interface RequestDeadline {
+  signal: AbortSignal;
+  dispose(): void;
+}
+
+/**
+ * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: the combined
+ * signal holds its sources only weakly, and so does the timeout's own timer,
+ * so a garbage collection before the deadline loses it and the request waits
+ * forever (Node 20.20; test/unit/request-deadline.test.ts shows it). Here the
+ * timer holds the controller.
+ */
+export function requestDeadline(parent: AbortSignal | undefined, ms: number): RequestDeadline {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new DOMException(`no answer within ${ms} ms`, 'TimeoutError')), ms);
+  timer.unref();
+  const onParentAbort = (): void => controller.abort(parent?.reason);
+  if (parent?.aborted === true) onParentAbort();
+  else parent?.addEventListener('abort', onParentAbort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      clearTimeout(timer);
+      parent?.removeEventListener('abort', onParentAbort);
+    },
+  };
+}

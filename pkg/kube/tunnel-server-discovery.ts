@@ -3,12 +3,13 @@
 // node can dial. Until then every change of what is wrong is logged, with
 // what to set, and the search goes on with backoff.
 
-import type { V1Node, V1Service } from '@kubernetes/client-node';
-import { Backoff } from '../agent/backoff.js';
+import type { ConfigurationOptions, V1Node, V1Service } from '@kubernetes/client-node';
+import { Backoff } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { describeSource, type KubeClient } from './client.js';
 import { apiErrorMessage, apiStatusCode, isNotFound } from './errors.js';
-import { abortable } from './request-options.js';
+import { abortable, requestDeadline } from './request-options.js';
 import { CLOUD_NODE_SELECTOR, tunnelServerAddress, type ServerAddressResult } from './tunnel-server-address.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from './tunnel-addresses.js';
 
@@ -26,7 +27,15 @@ export interface DiscoveryOptions {
 const REQUEST_TIMEOUT_MS = 15_000;
 
 async function readOnce(client: KubeClient, signal: AbortSignal): Promise<ServerAddressResult> {
-  const options = abortable(AbortSignal.any([signal, AbortSignal.timeout(REQUEST_TIMEOUT_MS)]));
+  const deadline = requestDeadline(signal, REQUEST_TIMEOUT_MS);
+  try {
+    return await readService(client, abortable(deadline.signal));
+  } finally {
+    deadline.dispose();
+  }
+}
+
+async function readService(client: KubeClient, options: ConfigurationOptions): Promise<ServerAddressResult> {
   const forbidden = (what: string, err: unknown): ServerAddressResult => ({
     problem:
       `the agent's identity (${describeSource(client.source)}) may not ${what} (${apiErrorMessage(err)}): ` +
@@ -77,20 +86,6 @@ export async function discoverTunnelServer(opts: DiscoveryOptions): Promise<stri
     // A new problem is logged at once; the same one again every tenth try, so a long wait does not flood the log.
     if (repeats % 10 === 0) log.warn(`no tunnel server address yet: ${result.problem}`, { retryInMs: Math.round(delay) });
     reported = result.problem;
-    await sleep(delay, opts.signal);
+    if (!(await sleep(delay, opts.signal))) opts.signal.throwIfAborted();
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }

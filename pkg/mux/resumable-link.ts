@@ -17,7 +17,7 @@
 // (`receive`); nothing from a transport once it is detached, so the count
 // given at a resume is exactly what was handled.
 
-import { ResumeError, type TunnelError } from '../protocol/errors.js';
+import { ConnectionClosedError, ResumeError, type TunnelError } from '../protocol/errors.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 import { ResendBuffer } from './resend-buffer.js';
@@ -189,7 +189,7 @@ export class ResumableLink implements PacketLink {
 
   sendData(connectID: bigint, data: Buffer, cb: WriteCallback): void {
     if (this.closed) {
-      cb(new Error('the tunnel session is closed'));
+      cb(new ConnectionClosedError('the tunnel session is closed'));
       return;
     }
     this.buffer.appendData(connectID, data);
@@ -230,7 +230,7 @@ export class ResumableLink implements PacketLink {
   }
 
   /** Ends the session: lets every packet go and fails held writers with `err`. Idempotent. */
-  close(err: TunnelError | Error = new Error('the tunnel session is closed')): void {
+  close(err: TunnelError | Error = new ConnectionClosedError('the tunnel session is closed')): void {
     if (this.closed) return;
     this.closed = true;
     this.detach();
@@ -245,7 +245,7 @@ export class ResumableLink implements PacketLink {
   /** What the transport said of a DATA packet: room for more, or that it failed. */
   private afterSend(att: Attachment, cb: WriteCallback, err: Error | null | undefined): void {
     if (this.closed) {
-      cb(err ?? new Error('the tunnel session is closed'));
+      cb(err ?? new ConnectionClosedError('the tunnel session is closed'));
       return;
     }
     if (err) {

@@ -10,7 +10,7 @@
 // unknown fields (and known fields with an unexpected wire type, as Go does)
 // are skipped, and the payload used is the one that matches `type`.
 
-import { ProtocolError } from './errors.js';
+import { InternalError, ProtocolError } from './errors.js';
 import {
   PACKET_TYPE_NUMBERS,
   packetTypeName,
@@ -225,7 +225,7 @@ export function encodePacket(p: KnownPacket, reserve = 0): Buffer {
   pos = writeSmallVarint(buf, pos, payloadTag);
   pos = writeSmallVarint(buf, pos, payloadLen);
   for (const f of fields) pos = writeField(buf, pos, f);
-  if (pos !== total) throw new Error(`codec bug: wrote ${pos} of ${total} bytes`);
+  if (pos !== total) throw new InternalError(`codec bug: wrote ${pos} of ${total} bytes`);
   return buf;
 }
 

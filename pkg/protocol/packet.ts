@@ -143,3 +143,13 @@ export function describePacket(p: Packet): Record<string, string | number> {
       return { type: p.type, typeNumber: p.typeNumber };
   }
 }
+
+/**
+ * The `default` of a switch on a packet's type: it does not compile while a
+ * type of the union has no case of its own, so a new packet type cannot pass
+ * through a switch unnoticed. Should one get here at run time (a bug), its
+ * name is returned for the log line that ignores it.
+ */
+export function unhandledPacketType(type: never): string {
+  return String(type);
+}

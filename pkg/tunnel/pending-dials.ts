@@ -3,6 +3,7 @@
 // timer and the abort listener, so whoever takes an entry settles it, once.
 
 import type { Backend } from './backend.js';
+import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
 
 export interface PendingDial {
@@ -28,7 +29,7 @@ export class PendingDials {
   }
 
   add(dial: PendingDial): void {
-    if (this.dials.has(dial.random)) throw new Error(`dial ID ${dial.random} is already pending`);
+    if (this.dials.has(dial.random)) throw new InternalError(`dial ID ${dial.random} is already pending`);
     this.dials.set(dial.random, dial);
     dial.backend.pendingDials.add(dial.random);
   }

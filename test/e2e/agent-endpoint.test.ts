@@ -451,7 +451,7 @@ test('one agent holds at most maxStreamsPerAgent Connect streams; more get RESOU
   const s = await third.status;
   assert.equal(s.code, 8);
   assert.match(s.details, /^too many Connect streams: .* already holds 2 \(limit 2, the server flag --max-agent-streams\)/);
-  assert.equal(server.endpoint.refusedForStreamLimit, 1);
+  assert.equal(server.endpoint.refusals.stream_limit, 1);
   assert.equal(server.log.find('agent call rejected').length, 1);
   // The same certificate under another agentID is counted too (with the identity check off, as for upstream agents).
   const impostor = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'edge-9']], tls: agentTLS('edge-1', 'ipv4=127.0.0.1&host=edge-1') });
@@ -524,7 +524,7 @@ test('an agent that does not read while provoking control packets is cut off, no
   }
   await closed;
   assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-  assert.equal(server.endpoint.refusedControlPackets, 1);
+  assert.equal(server.endpoint.refusals.unread_control, 1);
   assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/);
   await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });

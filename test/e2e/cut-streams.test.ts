@@ -1,20 +1,26 @@
 // A stream cut by a failure must not look like a finished one: an agent
-// killed mid-download, a target that resets, a caller that resets, a server
-// that goes away. Each end caused by a failure reaches the other side as a
-// failure (a TCP reset, a gRPC error status, an aborted HTTP response), and a
-// normal end still ends normally.
+// killed mid-download or mid-exec, a target that resets, a caller that
+// resets, a server that goes away. Each end caused by a failure reaches the
+// other side as a failure (a TCP reset, a gRPC error status, an aborted HTTP
+// response), and a normal end still ends normally.
 //
 // The CONNECT socket is a Unix socket, which has no reset: its callers see EOF
 // either way (Linux reports ECONNRESET only to a peer whose bytes were left
 // unread), so these tests watch the failure where it can be seen.
+//
+// A Node client sees a reset as ECONNRESET only if it had read everything
+// before the RST came: libuv reports EOF for a reset that follows a partial
+// read. The exec sessions below are therefore cut while idle, after an echo.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer as createHTTPServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { connect as tlsConnect } from 'node:tls';
+import { Registry } from 'prom-client';
 import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
@@ -22,6 +28,7 @@ import { egressDial } from '../support/egress-client.js';
 import { harness, type Harness } from '../support/harness.js';
 import { apiserverClientCert, startKubelet, startMaster } from '../support/master.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
+import { CHANNEL, SPDY_EXEC_PROTOCOLS, upgradeToChannelWebSocket, upgradeToSpdy } from '../support/standin-kubelet/index.js';
 import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
 import {
   connectVia,
@@ -93,6 +100,47 @@ async function startStreamingHTTP(h: Harness): Promise<number> {
     return new Promise((resolve) => server.close(resolve));
   });
   return (server.address() as { port: number }).port;
+}
+
+/** A TCP connection to the plain master port. */
+async function dialPlain(h: Harness, port: number): Promise<Socket> {
+  const socket = connect({ host: '127.0.0.1', port });
+  h.defer(() => socket.destroy());
+  await once(socket, 'connect');
+  return socket;
+}
+
+/** A TLS connection to the secure master port, as kube-apiserver opens one for an upgrade. */
+async function dialSecure(h: Harness, port: number): Promise<Socket> {
+  const socket = tlsConnect({ host: '127.0.0.1', port, ca: testPKI().ca.cert, ...apiserverClientCert(), servername: '', ALPNProtocols: ['http/1.1'] });
+  h.defer(() => socket.destroy());
+  await once(socket, 'secureConnect');
+  return socket;
+}
+
+const EXEC_CAT = '/exec/default/p1/c1?command=cat&input=1&output=1';
+
+/** `kubectl exec … cat` over WebSocket (v5) on `socket`; resolves once stdin came back on stdout. */
+async function webSocketExec(socket: Socket, host: string): Promise<void> {
+  const { client } = await upgradeToChannelWebSocket({ socket, target: EXEC_CAT, protocols: ['v5.channel.k8s.io'], host });
+  client.on('protocolError', () => {});
+  const echoed = new Promise<void>((resolve) => client.on('data', (channel: number) => channel === CHANNEL.stdout && resolve()));
+  client.write(CHANNEL.stdin, Buffer.from('hello\n'));
+  await echoed;
+}
+
+/** `kubectl exec … cat` over SPDY/3.1 on `socket`; resolves once stdin came back on stdout. */
+async function spdyExec(socket: Socket, host: string): Promise<void> {
+  const { session } = await upgradeToSpdy({ socket, target: EXEC_CAT, protocols: SPDY_EXEC_PROTOCOLS, host });
+  session.on('error', () => {});
+  const error = await session.openStream({ streamtype: 'error' });
+  error.end();
+  const stdin = await session.openStream({ streamtype: 'stdin' });
+  const stdout = await session.openStream({ streamtype: 'stdout' });
+  stdout.end();
+  const echoed = once(stdout, 'data');
+  stdin.write('hello\n');
+  await echoed;
 }
 
 test('an agent killed mid-download: the egress caller gets the error and UNAVAILABLE, master-port responses are aborted; a download that finished before ended normally', LIMIT, async (t) => {
@@ -253,4 +301,73 @@ test('the link to the server lost: the agent resets the connections it carried',
   // The server goes away without closing its connections one by one (its agent endpoint first).
   await server.endpoint.close(0);
   assert.equal(await ends[0], 'ECONNRESET');
+});
+
+test('an agent killed mid-exec: the plain master port\'s caller is reset (ECONNRESET), and so is the secure port\'s, beneath its TLS session', LIMIT, async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const { securePort, insecurePort } = await startMaster(h, server, { tlsToKubelet: true });
+  const kubelet = await startKubelet(h);
+  const agent = await startAgentProcess(h, server);
+  const host = `127.0.0.1:${kubelet.port}`;
+
+  const plain = await dialPlain(h, insecurePort);
+  await webSocketExec(plain, host);
+  const secure = await dialSecure(h, securePort);
+  await spdyExec(secure, host);
+  const plainEnd = endOf(plain);
+  const secureEnd = endOf(secure);
+
+  agent.kill('SIGKILL');
+  assert.equal(await plainEnd, 'ECONNRESET');
+  assert.equal(await secureEnd, 'ECONNRESET');
+});
+
+test('a kubelet that resets mid-exec: both master ports reset their caller (ECONNRESET)', LIMIT, async (t) => {
+  const h = harness(t);
+  const { server } = await startTunnel(h);
+  const { securePort, insecurePort } = await startMaster(h, server, { tlsToKubelet: true });
+  const kubelet = await startKubelet(h);
+  const host = `127.0.0.1:${kubelet.port}`;
+
+  const plain = await dialPlain(h, insecurePort);
+  await spdyExec(plain, host);
+  const secure = await dialSecure(h, securePort);
+  await webSocketExec(secure, host);
+  const plainEnd = endOf(plain);
+  const secureEnd = endOf(secure);
+
+  await kubelet.resetConnections();
+  assert.equal(await plainEnd, 'ECONNRESET');
+  assert.equal(await secureEnd, 'ECONNRESET');
+});
+
+test('the secure port resets 200 exec sessions beneath their TLS sessions, each caller sees ECONNRESET, and every connection is freed', { timeout: 180_000 }, async (t) => {
+  const h = harness(t);
+  const { server } = await startTunnel(h);
+  const registry = new Registry();
+  const { securePort } = await startMaster(h, server, { metricsRegistry: registry });
+  const kubelet = await startKubelet(h);
+  const host = `127.0.0.1:${kubelet.port}`;
+  const inFlight = async (): Promise<number> => {
+    const metric = (await registry.getMetricsAsJSON()).find((m) => m.name === 'yurttunnel_server_in_proxy_requests');
+    return (metric?.values ?? []).reduce((sum, v) => sum + Number(v.value), 0);
+  };
+  const ends: Record<string, number> = {};
+  for (let batch = 0; batch < 10; batch++) {
+    const sessions = await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        const socket = await dialSecure(h, securePort);
+        await webSocketExec(socket, host);
+        return { end: endOf(socket) };
+      }),
+    );
+    await kubelet.resetConnections();
+    for (const end of await Promise.all(sessions.map((s) => s.end))) ends[end] = (ends[end] ?? 0) + 1;
+  }
+  assert.deepEqual(ends, { ECONNRESET: 200 });
+  // Each caller's TLS socket closed (the in-flight gauge drops on its 'close'), and each tunnelled connection.
+  await waitFor('the in-flight upgrades to end', () => server.tunnel.establishedCount() === 0);
+  assert.equal(await inFlight(), 0);
+  assert.equal(kubelet.openSockets, 0);
 });

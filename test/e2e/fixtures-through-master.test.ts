@@ -8,7 +8,7 @@
 // kube-apiserver's exec, attach and port-forward requests carry its own
 // address in Host, so only the pod path says where they go.
 
-import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import { defineFixtureReplay, recordedKubeletOptions } from '../support/fixture-replay.js';
 import { proxyClientCert, startMaster } from '../support/master.js';
 import { testPKI } from '../support/pki.js';

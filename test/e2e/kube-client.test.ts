@@ -9,7 +9,8 @@ import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
 import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
-import { CertificateRequestDenied, CsrSigner } from '../../pkg/kube/csr-signer.js';
+import { CsrSigner } from '../../pkg/kube/csr-signer.js';
+import { CertificateRequestError } from '../../pkg/protocol/errors.js';
 import { nodeInformer } from '../../pkg/kube/node-resolver.js';
 import { LeaderElector } from '../../pkg/kube/leader-election.js';
 import { writeFile } from 'node:fs/promises';
@@ -221,7 +222,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
 
     const denied = signer.sign({ namePrefix: 'kube-client-deny-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
     // The signer may see the denial before kubectl has exited: the rejection is expected before denying.
-    const refused = assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestDenied && /was denied/.test((err as Error).message));
+    const refused = assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestError && err.code === 'YT_ERR_CSR_DENIED' && /was denied/.test((err as Error).message));
     const deniedName = await csrNamed(cp, 'kube-client-deny-');
     assert.equal((await cp.kubectl(['certificate', 'deny', deniedName])).code, 0);
     await refused;

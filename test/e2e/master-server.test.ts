@@ -1,12 +1,12 @@
 // The master ports end to end: a caller with kube-apiserver's identity → the
-// secure port → middleware → CONNECT over the proxier socket → agent → TLS to a
+// secure port → middleware → a tunnelled connection → agent → TLS to a
 // stand-in kubelet with the proxy-client identity.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { readdirSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
-import { connect } from 'node:net';
+import { createServer as createHTTPServer, request as httpRequest, type IncomingMessage } from 'node:http';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { Agent } from 'node:https';
 import { Registry } from 'prom-client';
 import { test } from 'node:test';
@@ -190,7 +190,7 @@ test('200 silent TCP callers on the secure port are closed at the TLS handshake 
   }
   await waitFor('the server to close every silent caller', () => closed === 200, 15_000);
   assert.ok(performance.now() - started >= 500, 'not before the handshake timeout');
-  assert.equal(master.refused.secure.tls_handshake_timeout, 200);
+  assert.equal(master.refusedCallers('secure').tls_handshake_timeout, 200);
   await waitFor('the descriptor count back at its baseline', () => descriptorCount() <= baseline, 5000);
   assert.ok(server.log.find('did not finish its TLS handshake in time').length <= 5, 'a few lines, not one per caller');
 });
@@ -212,7 +212,7 @@ test('2,000 refused callers on the secure port write a few log lines and a summa
       }),
     );
   }
-  await waitFor('every refusal counted', () => master.refused.secure.tls_error === 2000);
+  await waitFor('every refusal counted', () => master.refusedCallers('secure').tls_error === 2000);
   await master.close(); // writes the pending summary
   const lines = server.log.find('caller refused on the secure master port');
   assert.ok(lines.length <= 20, `${lines.length} lines for 2,000 refusals`);
@@ -220,4 +220,60 @@ test('2,000 refused callers on the secure port write a few log lines and a summa
   assert.ok(summaries.length >= 1, 'a summary says how many were left out');
   const leftOut = summaries.reduce((n, r) => n + (r.fields.leftOut as number), 0);
   assert.equal(lines.length - summaries.length + leftOut, 2000, 'every refusal is either written or counted in a summary');
+});
+
+test('a caller that goes away while its dial is pending cancels the dial (DIAL_CLS), for a request and for an upgrade', async (t) => {
+  const h = harness(t);
+  const hanging = await startHangingListener(h);
+  const { server } = await startTunnel(h, { server: { tunnel: { dialTimeoutMs: 60_000 } }, agent: { dialTimeoutMs: 60_000 } });
+  const { insecurePort } = await startMaster(h, server);
+  const host = `127.0.0.1:${hanging}`;
+
+  const req = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/healthz', headers: { Host: host }, agent: false });
+  req.on('error', () => {});
+  req.end();
+  await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount === 1);
+  req.destroy();
+  await waitFor('the dial to be cancelled', () => server.tunnel.pendingDialCount === 0);
+
+  const upgrade = connect(insecurePort, '127.0.0.1');
+  upgrade.on('error', () => {});
+  upgrade.write(`GET /exec/default/p1/c1?command=cat HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
+  await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount === 1);
+  upgrade.destroy();
+  await waitFor('the dial to be cancelled', () => server.tunnel.pendingDialCount === 0);
+
+  const cancelled = server.log.find('dial failed').filter((r) => r.fields.reason === 'YT_ERR_DIAL_CANCELLED');
+  assert.equal(cancelled.length, 2, JSON.stringify(server.log.find('dial failed')));
+});
+
+test('the plain port pools tunnelled connections: requests reuse one, and one its target closed leaves the pool', async (t) => {
+  const h = harness(t);
+  const targetSockets: Socket[] = [];
+  const target = createHTTPServer((_req, res) => res.end('pooled'));
+  target.on('connection', (s: Socket) => targetSockets.push(s));
+  target.listen(0, '127.0.0.1');
+  await once(target, 'listening');
+  h.defer(() => {
+    target.closeAllConnections();
+    return new Promise((resolve) => target.close(resolve));
+  });
+  const { server } = await startTunnel(h);
+  const { insecurePort } = await startMaster(h, server);
+  const host = `127.0.0.1:${(target.address() as AddressInfo).port}`;
+  const get = async (): Promise<string> => {
+    const req = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/', headers: { Host: host }, agent: false });
+    req.end();
+    const [res] = (await once(req, 'response')) as [IncomingMessage];
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    return Buffer.concat(chunks).toString();
+  };
+  for (let i = 0; i < 3; i++) assert.equal(await get(), 'pooled');
+  assert.equal(targetSockets.length, 1, 'one tunnelled connection carried all three');
+  // The target closes its idle keep-alive connection: the pooled one closes too, and the next request dials anew.
+  target.closeIdleConnections();
+  await waitFor('the pooled connection to close', () => server.tunnel.establishedCount() === 0);
+  assert.equal(await get(), 'pooled');
+  assert.equal(targetSockets.length, 2);
 });

@@ -7,7 +7,8 @@ import { KubeletConnector } from '../../pkg/interceptor/kubelet-connector.js';
 import { MasterServer } from '../../pkg/interceptor/master-server.js';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import type { NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeResolver } from '../../pkg/nodes/node-resolver.js';
+import type { RequestContext } from '../../pkg/interceptor/request-context.js';
 import { AgentNodeResolver } from '../../pkg/server/agent-node-resolver.js';
 import { RequestInterceptor } from '../../pkg/interceptor/request-interceptor.js';
 import type { Registry } from 'prom-client';
@@ -49,11 +50,13 @@ export async function startMaster(
     metricsRegistry?: Registry;
     tlsHandshakeTimeoutMs?: number;
     requestHeadTimeoutMs?: number;
+    /** TLS to the kubelet from the plain port too (the stand-in kubelet speaks only TLS; the server's own routing never does this). */
+    tlsToKubelet?: boolean;
   } = {},
 ): Promise<TestMaster> {
   const pki = testPKI();
   const connector = new KubeletConnector({
-    udsPath: server.udsPath,
+    dial: (address, o) => server.tunnel.dial(address, o),
     tls: () => ({ ...proxyClientCert(), kubeletCA: opts.kubeletCA }),
     logger: server.log,
   });
@@ -62,7 +65,11 @@ export async function startMaster(
   const master = new MasterServer({
     secure: { host: '127.0.0.1', port: 0, cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert },
     insecure: { host: '127.0.0.1', port: 0 },
-    middleware: [traceRequest(resolver, server.log), localhostProxy(() => ports, resolver)],
+    middleware: [
+      traceRequest(resolver, server.log),
+      localhostProxy(() => ports, resolver),
+      ...(opts.tlsToKubelet === true ? [(ctx: RequestContext): void => void (ctx.tls = true)] : []),
+    ],
     interceptor: new RequestInterceptor(connector, server.log),
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     requestHeadTimeoutMs: opts.requestHeadTimeoutMs,

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
-import { checkAgentIdentity, normalizeAddress, type PeerCertificateNames } from '../../pkg/tunnel/agent-identity.js';
+import { checkAgentIdentity, normalizeAddress, type PeerCertificateNames } from '../../pkg/endpoint/agent-identity.js';
 
 /** edge-a's certificate as issue-agent-cert writes it, seen through Node. */
 const EDGE_A: PeerCertificateNames = {

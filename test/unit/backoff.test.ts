@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Backoff, type BackoffOptions } from '../../pkg/agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../../pkg/timers/backoff.js';
 
 const LIMIT = { timeout: 10_000 };
 

@@ -182,7 +182,8 @@ test('a failing signer is retried with backoff; stop() while a request waits for
   signer.failNext = 2;
   const m = manager(dir, signer, () => template(), log);
   await m.start();
-  await m.ready();
+  // The retries wait on unref'd timers: the test keeps itself alive while it waits.
+  await waitFor('a certificate after two failed requests', () => m.current() !== undefined, 10_000);
   assert.equal(signer.requests.length, 3);
   assert.equal(log.records.filter((r) => r.message.includes('could not obtain a certificate; retrying')).length, 2);
   await m.stop();

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { randomBytes } from 'node:crypto';
-import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../pkg/grpc/hpack/hpack.js';
-import { huffmanDecode, huffmanEncode, HuffmanError } from '../../pkg/grpc/hpack/huffman.js';
-import { AuthorityRewriter, Http2FrameError } from '../../pkg/grpc/authority-filter.js';
+import { encodeHeaderBlock, HpackDecoder } from '../../pkg/grpc/hpack/hpack.js';
+import { huffmanDecode, huffmanEncode } from '../../pkg/grpc/hpack/huffman.js';
+import { AuthorityRewriter } from '../../pkg/grpc/authority-filter.js';
+import { HpackError, Http2FrameError, HuffmanError } from '../../pkg/protocol/errors.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');

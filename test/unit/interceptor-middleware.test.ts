@@ -6,13 +6,13 @@ import { test } from 'node:test';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../../pkg/interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
 import { pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
 import { MemoryLogger } from '../support/memory-logger.js';
-import { HttpError, ProxierError, KubeletTLSError } from '../../pkg/protocol/errors.js';
+import { DialError, HttpError, KubeletTLSError } from '../../pkg/protocol/errors.js';
 
 const edge1: NodeInfo = { name: 'edge-1', addresses: ['10.0.0.5'], kubeletPort: 10250 };
 const edge6: NodeInfo = { name: 'edge-6', addresses: ['fd00::6'] };
@@ -37,7 +37,6 @@ function ctx(over: Partial<RequestContext>): RequestContext {
     proxyDest: undefined,
     forwardedUri: undefined,
     serverName: undefined,
-    userAgent: undefined,
     ...over,
   };
 }
@@ -144,9 +143,21 @@ test('forwarded headers drop hop-by-hop and routing headers, keep order and spel
 
 test('failures map to statuses callers can act on', () => {
   const c = ctx({ proxyHost: 'edge-1', dialAddress: '10.0.0.5:10250' });
-  assert.deepEqual(failureFor(new ProxierError(503, 'no agent serves edge-1', '10.0.0.5:10250'), c), { status: 503, reason: 'no agent serves edge-1' });
-  assert.deepEqual(failureFor(new ProxierError(504, 'timed out', 'a:1'), c), { status: 504, reason: 'timed out' });
-  assert.deepEqual(failureFor(new ProxierError(0, 'closed', 'a:1'), c).status, 502);
+  const nodeNameOf = (host: string): string | undefined => (host === '10.0.0.5' ? 'edge-1' : undefined);
+  // A dial's failure keeps the CONNECT proxier's status and reason, naming the node when no agent took the dial.
+  assert.deepEqual(failureFor(new DialError('YT_ERR_NO_AGENT', 'no agent serves 10.0.0.5'), ctx({}), nodeNameOf), {
+    status: 503,
+    reason: 'node edge-1: no agent serves 10.0.0.5',
+  });
+  assert.deepEqual(failureFor(new DialError('YT_ERR_NO_AGENT', 'no agent serves edge-1 (X-Tunnel-Proxy-Host edge-1)'), c), {
+    status: 503,
+    reason: 'no agent serves edge-1 (X-Tunnel-Proxy-Host edge-1)',
+  });
+  assert.deepEqual(failureFor(new DialError('YT_ERR_DIAL_FAILED', 'agent edge-1 could not dial 10.0.0.5:10250: refused'), c, nodeNameOf), {
+    status: 502,
+    reason: 'agent edge-1 could not dial 10.0.0.5:10250: refused',
+  });
+  assert.deepEqual(failureFor(new DialError('YT_ERR_DIAL_TIMEOUT', 'timed out'), c), { status: 504, reason: 'timed out' });
   assert.deepEqual(failureFor(new KubeletTLSError('TLS handshake with the kubelet of node edge-1 at 10.0.0.5:10250 failed: x'), c), {
     status: 502,
     reason: 'TLS handshake with the kubelet of node edge-1 at 10.0.0.5:10250 failed: x',
@@ -175,7 +186,7 @@ test('a response head is read with its exact bytes, however it arrives', async (
   await assert.rejects(failing, { message: 'malformed response status line "garbage"' });
 });
 
-test('the interceptor\'s CONNECT request is exactly OpenYurt\'s, each optional header only when set', () => {
+test('the proxier client\'s CONNECT request is exactly OpenYurt\'s interceptor\'s, each optional header only when set', () => {
   assert.equal(connectRequest('10.0.0.5:10250'), 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\n\r\n');
   assert.equal(
     connectRequest('10.0.0.5:10250', 'edge-1', 'kube-apiserver/v1.24'),

@@ -3,6 +3,8 @@
 // left when the length grows). So the code lengths alone define it; symbol
 // 256 is EOS, which must never appear inside a string.
 
+import { HuffmanError } from '../../protocol/errors.js';
+
 /** Code length in bits of each symbol 0..256 (RFC 7541 Appendix B). */
 const CODE_LENGTHS: readonly number[] = [
   13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 28,
@@ -46,9 +48,6 @@ const codes: { code: number; length: number }[] = [];
   }
 })();
 
-export class HuffmanError extends Error {
-  override readonly name = 'HuffmanError';
-}
 
 /** Decodes a Huffman-coded string literal; throws HuffmanError on EOS, bad padding or an unfinished code. */
 export function huffmanDecode(input: Buffer): Buffer {

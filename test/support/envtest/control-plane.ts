@@ -11,10 +11,10 @@
 import { execFile } from 'node:child_process';
 import { request } from 'node:https';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { freeLowPort } from '../../../hack/ports.js';
 import type { CertKeyPair } from '../../../pkg/certs/pki.js';
 import { findControlPlane, type ControlPlaneBinaries } from './binaries.js';
 import { ControlPlaneProcess } from './child.js';
@@ -45,14 +45,6 @@ export interface KubectlResult {
   code: number;
   stdout: string;
   stderr: string;
-}
-
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 function egressConfigYAML(e: EgressSelector): string {
@@ -140,7 +132,7 @@ export class ControlPlane {
   }
 
   private async startEtcd(): Promise<void> {
-    const [client, peer] = [await freePort(), await freePort()];
+    const [client, peer] = [await freeLowPort(), await freeLowPort()];
     this.etcdPort = client;
     this.etcdURL = `http://127.0.0.1:${client}`;
     this.etcd = new ControlPlaneProcess(
@@ -167,7 +159,7 @@ export class ControlPlane {
 
   private async startAPIServer(egress: EgressSelector | undefined): Promise<void> {
     // A restart keeps the port, so that kubeconfigs already handed out stay right.
-    if (this.apiserverPort === 0) this.apiserverPort = await freePort();
+    if (this.apiserverPort === 0) this.apiserverPort = await freeLowPort();
     const args = [
       `--etcd-servers=${this.etcdURL}`,
       `--secure-port=${this.apiserverPort}`,
@@ -235,7 +227,7 @@ export class ControlPlane {
         '--controllers=csrsigning,csrapproving',
         '--leader-elect=false',
         '--bind-address=127.0.0.1',
-        `--secure-port=${await freePort()}`,
+        `--secure-port=${await freeLowPort()}`,
       ],
       this.file('kube-controller-manager.log'),
     );

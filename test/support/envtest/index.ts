@@ -2,7 +2,7 @@
 // objects tests put in it.
 
 export { findControlPlane, type ControlPlaneBinaries } from './binaries.js';
-export { ControlPlane, freePort, startControlPlane, type ControlPlaneOptions, type EgressSelector, type KubectlResult } from './control-plane.js';
+export { ControlPlane, startControlPlane, type ControlPlaneOptions, type EgressSelector, type KubectlResult } from './control-plane.js';
 export { approvePendingCSRs, autoApprove, deleteObject, listCSRs, putNode, putPod, type NodeSpec } from './objects.js';
 
 import { findControlPlane } from './binaries.js';

@@ -8,7 +8,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { TLSSocket } from 'node:tls';
+import { TLSSocket } from 'node:tls';
+import { abortStream, abortsThrough } from '../../../pkg/mux/abort.js';
 import type { Logger } from '../../../pkg/log/logger.js';
 import { writePattern } from './bytes.js';
 import { errorMessage } from './errors.js';
@@ -46,6 +47,8 @@ export class StandinKubelet extends EventEmitter {
   private readonly upgradeContext: UpgradeContext;
   /** Each open socket and a promise of its 'close'. */
   private readonly sockets = new Map<Socket, Promise<void>>();
+  /** The TCP connections accepted and still open, by peer address and port, until their TLS session begins. */
+  private readonly tcpByPeer = new Map<string, Socket>();
   private readonly sessions = new Set<{ destroy(): void }>();
   private readonly followStoppers = new Set<() => void>();
   private readonly connectionIds = new WeakMap<Duplex, number>();
@@ -73,8 +76,19 @@ export class StandinKubelet extends EventEmitter {
     const { cert, key, clientCA } = this.opts;
     this.server = createServer({ cert, key, ca: clientCA, requestCert: true, rejectUnauthorized: true, ALPNProtocols: ['http/1.1'] });
     this.server.keepAliveTimeout = 30_000;
-    this.server.on('connection', (s: Socket) => this.track(s));
+    this.server.on('connection', (s: Socket) => {
+      this.track(s);
+      const peer = `${s.remoteAddress}|${s.remotePort}`;
+      this.tcpByPeer.set(peer, s);
+      s.once('close', () => this.tcpByPeer.delete(peer));
+      s.on('error', (err) => this.log.verbose(2, 'connection error', { error: err.message }));
+    });
     this.server.on('secureConnection', (s: TLSSocket) => {
+      // resetConnections() resets the TCP connection beneath the session.
+      const peer = `${s.remoteAddress}|${s.remotePort}`;
+      const tcp = this.tcpByPeer.get(peer);
+      if (tcp !== undefined) abortsThrough(s, tcp);
+      this.tcpByPeer.delete(peer);
       this.connectionsAccepted++;
       this.connectionIds.set(s, this.connectionsAccepted);
       this.track(s);
@@ -145,6 +159,20 @@ export class StandinKubelet extends EventEmitter {
       return done.length >= n ? done : undefined;
     };
     return waitUntil(this, 'followEnded', ended, timeoutMs, `${n} ended follow streams`);
+  }
+
+  /**
+   * Resets every connection it accepted, as a kubelet that crashed would
+   * leave them: a TCP RST beneath each TLS session (no close_notify, no FIN).
+   * Resolves once they are all closed.
+   */
+  async resetConnections(): Promise<void> {
+    const open = [...this.sockets].filter(([s]) => !s.destroyed);
+    const reset = new Error('the stand-in kubelet reset its connections');
+    // TLS sessions first: each resets the TCP connection beneath it; then the TCP connections still without one.
+    for (const [s] of open) if (s instanceof TLSSocket) abortStream(s, reset);
+    for (const [s] of open) abortStream(s, reset);
+    await Promise.all(open.map(([, gone]) => gone));
   }
 
   /** Stops listening and destroys every connection, session and timer. Idempotent. */
