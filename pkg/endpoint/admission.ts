@@ -12,6 +12,7 @@ import type { Logger } from '../log/logger.js';
 import { CONN_WINDOW_HEADER, parseConnWindow } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
+import { RESUME_HEADER, SESSION_HEADER, parseResumeWindow, parseSessionClaims, type SessionClaim } from '../protocol/resume.js';
 import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
 import { ConnectRate } from './connect-rate.js';
 import type { AgentEndpointMetrics } from './metrics.js';
@@ -26,6 +27,12 @@ export interface AgentMetadata {
   identityKeys: string[];
   /** The agent announced half-close. */
   halfClose: boolean;
+  /** SHA-256 fingerprint of the verified client certificate ('' if none): what a session is bound to. */
+  fingerprint: string;
+  /** The agent's resume window, when it announced session resume. */
+  resumeWindowMs: number | undefined;
+  /** The sessions the agent asks to resume. */
+  claims: SessionClaim[];
 }
 
 /** A call refused before any message, and the rule that refused it. */
@@ -64,9 +71,18 @@ export class Admission {
     return this.rateRefusals;
   }
 
-  /** Whether we take this call now, and the agent's metadata if so. */
-  admit(call: IncomingCall, shuttingDown: boolean): AgentMetadata | Refusal {
+  /**
+   * Whether we take this call now, and the agent's metadata if so. A call
+   * that takes back a session it holds (`resumes`) skips the connect rate and
+   * the stream limit: resumes are bounded by the sessions held, and during a
+   * silent blip the call it replaces still counts.
+   */
+  admit(call: IncomingCall, shuttingDown: boolean, resumes: (meta: AgentMetadata) => boolean = () => false): AgentMetadata | Refusal {
     if (shuttingDown) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down', by: 'shutdown' };
+    const bad = call.check([AGENT_CONNECT_PATH]);
+    if (bad !== undefined) return { ...bad, by: 'call' };
+    const meta = this.readAgentMetadata(call);
+    if ('code' in meta || resumes(meta)) return meta;
     if (this.connectRate !== undefined && !this.connectRate.tryTake()) {
       this.rateRefusals++;
       this.opts.metrics.refused('connect_rate');
@@ -76,9 +92,7 @@ export class Admission {
         by: 'connect_rate',
       };
     }
-    const bad = call.check([AGENT_CONNECT_PATH]);
-    if (bad !== undefined) return { ...bad, by: 'call' };
-    return this.readAgentMetadata(call);
+    return this.checkStreamLimit(meta);
   }
 
   /** Counts a call that was admitted and served, until `release`. */
@@ -120,9 +134,25 @@ export class Admission {
       });
       return { code: GrpcStatus.PERMISSION_DENIED, message: `agent identity check (${check}) failed: ${verdict.reason}`, by: 'identity' };
     }
-    const fingerprint = peer?.fingerprint256;
+    const fingerprint = peer?.fingerprint256 ?? '';
     const identityKeys = [`id:${agentID}`];
-    if (fingerprint !== undefined && fingerprint !== '') identityKeys.push(`cert:${fingerprint}`);
+    if (fingerprint !== '') identityKeys.push(`cert:${fingerprint}`);
+    const claims = parseSessionClaims(call.metadata(SESSION_HEADER));
+    if (claims instanceof Error) return { code: GrpcStatus.INVALID_ARGUMENT, message: claims.message, by: 'call' };
+    return {
+      agentID,
+      identifiers,
+      agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)),
+      halfClose: announcesHalfClose(call.metadata(HALF_CLOSE_HEADER)),
+      identityKeys,
+      fingerprint,
+      resumeWindowMs: parseResumeWindow(call.metadata(RESUME_HEADER)),
+      claims,
+    };
+  }
+
+  private checkStreamLimit(meta: AgentMetadata): AgentMetadata | Refusal {
+    const { agentID, identityKeys } = meta;
     const over = this.overStreamLimit(identityKeys);
     if (over !== undefined) {
       this.opts.metrics.refused('stream_limit');
@@ -135,13 +165,7 @@ export class Admission {
         by: 'stream_limit',
       };
     }
-    return {
-      agentID,
-      identifiers,
-      agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)),
-      halfClose: announcesHalfClose(call.metadata(HALF_CLOSE_HEADER)),
-      identityKeys,
-    };
+    return meta;
   }
 
   /** The first identity key at its limit, if any. */

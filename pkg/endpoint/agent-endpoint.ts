@@ -26,8 +26,11 @@ import { listen, stopListening } from '../net/listen.js';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
+import { DEFAULT_RESUME_WINDOW_MS, RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER } from '../protocol/resume.js';
+import type { Backend } from '../tunnel/backend.js';
+import type { ClaimResolution } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
-import { Admission, type Refusal } from './admission.js';
+import { Admission, type AgentMetadata, type Refusal } from './admission.js';
 import { AgentCall } from './agent-call.js';
 import { AgentConnection, remoteOf } from './agent-connection.js';
 import type { AgentIdentityCheck } from './agent-identity.js';
@@ -88,6 +91,13 @@ export interface AgentEndpointOptions {
   halfClose?: boolean;
   /** How long a connection may take to finish its TLS handshake before it is closed. Default 10 s. */
   tlsHandshakeTimeoutMs?: number;
+  /**
+   * Session resume (proto/yurttunnel_ext.proto): how long an agent's
+   * connections wait for it after its link dropped without a goodbye, when
+   * the agent announces resume too (the shorter window of both is used);
+   * 0 turns it off. Default 10 s.
+   */
+  resumeWindowMs?: number;
   logger?: Logger;
   /** Where the endpoint's counters register (refusals, refused callers); default a registry of its own. */
   metricsRegistry?: Registry;
@@ -97,6 +107,9 @@ export const DEFAULT_MAX_STREAMS_PER_AGENT = 4;
 
 /** HTTP/2 streams one agent connection may open at once (refused calls count until answered). */
 const MAX_CONCURRENT_STREAMS = 16;
+
+/** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
+const RESUME_MIN_PING_INTERVAL_MS = 1000;
 
 /** How often, at most, the connect rate limit's summary line is logged. */
 const RATE_LOG_INTERVAL_MS = 5000;
@@ -154,6 +167,7 @@ export class AgentEndpoint {
       controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
       maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
       tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs ?? DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS,
+      resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
     };
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
       throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
@@ -293,10 +307,34 @@ export class AgentEndpoint {
       this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
     });
     const call = new IncomingCall(stream, headers, rawHeaders);
-    const meta = this.admission.admit(call, this.closing !== undefined);
+    let claims: ClaimResolution<Backend> | undefined;
+    const meta = this.admission.admit(call, this.closing !== undefined, (m) => {
+      if (this.resumeWindowFor(m) === undefined || m.claims.length === 0) return false;
+      claims = this.tunnel.sessions.resolve(m.claims, { agentID: m.agentID, fingerprint: m.fingerprint });
+      return claims.found !== undefined;
+    });
     if ('code' in meta) {
       this.refuse(call, meta, connection);
       return;
+    }
+    if (claims !== undefined) {
+      for (const s of claims.foreign) {
+        this.tunnel.resumeMetrics.claimRefused('foreign_certificate');
+        this.limited.warn('session token presented with another certificate or agentID; not honoured', {
+          agentID: meta.agentID,
+          sessionOf: s.owner.agentID,
+          session: s.id,
+          remoteAddress,
+        });
+      }
+      for (const s of claims.stale) {
+        this.tunnel.resumeMetrics.claimRefused('stale_attempt');
+        this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
+      }
+      if (claims.found === undefined && claims.stale.length > 0) {
+        this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
+        return;
+      }
     }
     // Flow control only when the agent announced its window and we offer one.
     const flow =
@@ -306,8 +344,6 @@ export class AgentEndpoint {
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     const halfClose = meta.halfClose && this.opts.halfClose;
     if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
-    call.accept(responseMetadata);
-    connection?.pings.headersSent();
     const link = new AgentCall(stream, {
       maxMessageSize: this.opts.maxMessageSize,
       writeTracker: connection?.pings,
@@ -316,35 +352,69 @@ export class AgentEndpoint {
       onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
       logger: this.log.child({ agentID: meta.agentID }),
     });
-    const backend = this.tunnel.attachAgent(
-      {
+    const where = { remoteAddress, roundTripMs: () => connection?.roundTripMs };
+    const windowMs = this.resumeWindowFor(meta);
+    let backend: Backend;
+    const found = claims?.found;
+    const resume = found === undefined ? undefined : this.tunnel.prepareResume(found.session, found.claim);
+    if (found !== undefined && resume !== undefined) {
+      if (resume.superseded instanceof AgentCall) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
+      responseMetadata[RESUME_HEADER] = String(found.session.windowMs);
+      responseMetadata[SESSION_HEADER] = found.claim.token;
+      responseMetadata[RESUMED_HEADER] = String(resume.received);
+      call.accept(responseMetadata);
+      connection?.pings.headersSent();
+      backend = this.tunnel.completeResume(found.session, found.claim, link, where);
+    } else {
+      const info = {
         agentID: meta.agentID,
         identifiers: meta.identifiers,
-        remoteAddress,
         certSubject: peerCertSubject(session),
         flow,
         halfClose,
-        roundTripMs: () => connection?.roundTripMs,
-      },
-      link,
-    );
+        ...where,
+      };
+      if (windowMs !== undefined) {
+        const opened = this.tunnel.attachResumableAgent(info, link, { agentID: meta.agentID, fingerprint: meta.fingerprint }, windowMs);
+        backend = opened.backend;
+        responseMetadata[RESUME_HEADER] = String(windowMs);
+        responseMetadata[SESSION_HEADER] = opened.token;
+      } else {
+        backend = this.tunnel.attachAgent(info, link);
+      }
+      call.accept(responseMetadata);
+      connection?.pings.headersSent();
+    }
     if (backend.closed) return;
     if (connection === undefined) {
       // The connection went away while we answered: one removal path, the tunnel's.
-      this.tunnel.detachAgent(backend, { kind: 'failed', message: 'connection closed before the call was served' });
+      this.tunnel.linkEnded(backend, link, { kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
+    // The agent's liveness pings on a resumable link must not be strikes.
+    if (windowMs !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
     // The agent's packets go into the tunnel until the call ends.
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
     link.start({
-      onPacket: (p) => this.tunnel.handlePacket(backend, p),
+      onPacket: (p) => this.tunnel.receive(backend, link, p),
       onClose: (reason) => {
         connection.calls.delete(link);
         this.admission.release(meta.identityKeys);
-        this.tunnel.detachAgent(backend, link.endOf(reason));
+        this.tunnel.linkEnded(backend, link, link.endOf(reason));
       },
     });
+  }
+
+  /**
+   * The resume window of a call, when both ends announced resume and the
+   * call has flow control and half-close (acknowledgements ride on
+   * WINDOW_UPDATE); undefined otherwise.
+   */
+  private resumeWindowFor(meta: AgentMetadata): number | undefined {
+    if (!(this.opts.resumeWindowMs > 0) || meta.resumeWindowMs === undefined) return undefined;
+    if (meta.agentWindow === undefined || !(this.opts.connWindow > 0) || !meta.halfClose || !this.opts.halfClose) return undefined;
+    return Math.min(meta.resumeWindowMs, this.opts.resumeWindowMs);
   }
 
   /** Takes no new agent connections; those already up keep their streams. */

@@ -12,6 +12,7 @@ export function statusForDialFailure(code: DialFailureReason): number {
     case 'YT_ERR_NO_AGENT':
     case 'YT_ERR_TUNNEL_CLOSED':
     case 'YT_ERR_TOO_MANY_DIALS':
+    case 'YT_ERR_AGENT_LOST':
       return 503;
     case 'YT_ERR_DIAL_FAILED':
     case 'YT_ERR_DIAL_DENIED':

@@ -32,7 +32,8 @@ export type PingVerdict = 'ok' | 'strike' | 'too_many_pings';
 export const TOO_MANY_PINGS = 'too_many_pings';
 
 export class PingPolicy {
-  private readonly minTimeMs: number;
+  /** Settable: a connection carrying a resumable call lets the agent's liveness pings through (session resume). */
+  minTimeMs: number;
   private readonly maxStrikes: number;
   private readonly now: () => number;
   private lastPingAt: number | undefined;

@@ -49,6 +49,8 @@ export type DialFailureReason =
   | 'YT_ERR_DIAL_TIMEOUT'
   /** The agent's stream ended while the dial was pending. */
   | 'YT_ERR_AGENT_GONE'
+  /** The agent's link dropped and did not come back within the resume window while the dial was pending. */
+  | 'YT_ERR_AGENT_LOST'
   /** The caller gave up (closed or aborted) before the dial completed. */
   | 'YT_ERR_DIAL_CANCELLED'
   /** The tunnel server is shutting down. */

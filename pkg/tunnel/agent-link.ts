@@ -16,13 +16,23 @@ import type { PacketLink } from '../mux/packet-link.js';
  * keepalive timeout, bytes that are not packets, a peer that stopped
  * reading). Only a failure may some day be bridged (the agent comes back and
  * its connections resume); a meant end always closes what the link carried.
+ * `lost` is a failure that was not bridged: with session resume, the agent
+ * did not come back within the resume window.
  */
-export type AgentLinkEndKind = 'left' | 'shutdown' | 'cut-off' | 'failed';
+export type AgentLinkEndKind = 'left' | 'shutdown' | 'cut-off' | 'failed' | 'lost';
 
 export interface AgentLinkEnd {
   readonly kind: AgentLinkEndKind;
   /** What happened, for logs and for the errors of the dials and connections the link took with it. */
   readonly message: string;
+}
+
+/**
+ * Whether an end leaves the link's session to be resumed (session resume):
+ * only a failure; a goodbye (`left`), a shutdown or a cut-off close it.
+ */
+export function endsWithoutGoodbye(end: AgentLinkEnd): boolean {
+  return end.kind === 'failed';
 }
 
 /** The ends the tunnel itself gives a link. */

@@ -36,10 +36,10 @@ function removeFrom<K>(map: Map<K, Backend[]>, key: K, b: Backend): void {
   if (list.length === 0) map.delete(key);
 }
 
-/** The first non-draining backend, else the first one. */
+/** The first backend neither draining nor suspended (its link dropped, it may resume), else the first not suspended, else the first. */
 function preferActive(list: readonly Backend[] | undefined): Backend | undefined {
   if (list === undefined || list.length === 0) return undefined;
-  return list.find((b) => !b.draining) ?? list[0];
+  return list.find((b) => !b.draining && !b.suspended) ?? list.find((b) => !b.suspended) ?? list[0];
 }
 
 function hostKeys(b: Backend): string[] {
@@ -117,7 +117,7 @@ export class BackendRegistry {
   }
 }
 
-/** A random agent's oldest stream, preferring agents that are not draining. */
+/** A random agent's oldest stream, preferring agents that are neither draining nor suspended. */
 function pickRandomAgent(byAgent: Map<string, Backend[]>): Backend | undefined {
   const agents = [...byAgent.values()];
   if (agents.length === 0) return undefined;
@@ -126,7 +126,7 @@ function pickRandomAgent(byAgent: Map<string, Backend[]>): Backend | undefined {
   for (let i = 0; i < agents.length; i++) {
     const b = preferActive(agents[(start + i) % agents.length]);
     if (b === undefined) continue;
-    if (!b.draining) return b;
+    if (!b.draining && !b.suspended) return b;
     fallback ??= b;
   }
   return fallback;

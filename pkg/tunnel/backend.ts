@@ -7,6 +7,8 @@ import type { AgentIdentifiers } from '../protocol/identifiers.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { ConnTable } from '../mux/conn-table.js';
 import type { AgentLink } from './agent-link.js';
+import type { Session } from './session-table.js';
+import type { SessionLink } from './session-link.js';
 import type { TunnelConn } from './tunnel-conn.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UnknownPackets } from './unknown-packets.js';
 
@@ -30,17 +32,23 @@ let nextBackendSerial = 1;
 export class Backend {
   readonly agentID: string;
   readonly identifiers: AgentIdentifiers;
-  readonly remoteAddress: string;
+  /** Where the agent connects from (its newest call's, after a resume). */
+  remoteAddress: string;
   readonly certSubject: string;
   readonly flow: FlowWindows | undefined;
   readonly halfClose: boolean;
   readonly link: AgentLink;
   readonly connectedAt = Date.now();
-  readonly roundTripMs: () => number | undefined;
+  roundTripMs: () => number | undefined;
   /** Distinguishes several streams of one agent in logs. */
   readonly serial = nextBackendSerial++;
   draining = false;
   closed = false;
+  /** With session resume: the session and its link, which outlive the agent's calls. */
+  session: Session<Backend> | undefined;
+  sessionLink: SessionLink | undefined;
+  /** Why the call last dropped, while the session waits for the agent (suspended). */
+  suspendReason: string | undefined;
 
   /** Connections established through this stream. */
   readonly conns = new ConnTable<TunnelConn>();
@@ -59,6 +67,16 @@ export class Backend {
     this.link = link;
     this.roundTripMs = info.roundTripMs ?? (() => undefined);
     this.unknownPackets = new UnknownPackets(maxUnknownPackets);
+  }
+
+  /** The link dropped without a goodbye; the connections wait for the agent to resume the session. */
+  get suspended(): boolean {
+    return this.session?.suspended === true;
+  }
+
+  /** Times the session was resumed (0 without resume). */
+  get resumes(): number {
+    return this.session?.resumes ?? 0;
   }
 
   send(packet: KnownPacket): boolean {

@@ -21,6 +21,7 @@ export function recordConnectionEnd(conn: TunnelConn, metrics: TunnelMetrics, lo
       bytesToAgent: conn.bytesSent,
       bytesFromAgent: conn.bytesReceived,
       durationMs: Date.now() - conn.openedAt,
+      resumes: conn.resumes,
       ended,
       ...(err !== null ? { error: err.message } : {}),
     });

@@ -17,6 +17,13 @@ export interface AgentStatus {
   bytesFromAgent: number;
   lastKeepaliveRoundTripMs: number | null;
   draining: boolean;
+  /** Its link dropped without a goodbye; its connections wait for the agent to resume (session resume). */
+  suspended: boolean;
+  suspendedSince: string | null;
+  /** Times its session was resumed. */
+  resumes: number;
+  /** The resume window of its session, null without resume. */
+  resumeWindowMs: number | null;
   /** Several streams of one agent show as several entries; this tells them apart. */
   stream: number;
 }
@@ -51,6 +58,10 @@ export function agentStatuses(registry: BackendRegistry, serverID: string): Agen
       bytesFromAgent: fromAgent,
       lastKeepaliveRoundTripMs: rtt === undefined ? null : Math.round(rtt * 1000) / 1000,
       draining: b.draining,
+      suspended: b.suspended,
+      suspendedSince: b.session?.suspendedAt !== undefined ? new Date(b.session.suspendedAt).toISOString() : null,
+      resumes: b.resumes,
+      resumeWindowMs: b.session?.windowMs ?? null,
       stream: b.serial,
     };
   });

@@ -24,6 +24,7 @@ function konnectivityReason(reason: DialFailureReason): string {
     case 'YT_ERR_DIAL_TIMEOUT':
       return 'timeout';
     case 'YT_ERR_AGENT_GONE':
+    case 'YT_ERR_AGENT_LOST':
     case 'YT_ERR_TUNNEL_CLOSED':
       return 'backend_close';
     case 'YT_ERR_DIAL_CANCELLED':

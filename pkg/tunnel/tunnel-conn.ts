@@ -13,11 +13,15 @@ export interface TunnelConnAgent {
   readonly link: PacketLink;
   /** The agent negotiated half-close, and with it reads CLOSE_REQ's error. */
   readonly halfClose: boolean;
+  /** Times the agent's session was resumed so far (session resume). */
+  readonly resumes: number;
 }
 
 export class TunnelConn extends PacketConn {
   readonly agentID: string;
   readonly address: string;
+  private readonly agent: TunnelConnAgent;
+  private readonly resumesAtOpen: number;
   protected readonly endsWithFinalPacket = false;
   /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
   private readonly closeWithError: boolean;
@@ -25,8 +29,15 @@ export class TunnelConn extends PacketConn {
   constructor(agent: TunnelConnAgent, connectID: bigint, address: string, opts?: PacketConnOptions) {
     super(agent.link, connectID, opts);
     this.agentID = agent.agentID;
+    this.agent = agent;
+    this.resumesAtOpen = agent.resumes;
     this.address = address;
     this.closeWithError = agent.halfClose;
+  }
+
+  /** Times the agent's session was resumed while this connection was open: the blips it survived. */
+  get resumes(): number {
+    return this.agent.resumes - this.resumesAtOpen;
   }
 
   // node:http's Agent refs a pooled connection when it reuses it (as it

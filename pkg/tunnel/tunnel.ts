@@ -7,12 +7,13 @@ import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
-import { ConnectionClosedError, DialError, type DialFailureReason } from '../protocol/errors.js';
+import { AgentLostError, ConnectionClosedError, DialError, type DialFailureReason, type ResumeError } from '../protocol/errors.js';
+import type { SessionClaim } from '../protocol/resume.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
 import { describePacket, unhandledPacketType, type Packet } from '../protocol/packet.js';
 import { IdleWaiters } from '../timers/idle.js';
-import type { AgentLink, AgentLinkEnd } from './agent-link.js';
+import { endsWithoutGoodbye, type AgentLink, type AgentLinkEnd } from './agent-link.js';
 import { Backend, type BackendInfo } from './backend.js';
 import { BackendRegistry, type ProxyStrategy } from './backend-registry.js';
 import { recordConnectionEnd } from './connection-end.js';
@@ -21,12 +22,20 @@ import { PendingDials, type PendingDial } from './pending-dials.js';
 import { TunnelConn } from './tunnel-conn.js';
 import { checkDialAddress, DEFAULT_MAX_PENDING_DIALS_PER_AGENT, type DialOptions, type TunnelOptions } from './options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
+import { ResumeMetrics, type SessionExpiry } from './resume-metrics.js';
+import { SessionLink } from './session-link.js';
+import { SessionTable, type Session, type SessionOwner } from './session-table.js';
 
 const TOMBSTONE_SWEEP_MS = 10_000;
 
 export class Tunnel {
   readonly registry = new BackendRegistry();
   readonly metrics: TunnelMetrics;
+  /** Resumable agent sessions (session resume), by token. */
+  readonly sessions: SessionTable<Backend>;
+  readonly resumeMetrics: ResumeMetrics;
+  /** Packets and bytes resent by sessions that have ended. */
+  private endedResent = { packets: 0, bytes: 0 };
   private readonly pending = new PendingDials();
   private readonly strategies: readonly ProxyStrategy[];
   private readonly dialTimeoutMs: number;
@@ -75,6 +84,20 @@ export class Tunnel {
         return open;
       },
     );
+    this.sessions = new SessionTable<Backend>({ onExpire: (s) => this.expireSession(s.value, 'window') });
+    this.resumeMetrics = new ResumeMetrics(this.metrics.registry, {
+      suspended: () => this.sessions.suspendedCount,
+      resent: () => {
+        const sum = { ...this.endedResent };
+        for (const b of this.registry.all()) {
+          const r = b.sessionLink?.resumable;
+          if (r === undefined) continue;
+          sum.packets += r.resentPackets;
+          sum.bytes += r.resentBytes;
+        }
+        return sum;
+      },
+    });
     this.sweepTimer = setInterval(() => {
       for (const b of this.registry.all()) b.conns.sweep();
     }, TOMBSTONE_SWEEP_MS);
@@ -200,16 +223,165 @@ export class Tunnel {
     return backend;
   }
 
+  /**
+   * Registers an agent stream whose session may outlive it (session resume):
+   * its packets go through a SessionLink, and the token that takes it back
+   * goes to the agent (never to a log). The caller wires the call's packets
+   * to `receive(backend, call, p)` and its end to `linkEnded(backend, call, end)`.
+   */
+  attachResumableAgent(info: BackendInfo, call: AgentLink, owner: SessionOwner, windowMs: number): { backend: Backend; token: string } {
+    let backend: Backend | undefined;
+    const link = new SessionLink({
+      onPacket: (p) => this.handlePacket(backend!, p),
+      onBroken: (err) => this.breakSession(backend!, err),
+    });
+    backend = this.attachAgent(info, link);
+    const { session, token } = this.sessions.open(owner, windowMs, backend);
+    backend.session = session;
+    backend.sessionLink = link;
+    link.attach(call, 0);
+    if (backend.closed) this.sessions.end(session);
+    return { backend, token };
+  }
+
+  /** A packet the call `from` delivered for `backend`. */
+  receive(backend: Backend, from: AgentLink, p: Packet): void {
+    const link = backend.sessionLink;
+    if (link !== undefined) link.receive(from, p);
+    else this.handlePacket(backend, p);
+  }
+
+  /**
+   * The call `from` of `backend` ended. With a session, a failure suspends it
+   * (its connections wait for the agent for the window) and a call that no
+   * longer carries the session (a resume superseded it) changes nothing.
+   */
+  linkEnded(backend: Backend, from: AgentLink, end: AgentLinkEnd): void {
+    const link = backend.sessionLink;
+    if (link === undefined) {
+      this.detachAgent(backend, end);
+      return;
+    }
+    if (backend.closed || link.transport !== from) return;
+    if (endsWithoutGoodbye(end) && !backend.draining && !this.closed && backend.session !== undefined) {
+      this.suspendAgent(backend, end);
+      return;
+    }
+    this.detachAgent(backend, end);
+  }
+
+  private suspendAgent(backend: Backend, end: AgentLinkEnd): void {
+    backend.sessionLink!.detach();
+    backend.suspendReason = end.message;
+    this.sessions.suspend(backend.session!);
+    this.resumeMetrics.linkSuspended();
+    this.log.info('agent link dropped; keeping its connections for the resume window', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+      reason: end.message,
+      connections: backend.conns.size,
+      pendingDials: backend.pendingDials.size,
+      windowMs: backend.session!.windowMs,
+    });
+  }
+
+  /**
+   * The first half of a resume, before the answer goes out: the claim's count
+   * is checked (a session that cannot resume from it ends, and undefined is
+   * returned: the call is a fresh link), and a call still carrying the
+   * session (a silent blip the server never noticed) is detached and returned
+   * for the caller to drop. `received` is what the answer tells the agent.
+   */
+  prepareResume(session: Session<Backend>, claim: SessionClaim): { received: number; superseded: AgentLink | undefined } | undefined {
+    const backend = session.value;
+    const link = backend.sessionLink;
+    if (backend.closed || link === undefined) return undefined;
+    if (!link.resumable.canResume(claim.received)) {
+      this.expireSession(backend, 'YT_ERR_RESUME_BAD_COUNT');
+      return undefined;
+    }
+    const superseded = link.detach();
+    return { received: link.received, superseded };
+  }
+
+  /** The second half: `call` carries the session from now on; what the agent lacks is resent. */
+  completeResume(session: Session<Backend>, claim: SessionClaim, call: AgentLink, where: { remoteAddress: string; roundTripMs: () => number | undefined }): Backend {
+    const backend = session.value;
+    const link = backend.sessionLink!;
+    const suspendedAt = session.suspendedAt;
+    this.sessions.take(session, claim.attempt);
+    const before = { packets: link.resumable.resentPackets, bytes: link.resumable.resentBytes };
+    link.attach(call, claim.received);
+    backend.remoteAddress = where.remoteAddress;
+    backend.roundTripMs = where.roundTripMs;
+    backend.suspendReason = undefined;
+    this.resumeMetrics.sessionResumed();
+    this.log.info('agent link resumed', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+      suspendedForMs: suspendedAt === undefined ? 0 : Date.now() - suspendedAt,
+      resumes: session.resumes,
+      resentPackets: link.resumable.resentPackets - before.packets,
+      resentBytes: link.resumable.resentBytes - before.bytes,
+      remoteAddress: where.remoteAddress,
+    });
+    return backend;
+  }
+
+  /** A session that will not be resumed: its connections and dials end with YT_ERR_AGENT_LOST. */
+  private expireSession(backend: Backend, reason: SessionExpiry): void {
+    if (backend.closed) return;
+    const windowMs = backend.session?.windowMs ?? 0;
+    const since = backend.session?.suspendedAt;
+    const message =
+      reason === 'window'
+        ? `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and did not come back within the ${windowMs} ms resume window`
+        : `agent ${backend.agentID}'s session cannot be resumed (${reason})`;
+    this.resumeMetrics.sessionExpired(reason);
+    this.log.warn('agent session expired; closing its connections', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+      reason,
+      suspendedForMs: since === undefined ? null : Date.now() - since,
+      connections: backend.conns.size,
+      pendingDials: backend.pendingDials.size,
+    });
+    const end = { kind: 'lost', message } as const;
+    this.detachAgent(backend, end);
+    backend.link.close({ kind: 'shutdown', message });
+  }
+
+  /** The agent broke the session's numbering (a count it cannot have): end it, and the call. */
+  private breakSession(backend: Backend, err: ResumeError): void {
+    if (backend.closed) return;
+    this.resumeMetrics.sessionExpired(err.code === 'YT_ERR_RESUME_BAD_CLAIM' ? 'YT_ERR_RESUME_BAD_COUNT' : err.code);
+    const end = { kind: 'cut-off', message: `agent ${backend.agentID} broke its session: ${err.message}` } as const;
+    this.detachAgent(backend, end);
+    backend.link.close(end);
+  }
+
   /** The agent's stream ended: fail its pending dials and close its connections at once. */
   detachAgent(backend: Backend, end: AgentLinkEnd): void {
     if (backend.closed) return;
     backend.closed = true;
     this.registry.remove(backend);
+    const session = backend.session;
+    if (session !== undefined) {
+      this.sessions.end(session);
+      const r = backend.sessionLink!.resumable;
+      this.endedResent.packets += r.resentPackets;
+      this.endedResent.bytes += r.resentBytes;
+    }
     const reason = end.message;
+    const lost = end.kind === 'lost';
     const dials = this.pending.takeAllFor(backend);
-    for (const d of dials) this.failPending(d, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected while dialing ${d.address}: ${reason}`);
+    for (const d of dials) {
+      if (lost) this.failPending(d, 'YT_ERR_AGENT_LOST', `dial to ${d.address} failed: ${reason}`);
+      else this.failPending(d, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected while dialing ${d.address}: ${reason}`);
+    }
     const conns = backend.conns.takeAll();
-    for (const c of conns) c.remoteClose(new ConnectionClosedError(`agent ${backend.agentID} disconnected: ${reason}`));
+    for (const c of conns) c.remoteClose(lost ? new AgentLostError(reason) : new ConnectionClosedError(`agent ${backend.agentID} disconnected: ${reason}`));
+    backend.sessionLink?.resumable.close(lost ? new AgentLostError(reason) : new ConnectionClosedError(reason));
     this.log.info('agent disconnected', {
       agentID: backend.agentID,
       stream: backend.serial,
@@ -217,6 +389,7 @@ export class Tunnel {
       reason,
       failedDials: dials.length,
       closedConnections: conns.length,
+      ...(session !== undefined ? { resumes: session.resumes } : {}),
     });
   }
 
@@ -405,6 +578,7 @@ export class Tunnel {
 
   private async doClose(): Promise<void> {
     this.closed = true;
+    this.sessions.close();
     clearInterval(this.sweepTimer);
     this.limited.flush();
     for (const d of this.pending.takeAll()) {

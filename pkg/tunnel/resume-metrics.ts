@@ -1,0 +1,91 @@
+// Session resume's metrics on the server (proto/yurttunnel_ext.proto): links
+// that dropped and were kept, sessions resumed and expired, what was resent,
+// and claims refused. Sizes are read from the tables at scrape time.
+
+import { Counter, Gauge, type Registry } from 'prom-client';
+
+export interface ResumeSizes {
+  suspended(): number;
+  /** Packets and DATA bytes resent on resumes so far, open and ended sessions together. */
+  resent(): { packets: number; bytes: number };
+}
+
+/** Why a suspended session ended without being resumed. */
+export type SessionExpiry = 'window' | 'superseded_limit' | 'YT_ERR_RESUME_BAD_COUNT' | 'YT_ERR_RESUME_ACK_AHEAD' | 'YT_ERR_RESUME_BUFFER_FULL';
+
+/** Why a session claim was not honoured (unknown claims are normal behind a balancer and not counted). */
+export type ClaimRefusal = 'foreign_certificate' | 'stale_attempt';
+
+export class ResumeMetrics {
+  private readonly linksSuspended: Counter;
+  private readonly resumed: Counter;
+  private readonly expired: Counter<'reason'>;
+  private readonly refused: Counter<'reason'>;
+
+  constructor(registry: Registry, sizes: ResumeSizes) {
+    this.linksSuspended = new Counter({
+      name: 'yurttunnel_server_agent_links_suspended_total',
+      help: 'Agent links that dropped without a goodbye and whose connections were kept for the resume window.',
+      registers: [registry],
+    });
+    new Gauge({
+      name: 'yurttunnel_server_suspended_agent_sessions',
+      help: 'Agent sessions waiting for their agent to resume them.',
+      registers: [registry],
+      collect() {
+        this.set(sizes.suspended());
+      },
+    });
+    this.resumed = new Counter({
+      name: 'yurttunnel_server_agent_sessions_resumed_total',
+      help: 'Agent sessions taken back by a new link within the resume window.',
+      registers: [registry],
+    });
+    this.expired = new Counter({
+      name: 'yurttunnel_server_agent_sessions_expired_total',
+      help: 'Suspended agent sessions that ended without a resume, by reason (window, superseded_limit, or a YT_ERR_RESUME_* code).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    this.refused = new Counter({
+      name: 'yurttunnel_server_session_claims_refused_total',
+      help: 'Session claims not honoured, by reason (foreign_certificate, stale_attempt).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    for (const [unit, help] of [
+      ['packets', 'Packets resent to agents on session resumes.'],
+      ['bytes', 'DATA bytes resent to agents on session resumes.'],
+    ] as const) {
+      let reported = 0;
+      new Counter({
+        name: `yurttunnel_server_resent_${unit}_total`,
+        help,
+        registers: [registry],
+        collect() {
+          const now = sizes.resent()[unit];
+          if (now > reported) {
+            this.inc(now - reported);
+            reported = now;
+          }
+        },
+      });
+    }
+  }
+
+  linkSuspended(): void {
+    this.linksSuspended.inc();
+  }
+
+  sessionResumed(): void {
+    this.resumed.inc();
+  }
+
+  sessionExpired(reason: SessionExpiry): void {
+    this.expired.inc({ reason });
+  }
+
+  claimRefused(reason: ClaimRefusal): void {
+    this.refused.inc({ reason });
+  }
+}

@@ -1,0 +1,79 @@
+// A resumable agent session as the tunnel's AgentLink (session resume,
+// proto/yurttunnel_ext.proto): the connections write to the session's
+// ResumableLink, which outlives the agent's calls; the call that carries it
+// now is the transport. When that call drops without a goodbye the session
+// has no transport (suspended) and its writers wait; a new call presenting
+// the session's token takes it back and what the agent lacks is resent.
+
+import { ResumableLink } from '../mux/resumable-link.js';
+import { ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
+import type { KnownPacket, Packet } from '../protocol/packet.js';
+import type { AgentLink, AgentLinkClose } from './agent-link.js';
+
+export interface SessionLinkHandlers {
+  /** A packet of the session, once, in order. */
+  onPacket(packet: Packet): void;
+  /** The agent broke the session's numbering: it cannot go on. */
+  onBroken(err: ResumeError): void;
+}
+
+export class SessionLink implements AgentLink {
+  readonly resumable: ResumableLink;
+  private call: AgentLink | undefined;
+
+  constructor(handlers: SessionLinkHandlers) {
+    this.resumable = new ResumableLink({ onPacket: (p) => handlers.onPacket(p), onBroken: (err) => handlers.onBroken(err) });
+  }
+
+  /** The call carrying the session now, if any. */
+  get transport(): AgentLink | undefined {
+    return this.call;
+  }
+
+  /** Packets the session has received from the agent (what the agent resends after, on a resume). */
+  get received(): number {
+    return this.resumable.received;
+  }
+
+  /** `call` carries the session from now on; what the agent has not received after `peerReceived` is resent first. */
+  attach(call: AgentLink, peerReceived: number): void {
+    this.call = call;
+    this.resumable.attach(call, peerReceived);
+  }
+
+  /** The call no longer carries the session (it dropped, or a resume supersedes it); returns it. */
+  detach(): AgentLink | undefined {
+    const call = this.call;
+    this.call = undefined;
+    this.resumable.detach();
+    return call;
+  }
+
+  /** A packet from `from`: taken only if it is the call carrying the session. */
+  receive(from: AgentLink, packet: Packet): void {
+    this.resumable.receive(from, packet);
+  }
+
+  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
+    this.resumable.sendData(connectID, data, cb);
+  }
+
+  sendControl(packet: KnownPacket): boolean {
+    return this.resumable.sendControl(packet);
+  }
+
+  pauseReceive(holder: object): void {
+    this.resumable.pauseReceive(holder);
+  }
+
+  resumeReceive(holder: object): void {
+    this.resumable.resumeReceive(holder);
+  }
+
+  /** Ends the session: its held writers fail, and the call carrying it (if any) ends with `end`. */
+  close(end: AgentLinkClose): void {
+    const call = this.detach();
+    this.resumable.close(new ConnectionClosedError(end.message));
+    call?.close(end);
+  }
+}
