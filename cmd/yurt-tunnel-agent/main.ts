@@ -28,6 +28,7 @@ interface AgentFlags {
   syncIntervalCap: number;
   serverProbeInterval: number;
   drainTimeout: number;
+  resumeWindow: number;
   maxConcurrentDials: number;
   metaHost?: string;
   metaPort: number;
@@ -75,6 +76,7 @@ const program = new Command('yurt-tunnel-agent')
       '30s',
     ),
   )
+  .addOption(durationOption('--resume-window <duration>', 'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off', '10s'))
   .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
   .option(
     '--max-concurrent-dials <n>',
@@ -108,6 +110,7 @@ const program = new Command('yurt-tunnel-agent')
       syncIntervalCapMs: flags.syncIntervalCap,
       serverProbeIntervalMs: flags.serverProbeInterval,
       drainTimeoutMs: flags.drainTimeout,
+      resumeWindowMs: flags.resumeWindow,
       maxConcurrentDials: flags.maxConcurrentDials,
       metaHost: flags.metaHost,
       metaPort: flags.metaPort,

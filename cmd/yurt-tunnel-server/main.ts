@@ -62,6 +62,7 @@ interface ServerFlags {
   agentIdentityCheck: AgentIdentityCheck;
   serverCount: number;
   maxAgentStreams: number;
+  resumeWindow: number;
   maxAgentConnectRate: number;
   serverId?: string;
   certDir: string;
@@ -192,6 +193,7 @@ const program = new Command('yurt-tunnel-server')
     'strict' as AgentIdentityCheck,
   )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
+  .addOption(durationOption('--resume-window <duration>', 'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off', '10s'))
   .option(
     '--max-agent-streams <n>',
     'concurrent Connect streams one agent may hold, counted by its client certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED',
@@ -267,6 +269,7 @@ const program = new Command('yurt-tunnel-server')
       agentIdentityCheck: flags.agentIdentityCheck,
       serverCount: flags.serverCount,
       maxAgentStreams: flags.maxAgentStreams,
+      resumeWindowMs: flags.resumeWindow,
       maxAgentConnectRate: flags.maxAgentConnectRate,
       serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
       certDir: flags.certDir,

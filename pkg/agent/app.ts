@@ -14,6 +14,7 @@ import { isIP } from 'node:net';
 import type { Logger } from '../log/logger.js';
 import { formatAgentIdentifiers, IDENTIFIER_KEYS, emptyIdentifiers } from '../protocol/identifiers.js';
 import { AllowList } from './allow-list.js';
+import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 import { ClientSet } from './client-set.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
@@ -49,6 +50,8 @@ export interface AgentOptions {
   serverProbeIntervalMs?: number;
   /** How long a draining agent waits for its connections before exiting. */
   drainTimeoutMs: number;
+  /** Session resume's window (--resume-window); 0 turns it off. Default 10 s. */
+  resumeWindowMs?: number;
   /** Dials the agent runs at once (all links together). Default 256. */
   maxConcurrentDials?: number;
   /** The meta server (/healthz, /readyz, /metrics, /debug/connections); off when metaPort is undefined. */
@@ -159,6 +162,7 @@ export class TunnelAgent {
         dialer: new Dialer({ allowList, timeoutMs: opts.dialTimeoutMs }),
         keepaliveTimeMs: opts.keepaliveTimeMs,
         keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+        resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
         dialLimit: new DialLimit(opts.maxConcurrentDials),
         metrics,
         logger: opts.logger,

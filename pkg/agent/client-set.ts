@@ -5,11 +5,15 @@
 
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { errorMessage, ServerConnectionError } from '../protocol/errors.js';
 import { Backoff } from '../timers/backoff.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';
+import { dialServer, type DialedCall } from './server-dial.js';
 import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
+
+/** While a session is suspended, failed dials are retried after a delay drawn from this range (ms), not the growing backoff. */
+const SUSPENDED_RETRY_MS = { min: 50, max: 500 };
 
 export interface ClientSetOptions {
   connection: ServerConnectionOptions;
@@ -26,8 +30,17 @@ export interface ClientSetOptions {
   logger?: Logger;
 }
 
+/** A dial reached a server we hold while a session waits for another: retry soon. */
+class DuplicateLink extends ServerConnectionError {
+  constructor(serverID: string) {
+    super('YT_ERR_CONNECT_FAILED', `reached server ${serverID} again while a session waits for another replica`);
+  }
+}
+
 export class ClientSet {
   private readonly clients = new Map<string, ServerConnection>();
+  /** Sessions whose link dropped without a goodbye, by serverID, waiting for a resume (session resume). */
+  private readonly suspended = new Map<string, ServerConnection>();
   private readonly opts: ClientSetOptions;
   private readonly log: Logger;
   private readonly backoff: Backoff;
@@ -36,7 +49,8 @@ export class ClientSet {
   private readonly keepalive: KeepalivePolicy;
   /** The server count announced by the newest distinct server. */
   private serverCount = 1;
-  private dialing: ServerConnection | undefined;
+  /** Aborts the dial under way (close()). */
+  private dialing: AbortController | undefined;
   private lastProbe = 0;
   private draining = false;
   private stopped = false;
@@ -46,6 +60,8 @@ export class ClientSet {
   private loop: Promise<void> | undefined;
   /** Cuts the current pause between syncs short (a link dropped, or close()). */
   private wake: AbortController | undefined;
+  /** A wake-up that came while no pause was under way: the next pause returns at once. */
+  private wokenEarly = false;
 
   constructor(opts: ClientSetOptions) {
     this.opts = opts;
@@ -75,7 +91,17 @@ export class ClientSet {
 
   /** Open connections of every link, with the server each came through. */
   connections(): ({ serverID: string } & ReturnType<ServerConnection['connections']>[number])[] {
-    return [...this.clients.entries()].flatMap(([serverID, c]) => c.connections().map((conn) => ({ serverID, ...conn })));
+    return this.allSessions().flatMap(([serverID, c]) => c.connections().map((conn) => ({ serverID, ...conn })));
+  }
+
+  /** Linked and suspended sessions: both hold open connections. */
+  private allSessions(): [string, ServerConnection][] {
+    return [...this.clients.entries(), ...this.suspended.entries()];
+  }
+
+  /** Sessions waiting for a resume. */
+  get suspendedServers(): number {
+    return this.suspended.size;
   }
 
   /** Number of servers currently linked. */
@@ -90,14 +116,14 @@ export class ClientSet {
   /** Dials in progress on every link. */
   get pendingDialCount(): number {
     let n = 0;
-    for (const c of this.clients.values()) n += c.pendingDialCount;
+    for (const [, c] of this.allSessions()) n += c.pendingDialCount;
     return n;
   }
 
   /** Tunnelled connections open through every link. */
   get connCount(): number {
     let n = 0;
-    for (const c of this.clients.values()) n += c.connCount;
+    for (const [, c] of this.allSessions()) n += c.connCount;
     return n;
   }
 
@@ -115,6 +141,8 @@ export class ClientSet {
         delay = this.backoff.jittered(this.syncIntervalMs);
       } catch (err: unknown) {
         delay = this.backoff.next();
+        // A session waits for its server: try again soon, not after the grown backoff.
+        if (this.suspended.size > 0) delay = SUSPENDED_RETRY_MS.min + Math.random() * (SUSPENDED_RETRY_MS.max - SUSPENDED_RETRY_MS.min);
         this.log.warn('could not connect to the tunnel server; will retry', {
           server: this.opts.connection.address,
           retryInMs: Math.round(delay),
@@ -125,32 +153,65 @@ export class ClientSet {
     }
   }
 
-  /** One step: dial a new link if fewer than serverCount distinct servers are held, or to probe for a new one. */
+  /**
+   * One step: dial a new link if fewer than serverCount distinct servers are
+   * held, a suspended session waits for its server, or to probe for a new
+   * one. The call presents a claim for every suspended session (behind a load
+   * balancer it cannot know which replica it reaches); the server's answer
+   * says which session, if any, it carries.
+   */
   private async syncOnce(): Promise<void> {
     if (this.draining || this.stopped) return;
-    if (this.clients.size >= this.serverCount) {
+    if (this.clients.size >= this.serverCount && this.suspended.size === 0) {
       const every = this.opts.probeIntervalMs ?? 30_000;
       if (!(every > 0) || Date.now() - this.lastProbe < every) return;
       this.lastProbe = Date.now();
     }
-    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive, onConnectionClosed: () => this.idle.check() });
-    this.dialing = conn;
-    let identity;
+    const conn = this.newConnection();
+    const claims = [...this.suspended.values()].flatMap((s) => s.nextClaim() ?? []);
+    this.dialing = new AbortController();
+    let dialed: DialedCall;
     try {
-      identity = await conn.open();
+      dialed = await dialServer(conn.dialTarget(claims), this.log, this.dialing.signal);
     } finally {
       this.dialing = undefined;
     }
+    const { identity, offer } = dialed;
     if (this.stopped) {
+      conn.adopt(dialed);
       conn.close('agent is stopping');
       return;
     }
-    if (this.clients.has(identity.serverID)) {
-      // A load balancer sent us to a server we already hold; try again later.
-      conn.close(`duplicate link to server ${identity.serverID}`);
-      this.log.verbose(2, 'already connected to this server; closing the duplicate link', { serverID: identity.serverID });
+    if (offer?.resumedReceived !== undefined) {
+      const held = [...this.suspended.entries()].find(([, s]) => s.sessionToken === offer.token);
+      if (held === undefined) {
+        // We gave that session up meanwhile: say goodbye, so the server ends it too.
+        conn.adopt(dialed);
+        conn.close('the session it resumes has expired here');
+        return;
+      }
+      const [serverID, session] = held;
+      this.suspended.delete(serverID);
+      this.clients.set(identity.serverID, session);
+      session.resumeOn(dialed, offer.resumedReceived);
+      this.watch(identity.serverID, session);
       return;
     }
+    const lost = this.suspended.get(identity.serverID);
+    if (lost !== undefined) {
+      // That server answered "new": it no longer holds our session (it restarted, or the window passed there).
+      this.suspended.delete(identity.serverID);
+      lost.expire('lost_by_server');
+    }
+    if (this.clients.has(identity.serverID)) {
+      // A load balancer sent us to a server we already hold; try again later.
+      conn.adopt(dialed);
+      conn.close(`duplicate link to server ${identity.serverID}`);
+      this.log.verbose(2, 'already connected to this server; closing the duplicate link', { serverID: identity.serverID });
+      if (this.suspended.size > 0) throw new DuplicateLink(identity.serverID);
+      return;
+    }
+    conn.adopt(dialed);
     this.clients.set(identity.serverID, conn);
     this.serverCount = identity.serverCount;
     // The next probe comes a whole interval after the last new server, not at once.
@@ -160,13 +221,43 @@ export class ClientSet {
       serverID: identity.serverID,
       serverCount: identity.serverCount,
       flowControl: identity.flow !== undefined,
+      sessionResume: offer !== undefined,
       connectedServers: this.clients.size,
     });
+    this.watch(identity.serverID, conn);
+  }
+
+  private newConnection(): ServerConnection {
+    let conn: ServerConnection | undefined = undefined;
+    conn = new ServerConnection({
+      ...this.opts.connection,
+      keepalive: this.keepalive,
+      onConnectionClosed: () => this.idle.check(),
+      onSuspended: (reason) => this.onSuspended(conn!, reason),
+    });
+    return conn;
+  }
+
+  /** A held link dropped without a goodbye: its session waits; dial at once. */
+  private onSuspended(conn: ServerConnection, reason: string): void {
+    for (const [serverID, c] of this.clients) {
+      if (c !== conn) continue;
+      this.clients.delete(serverID);
+      this.suspended.set(serverID, conn);
+      this.log.warn('lost the link to tunnel server; resuming its session', { serverID, reason, connectedServers: this.clients.size });
+    }
+    this.wakeUp();
+  }
+
+  /** Forgets `conn` under `serverID` once it closes, and dials again. */
+  private watch(serverID: string, conn: ServerConnection): void {
     void conn.whenClosed().then((reason) => {
-      if (this.clients.get(identity.serverID) === conn) this.clients.delete(identity.serverID);
+      if (this.clients.get(serverID) === conn) this.clients.delete(serverID);
+      if (this.suspended.get(serverID) === conn) this.suspended.delete(serverID);
+      this.idle.check();
       if (this.stopped) return;
       this.log.warn('lost connection to tunnel server; reconnecting', {
-        serverID: identity.serverID,
+        serverID,
         reason,
         connectedServers: this.clients.size,
       });
@@ -176,6 +267,10 @@ export class ClientSet {
 
   private async pause(ms: number): Promise<void> {
     if (this.stopped) return;
+    if (this.wokenEarly) {
+      this.wokenEarly = false;
+      return;
+    }
     const wake = new AbortController();
     this.wake = wake;
     await sleep(ms, wake.signal);
@@ -183,7 +278,9 @@ export class ClientSet {
   }
 
   private wakeUp(): void {
-    this.wake?.abort();
+    // A wake-up during a dial (no pause under way) must not be lost: the next pause is skipped.
+    if (this.wake === undefined) this.wokenEarly = true;
+    else this.wake.abort();
   }
 
   /** Stops making links and sends DRAIN on every link (connections keep flowing). */
@@ -203,9 +300,10 @@ export class ClientSet {
   private async doClose(): Promise<void> {
     this.stopped = true;
     this.wakeUp();
-    this.dialing?.close('agent is stopping');
-    for (const c of this.clients.values()) c.close('agent is stopping');
+    this.dialing?.abort();
+    for (const [, c] of this.allSessions()) c.close('agent is stopping');
     this.clients.clear();
+    this.suspended.clear();
     await this.loop;
   }
 }

@@ -10,7 +10,7 @@ import { ConnTable } from '../mux/conn-table.js';
 import { REMOTE_CLOSE_EVENT } from '../mux/packet-conn.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { splice } from '../mux/splice.js';
-import { ConnectionClosedError, errorCode, errorMessage } from '../protocol/errors.js';
+import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { DialRequestPacket, KnownPacket } from '../protocol/packet.js';
 import type { DialLimit } from './dial-limit.js';
@@ -190,11 +190,11 @@ export class LinkConnections {
   }
 
   /** The link is gone: every dial is cancelled, and every connection fails (its target is reset). */
-  closeAll(why: string): void {
+  closeAll(err: Error): void {
     this.closed = true;
     for (const d of this.dials.values()) d.abort();
     this.dials.clear();
-    for (const c of this.conns.takeAll()) c.destroy(new ConnectionClosedError(why));
+    for (const c of this.conns.takeAll()) c.destroy(err);
   }
 }
 

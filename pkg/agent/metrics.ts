@@ -34,6 +34,10 @@ export class AgentMetrics {
   private readonly dialDuration: Histogram;
   private readonly dialFailures: Counter<'reason'>;
   private readonly packets: PacketCounter<'to_agent' | 'from_agent'>;
+  private readonly linksSuspended: Counter;
+  private readonly sessionsResumed: Counter;
+  private readonly sessionsExpired: Counter<'reason'>;
+  private readonly resentBytes: Counter;
 
   constructor(registry = new Registry()) {
     this.registry = registry;
@@ -54,6 +58,40 @@ export class AgentMetrics {
       'Packets on server streams, by direction (segment, as Konnectivity names them) and type.',
       registry,
     );
+    this.linksSuspended = new Counter({
+      name: 'yurttunnel_agent_server_links_suspended_total',
+      help: 'Links to tunnel servers that dropped without a goodbye and whose connections were kept for the resume window.',
+      registers: [registry],
+    });
+    this.sessionsResumed = new Counter({
+      name: 'yurttunnel_agent_sessions_resumed_total',
+      help: 'Sessions with a tunnel server taken back by a new link within the resume window.',
+      registers: [registry],
+    });
+    this.sessionsExpired = new Counter({
+      name: 'yurttunnel_agent_sessions_expired_total',
+      help: 'Suspended sessions that ended without a resume, by reason (window, lost_by_server, or a YT_ERR_RESUME_* code).',
+      labelNames: ['reason'],
+      registers: [registry],
+    });
+    this.resentBytes = new Counter({
+      name: 'yurttunnel_agent_resent_bytes_total',
+      help: 'DATA bytes resent to tunnel servers on session resumes.',
+      registers: [registry],
+    });
+  }
+
+  linkSuspended(): void {
+    this.linksSuspended.inc();
+  }
+
+  sessionResumed(resentBytes: number): void {
+    this.sessionsResumed.inc();
+    this.resentBytes.inc(resentBytes);
+  }
+
+  sessionExpired(reason: string): void {
+    this.sessionsExpired.inc({ reason });
   }
 
   /** Gauges read from the client set; called once it exists. */

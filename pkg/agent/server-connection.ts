@@ -8,30 +8,25 @@
 // copies every message twice on its way out and hides TLS errors behind
 // "Failed to connect".
 
-import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import { isIP } from 'node:net';
-import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import http2, { type ClientHttp2Session } from 'node:http2';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { ConnectionClosedError, errorMessage, ServerConnectionError } from '../protocol/errors.js';
-import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
-import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
+import { AgentLostError, ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
+import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { describePacket, unhandledPacketType, type KnownPacket, type Packet } from '../protocol/packet.js';
+import type { SessionClaim } from '../protocol/resume.js';
 import { splitHostPort, type Dialer } from './dialer.js';
 import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
-import { metadataValues } from '../grpc/metadata.js';
-import { AGENT_CONNECT_PATH } from '../grpc/services.js';
-import { responseRefusal, startCall } from '../grpc/client-call-head.js';
 import { Keepalive } from '../grpc/keepalive.js';
+import { LivenessWatch } from '../mux/liveness.js';
+import type { PacketLink } from '../mux/packet-link.js';
+import { ResumableLink } from '../mux/resumable-link.js';
+import { dialServer, type DialedCall, type ServerIdentity } from './server-dial.js';
 
-/** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
-const CERT_REFUSAL_WINDOW_MS = 1000;
-
-/** SNI sent when the server is addressed by IP (servers select no certificate by it). */
-const IP_TARGET_SNI = 'yurt-tunnel-server';
+export type { ServerIdentity } from './server-dial.js';
 
 export interface AgentTLS {
   /** CA bundle that signs the server's certificate. */
@@ -39,6 +34,9 @@ export interface AgentTLS {
   cert: string;
   key: string;
 }
+
+/** How long a goodbye waits for the server's trailers before the connection is destroyed. */
+const GOODBYE_GRACE_MS = 1000;
 
 /** Keepalive interval shared by a client set's links, so a server's complaint slows them all. */
 export interface KeepalivePolicy {
@@ -85,17 +83,26 @@ export interface ServerConnectionOptions {
   metrics?: AgentMetrics;
   /** Told whenever a connection through this link has closed (a drain waits on it). */
   onConnectionClosed?: () => void;
+  /**
+   * Session resume (proto/yurttunnel_ext.proto): announced when > 0; a link
+   * that drops without a goodbye keeps its connections this long for a new
+   * call to take them back. Default 0 here (the CLI's default is 10 s).
+   */
+  resumeWindowMs?: number;
+  /** The link dropped without a goodbye and its session waits for a resume (the client set dials at once). */
+  onSuspended?: (reason: string) => void;
   logger?: Logger;
 }
 
-/** The server's identity, from its response headers. */
-export interface ServerIdentity {
-  serverID: string;
-  serverCount: number;
-  /** Per-connection flow control, when the server agreed to it. */
-  flow: FlowWindows | undefined;
-  /** Half-close (CLOSE_WRITE), when the server agreed to it. */
-  halfClose: boolean;
+/** A session the server gave this link (session resume). */
+interface ResumeState {
+  link: ResumableLink;
+  token: string;
+  windowMs: number;
+  /** Calls that asked for this session so far (the server ignores an older one). */
+  attempt: number;
+  suspendedAt: number | undefined;
+  timer: NodeJS.Timeout | undefined;
 }
 
 export class ServerConnection {
@@ -106,12 +113,16 @@ export class ServerConnection {
   private readonly verifyName: string;
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
-  private link: ClientPacketCall | undefined;
+  private call: ClientPacketCall | undefined;
+  private resume: ResumeState | undefined;
+  /** No suspension from now on: the agent drains or the server said DRAIN. */
+  private noResume = false;
   private readonly conns: LinkConnections;
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
   private keepaliveLoop: Keepalive | undefined;
+  private liveness: LivenessWatch | undefined;
 
   constructor(opts: ServerConnectionOptions) {
     this.opts = opts;
@@ -138,6 +149,16 @@ export class ServerConnection {
     return this.closedReason !== undefined;
   }
 
+  /** The link dropped without a goodbye; its connections wait for a resume. */
+  get suspended(): boolean {
+    return this.resume?.suspendedAt !== undefined && !this.closed;
+  }
+
+  /** The session's token, for a resume offer's match (never logged). */
+  get sessionToken(): string | undefined {
+    return this.resume?.token;
+  }
+
   get connCount(): number {
     return this.conns.size;
   }
@@ -146,151 +167,174 @@ export class ServerConnection {
     return this.conns.pendingDialCount;
   }
 
+  /** The claim a call presents to take this suspended session back (each call a higher attempt). */
+  nextClaim(): SessionClaim | undefined {
+    const r = this.resume;
+    if (r === undefined || r.suspendedAt === undefined || this.closed) return undefined;
+    r.attempt++;
+    return { token: r.token, received: r.link.received, attempt: r.attempt };
+  }
+
   /** Connects and opens the call; resolves with the server's identity once its headers arrive. */
-  open(): Promise<ServerIdentity> {
-    const target = splitHostPort(this.address);
-    if (target === undefined) {
-      return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${this.address} is not host:port`));
+  async open(claims: SessionClaim[] = []): Promise<ServerIdentity> {
+    const dialed = await dialServer(this.dialTarget(claims), this.log);
+    this.adopt(dialed);
+    return dialed.identity;
+  }
+
+  /** Where and how to dial, with the sessions to ask back. */
+  dialTarget(claims: SessionClaim[]): Parameters<typeof dialServer>[0] {
+    const windowMs = this.opts.resumeWindowMs ?? 0;
+    return {
+      address: this.address,
+      verifyName: this.verifyName,
+      tls: this.opts.tls,
+      agentID: this.opts.agentID,
+      identifiers: this.opts.identifiers,
+      receiveWindow: this.opts.receiveWindow ?? 4 * 1024 * 1024,
+      connWindow: this.opts.connWindow ?? DEFAULT_CONN_WINDOW,
+      halfClose: this.opts.halfClose !== false,
+      handshakeTimeoutMs: this.opts.handshakeTimeoutMs ?? 30_000,
+      resume: windowMs > 0 ? { windowMs, claims } : undefined,
+    };
+  }
+
+  /** Carries a new link on a call the server answered: a fresh session when it offers one. */
+  adopt(dialed: DialedCall): void {
+    const offer = dialed.offer;
+    if (offer !== undefined && offer.resumedReceived === undefined) {
+      const link = new ResumableLink({ onPacket: (p) => this.onPacket(p), onBroken: (err) => this.onBroken(err) });
+      this.resume = { link, token: offer.token, windowMs: offer.windowMs, attempt: 0, suspendedAt: undefined, timer: undefined };
     }
-    const session = this.connectSession(target);
+    this.takeCall(dialed, 0);
+    this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
+    this.sweepTimer.unref();
+  }
+
+  /** A call the server answered with `resumed`: this suspended session goes on over it; what the server lacks is resent. */
+  resumeOn(dialed: DialedCall, serverReceived: number): void {
+    const r = this.resume!;
+    clearTimeout(r.timer);
+    r.timer = undefined;
+    const pausedMs = r.suspendedAt === undefined ? 0 : Date.now() - r.suspendedAt;
+    r.suspendedAt = undefined;
+    const before = { packets: r.link.resentPackets, bytes: r.link.resentBytes };
+    this.takeCall(dialed, serverReceived);
+    this.opts.metrics?.sessionResumed(r.link.resentBytes - before.bytes);
+    this.log.info('link to tunnel server resumed', {
+      serverID: this.identity?.serverID,
+      suspendedForMs: pausedMs,
+      resentPackets: r.link.resentPackets - before.packets,
+      resentBytes: r.link.resentBytes - before.bytes,
+      connections: this.conns.size,
+    });
+  }
+
+  private takeCall(dialed: DialedCall, peerReceived: number): void {
+    const { session, stream, identity } = dialed;
     this.session = session;
-    return new Promise<ServerIdentity>((resolve, reject) => {
-      let settled = false;
-      const settle = (err: Error | undefined, id?: ServerIdentity): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        if (err !== undefined) {
-          this.close(err.message);
-          reject(err);
-        } else {
-          resolve(id!);
-        }
-      };
-      const fail = (text: string): void => settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${this.address}: ${text}`));
-      const timeoutMs = this.opts.handshakeTimeoutMs ?? 30_000;
-      const timer = setTimeout(
-        () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${this.address} within ${timeoutMs} ms`)),
-        timeoutMs,
-      );
-      timer.unref();
-      this.watchSession(session, () => settled, fail);
-
-      const connWindow = this.opts.connWindow ?? DEFAULT_CONN_WINDOW;
-      let stream: ClientHttp2Stream;
-      try {
-        stream = startCall(session, AGENT_CONNECT_PATH, this.callMetadata(connWindow), 'yurt-tunnel-agent');
-      } catch (err: unknown) {
-        fail(errorMessage(err));
-        return;
-      }
-      stream.on('error', (err) => {
-        if (!settled) fail(errorMessage(err));
-      });
-      stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
-        const refusal = responseRefusal(h);
-        if (refusal !== undefined) {
-          fail(`refused the call (${refusal})`);
-          return;
-        }
-        const identity = this.identityFrom(raw, connWindow);
-        if (identity instanceof Error) {
-          settle(identity);
-          return;
-        }
-        this.identity = identity;
-        const metrics = this.opts.metrics;
-        const link = new ClientPacketCall(stream, {
-          logger: this.log,
-          ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
-        });
-        this.link = link;
-        this.conns.linkUp({ link, flow: identity.flow, halfClose: identity.halfClose });
-        link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
-        this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
-        this.sweepTimer.unref();
-        settle(undefined, identity);
-      });
+    this.identity = identity;
+    const metrics = this.opts.metrics;
+    const call = new ClientPacketCall(stream, {
+      logger: this.log,
+      ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
     });
-  }
-
-  /** The HTTP/2 connection, over mutual TLS that checks the server's name. */
-  private connectSession(target: { host: string; port: number }): ClientHttp2Session {
-    const receiveWindow = this.opts.receiveWindow ?? 4 * 1024 * 1024;
-    const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
-    const session = http2.connect(`https://${authority}`, {
-      ca: this.opts.tls.ca,
-      cert: this.opts.tls.cert,
-      key: this.opts.tls.key,
-      // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-      servername: isIP(this.verifyName) === 0 ? this.verifyName : IP_TARGET_SNI,
-      checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(this.verifyName, cert),
-      ALPNProtocols: ['h2'],
-      maxSessionMemory: 64,
-      settings: { initialWindowSize: receiveWindow, enablePush: false },
-    });
-    session.once('connect', () => {
-      try {
-        session.setLocalWindowSize(receiveWindow * 4);
-      } catch (err: unknown) {
-        this.log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
-      }
-      this.startKeepalive(session);
-    });
+    this.call = call;
     session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-    return session;
-  }
-
-  /** Reports errors and an early close of the connection, saying what most likely went wrong. */
-  private watchSession(session: ClientHttp2Session, settled: () => boolean, fail: (text: string) => void): void {
-    /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
-    let securedAt: number | undefined;
-    session.once('connect', () => (securedAt = performance.now()));
-    session.on('error', (err) => {
-      if (!settled()) fail(errorMessage(err));
-      else this.log.verbose(2, 'connection error', { error: errorMessage(err) });
-    });
-    session.once('close', () => {
-      if (!settled()) {
-        if (securedAt === undefined) fail('the connection closed during the TLS handshake');
-        else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
-          fail(
-            "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
-              'client certificate (issued by a CA other than the one the server was given)',
-          );
-        } else fail('the connection closed before the server answered the call');
-      }
-      this.close('connection closed');
-    });
-  }
-
-  private callMetadata(connWindow: number): Record<string, string> {
-    const md: Record<string, string> = { agentid: this.opts.agentID };
-    if (this.opts.identifiers !== '') md.agentidentifiers = this.opts.identifiers;
-    if (connWindow > 0) md[CONN_WINDOW_HEADER] = String(connWindow);
-    if (this.opts.halfClose !== false) md[HALF_CLOSE_HEADER] = '1';
-    return md;
-  }
-
-  /** The server's identity from its response metadata. */
-  private identityFrom(raw: string[], connWindow: number): ServerIdentity | ServerConnectionError {
-    const ids = metadataValues(raw, 'serverid');
-    const counts = metadataValues(raw, 'servercount');
-    const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
-    if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
-      return new ServerConnectionError(
-        'YT_ERR_BAD_HEADERS',
-        `tunnel server ${this.address} sent no usable serverid/servercount headers ` +
-          `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
-      );
+    session.on('error', (err) => this.log.verbose(2, 'connection error', { error: err.message }));
+    session.once('close', () => this.callEnded(call, 'connection closed'));
+    const r = this.resume;
+    if (r !== undefined) {
+      const liveness = new LivenessWatch({
+        idleMs: r.windowMs / 4,
+        timeoutMs: r.windowMs / 4,
+        ping: () => {
+          if (session.destroyed) return false;
+          return session.ping((err) => {
+            if (!err) liveness.received();
+          });
+        },
+        onDead: (silentMs) => {
+          this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs });
+          this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);
+        },
+      });
+      this.liveness = liveness;
+      liveness.start();
+      this.conns.linkUp({ link: r.link, flow: identity.flow, halfClose: identity.halfClose });
+      call.start({
+        onPacket: (p) => {
+          liveness.received();
+          r.link.receive(call, p);
+        },
+        onClose: (reason) => this.callEnded(call, reason),
+      });
+      r.link.attach(call, peerReceived);
+    } else {
+      this.startKeepalive(session);
+      this.conns.linkUp({ link: call, flow: identity.flow, halfClose: identity.halfClose });
+      call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.callEnded(call, reason) });
     }
-    const serverWindow = connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
-    const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: connWindow } : undefined;
-    const halfClose = this.opts.halfClose !== false && announcesHalfClose(metadataValues(raw, HALF_CLOSE_HEADER));
-    // Upstream: a count of 0 means "unknown", treated as 1.
-    return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow, halfClose };
+    if (session.destroyed || stream.destroyed) this.callEnded(call, 'connection closed');
   }
 
+  /** The call `call` ended: suspend the session if it was a failure and it may resume, else close. */
+  private callEnded(call: ClientPacketCall, reason: string): void {
+    if (this.call !== call || this.closed) return;
+    const r = this.resume;
+    if (r === undefined || call.endedByServer || this.noResume) {
+      this.close(reason);
+      return;
+    }
+    this.suspend(r, reason);
+  }
+
+  private suspend(r: ResumeState, reason: string): void {
+    const call = this.call;
+    this.call = undefined;
+    r.link.detach();
+    this.stopTransport();
+    call?.cancel(reason);
+    this.session?.destroy();
+    this.session = undefined;
+    r.suspendedAt = Date.now();
+    r.timer = setTimeout(() => this.expire('window'), r.windowMs);
+    r.timer.unref();
+    this.opts.metrics?.linkSuspended();
+    this.log.info('link to tunnel server dropped; keeping its connections for the resume window', {
+      serverID: this.identity?.serverID,
+      reason,
+      connections: this.conns.size,
+      pendingDials: this.conns.pendingDialCount,
+      windowMs: r.windowMs,
+    });
+    this.opts.onSuspended?.(reason);
+  }
+
+  /** The session will not be resumed: its connections end with YT_ERR_AGENT_LOST. */
+  expire(why: 'window' | 'lost_by_server'): void {
+    const r = this.resume;
+    if (r === undefined || this.closed) return;
+    const message =
+      why === 'window'
+        ? `the link to tunnel server ${this.identity?.serverID ?? this.address} did not come back within the ${r.windowMs} ms resume window`
+        : `tunnel server ${this.identity?.serverID ?? this.address} no longer holds this agent's session`;
+    this.opts.metrics?.sessionExpired(why);
+    this.log.warn('session with the tunnel server expired; closing its connections', { serverID: this.identity?.serverID, reason: why, connections: this.conns.size });
+    this.close(message, new AgentLostError(message));
+  }
+
+  private onBroken(err: ResumeError): void {
+    this.opts.metrics?.sessionExpired(err.code);
+    this.close(`the session with the tunnel server broke: ${err.message}`);
+  }
+
+  private stopTransport(): void {
+    this.keepaliveLoop?.stop();
+    this.keepaliveLoop = undefined;
+    this.liveness?.stop();
+    this.liveness = undefined;
+  }
 
   private startKeepalive(session: ClientHttp2Session): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
@@ -304,7 +348,6 @@ export class ServerConnection {
     });
     this.keepaliveLoop.start();
   }
-
 
   private onGoaway(code: number, data: Buffer | undefined): void {
     const text = data?.toString() ?? '';
@@ -322,8 +365,13 @@ export class ServerConnection {
     return this.conns.list();
   }
 
+  /** What connections write to: the session's resumable link, or the call. */
+  private get packetLink(): PacketLink | undefined {
+    return this.resume?.link ?? this.call;
+  }
+
   private send(p: KnownPacket): void {
-    this.link?.sendControl(p);
+    this.packetLink?.sendControl(p);
   }
 
   private onPacket(p: Packet): void {
@@ -376,6 +424,7 @@ export class ServerConnection {
 
   /** Tells the server this agent is going away (DRAIN). */
   drain(): void {
+    this.noResume = true;
     if (!this.closed) this.send({ type: 'DRAIN' });
   }
 
@@ -385,16 +434,32 @@ export class ServerConnection {
     return new Promise((resolve) => this.closeWaiters.push(resolve));
   }
 
-  /** Closes the call, the HTTP/2 connection and every connection made through it. Idempotent. */
-  close(reason: string): void {
+  /**
+   * Closes the call, the HTTP/2 connection and every connection made through
+   * it. Idempotent. A call still up gets a goodbye (half-close) when the link
+   * resumes, so that the server does not keep the session.
+   */
+  close(reason: string, err: Error = new ConnectionClosedError(`connection to tunnel server ${this.address} closed: ${reason}`)): void {
     if (this.closedReason !== undefined) return;
     this.closedReason = reason;
     clearInterval(this.sweepTimer);
-    this.keepaliveLoop?.stop();
-    this.link?.cancel(reason);
+    this.stopTransport();
+    const r = this.resume;
+    if (r !== undefined) clearTimeout(r.timer);
+    const session = this.session;
+    if (r !== undefined && this.call !== undefined && session !== undefined && !session.destroyed) {
+      this.call.goodbye(reason);
+      session.close();
+      const timer = setTimeout(() => session.destroy(), GOODBYE_GRACE_MS);
+      timer.unref();
+      session.once('close', () => clearTimeout(timer));
+    } else {
+      this.call?.cancel(reason);
+      session?.destroy();
+    }
     // A failure for every connection on the link: their targets are reset.
-    this.conns.closeAll(`connection to tunnel server ${this.address} closed: ${reason}`);
-    this.session?.destroy();
+    this.conns.closeAll(err);
+    r?.link.close(err);
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }
 }

@@ -8,6 +8,9 @@ import { describeGrpcStatus } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 
 export class ClientPacketCall extends GrpcPacketStream {
+  /** The server ended the call itself (trailers or END_STREAM): a goodbye, not a failure. */
+  endedByServer = false;
+
   constructor(
     private readonly clientStream: ClientHttp2Stream,
     opts: GrpcPacketStreamOptions = {},
@@ -19,10 +22,14 @@ export class ClientPacketCall extends GrpcPacketStream {
     super.start(handlers);
     const stream = this.clientStream;
     stream.on('trailers', (trailers) => {
+      this.endedByServer = true;
       const status = trailers['grpc-status'] as string | undefined;
       this.finish(`server ended the stream (${describeGrpcStatus(status, trailers['grpc-message'] as string | undefined)})`);
     });
-    stream.on('end', () => this.finish('server ended the stream'));
+    stream.on('end', () => {
+      this.endedByServer = true;
+      this.finish('server ended the stream');
+    });
     stream.on('close', () => {
       const code = stream.rstCode;
       this.finish(code !== undefined && code !== 0 ? `stream reset by the server (HTTP/2 error code ${code})` : 'connection closed');
@@ -42,6 +49,18 @@ export class ClientPacketCall extends GrpcPacketStream {
 
   protected onInternalError(message: string): void {
     this.cancel(message);
+  }
+
+  /**
+   * Says goodbye: half-closes the call (END_STREAM), which the server takes
+   * for a deliberate end (it answers with its status), unlike a reset.
+   */
+  goodbye(reason: string): void {
+    this.finish(reason);
+    if (!this.clientStream.closed && !this.clientStream.destroyed) {
+      this.clientStream.resume();
+      this.clientStream.end();
+    }
   }
 
   /** Ends the call from our side (RST_STREAM CANCEL), for `reason`. */

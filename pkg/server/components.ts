@@ -45,6 +45,7 @@ export function agentEndpointFor(tunnel: Tunnel, serverID: string, certs: Server
     keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
     identityCheck: opts.agentIdentityCheck,
     maxStreamsPerAgent: opts.maxAgentStreams,
+    resumeWindowMs: opts.resumeWindowMs,
     maxConnectRate: opts.maxAgentConnectRate,
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     logger: opts.logger,

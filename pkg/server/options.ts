@@ -70,6 +70,8 @@ export interface ServerOptions {
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
   maxAgentStreams?: number;
+  /** Session resume's window (--resume-window); 0 turns it off. Default 10 s. */
+  resumeWindowMs?: number;
   /** New agent streams admitted per second; 0 admits all. Default 100. */
   maxAgentConnectRate?: number;
   /** The meta server (/healthz, /readyz, /metrics, /debug/*): port (10265; 0 picks one) on insecureBindAddress. */

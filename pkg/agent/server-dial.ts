@@ -1,0 +1,204 @@
+// Dials one tunnel server: an HTTP/2 connection over mutual TLS that checks
+// the server's name, and the `AgentService/Connect` call, up to the server's
+// response headers. Who carries the call on (a new link, or a suspended
+// session it resumes) is decided from those headers by the caller, before it
+// reads any packet.
+
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
+import { isIP } from 'node:net';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { responseRefusal, startCall } from '../grpc/client-call-head.js';
+import { metadataValues } from '../grpc/metadata.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import type { Logger } from '../log/logger.js';
+import { errorMessage, ServerConnectionError } from '../protocol/errors.js';
+import { CONN_WINDOW_HEADER, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
+import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
+import {
+  RESUMED_HEADER,
+  RESUME_HEADER,
+  SESSION_HEADER,
+  formatSessionClaim,
+  parseSessionOffer,
+  type SessionClaim,
+  type SessionOffer,
+} from '../protocol/resume.js';
+import { splitHostPort } from './dialer.js';
+import type { AgentTLS } from './server-connection.js';
+
+/** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
+const CERT_REFUSAL_WINDOW_MS = 1000;
+
+/** SNI sent when the server is addressed by IP (servers select no certificate by it). */
+const IP_TARGET_SNI = 'yurt-tunnel-server';
+
+/** The server's identity, from its response headers. */
+export interface ServerIdentity {
+  serverID: string;
+  serverCount: number;
+  /** Per-connection flow control, when the server agreed to it. */
+  flow: FlowWindows | undefined;
+  /** Half-close (CLOSE_WRITE), when the server agreed to it. */
+  halfClose: boolean;
+}
+
+export interface DialTarget {
+  address: string;
+  /** Name checked in the server's certificate. */
+  verifyName: string;
+  tls: AgentTLS;
+  agentID: string;
+  identifiers: string;
+  /** HTTP/2 receive window per stream (connection: 4×). */
+  receiveWindow: number;
+  /** Our flow control window; 0 does not announce it. */
+  connWindow: number;
+  halfClose: boolean;
+  handshakeTimeoutMs: number;
+  /** Session resume: our window, and the sessions we ask back. */
+  resume: { windowMs: number; claims: SessionClaim[] } | undefined;
+}
+
+/** A call the server answered: its connection, its stream (not read yet), and what the headers said. */
+export interface DialedCall {
+  session: ClientHttp2Session;
+  stream: ClientHttp2Stream;
+  identity: ServerIdentity;
+  /** The session the server offers (undefined: resume is off for this call). */
+  offer: SessionOffer | undefined;
+}
+
+export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<DialedCall> {
+  const target = splitHostPort(t.address);
+  if (target === undefined) {
+    return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`));
+  }
+  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+  const session = http2.connect(`https://${authority}`, {
+    ca: t.tls.ca,
+    cert: t.tls.cert,
+    key: t.tls.key,
+    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+    servername: isIP(t.verifyName) === 0 ? t.verifyName : IP_TARGET_SNI,
+    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
+    ALPNProtocols: ['h2'],
+    maxSessionMemory: 64,
+    settings: { initialWindowSize: t.receiveWindow, enablePush: false },
+  });
+  session.once('connect', () => {
+    try {
+      session.setLocalWindowSize(t.receiveWindow * 4);
+    } catch (err: unknown) {
+      log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+    }
+  });
+  return new Promise<DialedCall>((resolve, reject) => {
+    let settled = false;
+    /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
+    let securedAt: number | undefined;
+    const onError = (err: Error): void => {
+      if (!settled) fail(errorMessage(err));
+    };
+    const onClose = (): void => {
+      if (settled) return;
+      if (securedAt === undefined) fail('the connection closed during the TLS handshake');
+      else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
+        fail(
+          "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
+            'client certificate (issued by a CA other than the one the server was given)',
+        );
+      } else fail('the connection closed before the server answered the call');
+    };
+    const settle = (err: Error | undefined, call?: DialedCall): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      // onError stays: errors after the answer are the owner's to log, but one must never go unheard.
+      session.off('close', onClose);
+      if (err !== undefined) {
+        session.destroy();
+        reject(err);
+      } else {
+        resolve(call!);
+      }
+    };
+    const fail = (text: string): void => settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`));
+    const timer = setTimeout(
+      () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`)),
+      t.handshakeTimeoutMs,
+    );
+    timer.unref();
+    session.once('connect', () => (securedAt = performance.now()));
+    if (signal !== undefined) {
+      if (signal.aborted) fail('the agent is stopping');
+      else signal.addEventListener('abort', () => fail('the agent is stopping'), { once: true });
+    }
+    session.on('error', onError);
+    session.once('close', onClose);
+
+    let stream: ClientHttp2Stream;
+    try {
+      stream = startCall(session, AGENT_CONNECT_PATH, callMetadata(t), 'yurt-tunnel-agent');
+    } catch (err: unknown) {
+      fail(errorMessage(err));
+      return;
+    }
+    stream.on('error', (err) => {
+      if (!settled) fail(errorMessage(err));
+    });
+    stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
+      const refusal = responseRefusal(h);
+      if (refusal !== undefined) {
+        fail(`refused the call (${refusal})`);
+        return;
+      }
+      const identity = identityFrom(t, raw);
+      if (identity instanceof Error) {
+        settle(identity);
+        return;
+      }
+      let offer: SessionOffer | undefined;
+      if (t.resume !== undefined) {
+        const parsed = parseSessionOffer(metadataValues(raw, RESUME_HEADER), metadataValues(raw, SESSION_HEADER), metadataValues(raw, RESUMED_HEADER));
+        if (parsed instanceof Error) {
+          settle(new ServerConnectionError('YT_ERR_BAD_HEADERS', `tunnel server ${t.address}: ${parsed.message}`, { cause: parsed }));
+          return;
+        }
+        // Acknowledgements ride on WINDOW_UPDATE: no resume without flow control and half-close.
+        offer = identity.flow !== undefined && identity.halfClose ? parsed : undefined;
+      }
+      settle(undefined, { session, stream, identity, offer });
+    });
+  });
+}
+
+function callMetadata(t: DialTarget): Record<string, string | string[]> {
+  const md: Record<string, string | string[]> = { agentid: t.agentID };
+  if (t.identifiers !== '') md.agentidentifiers = t.identifiers;
+  if (t.connWindow > 0) md[CONN_WINDOW_HEADER] = String(t.connWindow);
+  if (t.halfClose) md[HALF_CLOSE_HEADER] = '1';
+  if (t.resume !== undefined && t.connWindow > 0 && t.halfClose) {
+    md[RESUME_HEADER] = String(t.resume.windowMs);
+    if (t.resume.claims.length > 0) md[SESSION_HEADER] = t.resume.claims.map(formatSessionClaim);
+  }
+  return md;
+}
+
+/** The server's identity from its response metadata. */
+function identityFrom(t: DialTarget, raw: string[]): ServerIdentity | ServerConnectionError {
+  const ids = metadataValues(raw, 'serverid');
+  const counts = metadataValues(raw, 'servercount');
+  const serverCount = counts.length === 1 && /^\d+$/.test(counts[0]!) ? Number(counts[0]) : NaN;
+  if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
+    return new ServerConnectionError(
+      'YT_ERR_BAD_HEADERS',
+      `tunnel server ${t.address} sent no usable serverid/servercount headers ` +
+        `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
+    );
+  }
+  const serverWindow = t.connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;
+  const flow = serverWindow !== undefined ? { sendWindow: serverWindow, receiveWindow: t.connWindow } : undefined;
+  const halfClose = t.halfClose && announcesHalfClose(metadataValues(raw, HALF_CLOSE_HEADER));
+  // Upstream: a count of 0 means "unknown", treated as 1.
+  return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow, halfClose };
+}

@@ -1,0 +1,269 @@
+// Session resume (issue 18) between our own server and agent, through a relay
+// that blips: a reset blip resets both ends and refuses new connections for a
+// while; a silent one forwards nothing and leaves the old flows dark.
+
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import type { Socket } from 'node:net';
+import { test } from 'node:test';
+import type { ServerConnection } from '../../pkg/agent/server-connection.js';
+import { dialServer } from '../../pkg/agent/server-dial.js';
+import { silentLogger } from '../../pkg/log/logger.js';
+import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
+import { harness, type Harness } from '../support/harness.js';
+import { testPKI } from '../support/pki.js';
+import { connectVia, startAgent, startEchoServer, startServer, startTCPServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
+
+const MiB = 1024 * 1024;
+const CHUNK = 64 * 1024;
+
+/** A chunk of the stream: pseudo-random bytes, stamped with its index so that a lost, doubled or swapped chunk changes the hash. */
+function chunkAt(seed: Buffer, i: number): Buffer {
+  const c = Buffer.from(seed);
+  c.writeUInt32BE(i, 0);
+  c.writeUInt32BE(i ^ 0x5a5a5a5a, CHUNK - 4);
+  return c;
+}
+
+/** Writes `total` bytes to `s` with back-pressure, then ends it; resolves with their SHA-256. */
+function pump(s: Socket, total: number): Promise<string> {
+  const seed = createHash('sha512').update('session-resume').digest();
+  const block = Buffer.alloc(CHUNK);
+  for (let o = 0; o < CHUNK; o += seed.length) seed.copy(block, o);
+  const hash = createHash('sha256');
+  let i = 0;
+  return new Promise((resolve, reject) => {
+    s.once('error', reject);
+    const go = (): void => {
+      while (i * CHUNK < total) {
+        const c = chunkAt(block, i++);
+        hash.update(c);
+        if (!s.write(c)) {
+          s.once('drain', go);
+          return;
+        }
+      }
+      s.end(() => resolve(hash.digest('hex')));
+    };
+    go();
+  });
+}
+
+/** Reads `s` to its end; resolves with the SHA-256 and the length; `progress` sees the count. */
+function drain(s: Socket, progress: (n: number) => void = () => {}): Promise<{ hash: string; bytes: number }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  return new Promise((resolve, reject) => {
+    s.on('data', (c: Buffer) => {
+      hash.update(c);
+      bytes += c.length;
+      progress(bytes);
+    });
+    s.once('end', () => resolve({ hash: hash.digest('hex'), bytes }));
+    s.once('error', reject);
+    // connectVia leaves the socket paused.
+    s.resume();
+  });
+}
+
+interface Setup {
+  server: TestServer;
+  agent: TestAgent;
+  relay: BlipRelay;
+}
+
+async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs): Promise<Setup> {
+  const server = await startServer(h, { endpoint: { resumeWindowMs: serverWindowMs } });
+  const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+  const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: windowMs } });
+  await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  if (process.env.YT_DEBUG_LOGS) {
+    h.defer(() => {
+      for (const r of [...server.log.records.map((r) => ({ ...r, who: 'S' })), ...agent.log.records.map((r) => ({ ...r, who: 'A' }))].sort((a, b) => a.at - b.at)) {
+        process.stderr.write(`${r.who} ${Math.round(r.at)} ${r.message} ${JSON.stringify(r.fields)}\n`);
+      }
+    });
+  }
+  assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+  return { server, agent, relay };
+}
+
+function agentSession(agent: TestAgent): ServerConnection {
+  const c = (agent.clients as unknown as { clients: Map<string, ServerConnection> }).clients.get('test-server');
+  assert.ok(c !== undefined, 'the agent holds a link to test-server');
+  return c;
+}
+
+const TRANSFER = 256 * MiB;
+
+for (const kind of ['reset', 'silent'] as const) {
+  test(`a 256 MiB download survives a 3 s ${kind} blip byte-exact`, { timeout: 240_000 }, async (t) => {
+    const h = harness(t);
+    let sent: Promise<string> | undefined;
+    const source = await startTCPServer(h, (s) => {
+      sent = pump(s, TRANSFER);
+    });
+    const { server, relay } = await setup(h);
+    const res = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+    assert.equal(res.status, 200);
+    let got = res.rest.length;
+    let blipped: Promise<void> | undefined;
+    const hashIn = createHash('sha256').update(res.rest);
+    const received = drain(res.socket, (n) => {
+      got = res.rest.length + n;
+      if (blipped === undefined && got >= 32 * MiB) blipped = relay.blip(kind, 3000);
+    });
+    res.socket.on('data', (c: Buffer) => hashIn.update(c));
+    const r = await received;
+    await blipped;
+    assert.equal(r.bytes + res.rest.length, TRANSFER);
+    assert.equal(hashIn.digest('hex'), await sent, 'the bytes arrived once each, in order');
+    assert.ok(server.log.find('agent link resumed').length >= 1, 'the session was resumed');
+    res.socket.destroy();
+  });
+}
+
+test('a 256 MiB upload survives a 3 s reset blip byte-exact', { timeout: 240_000 }, async (t) => {
+  const h = harness(t);
+  let received: Promise<{ hash: string; bytes: number }> | undefined;
+  const sink = await startTCPServer(h, (s) => {
+    received = drain(s, () => {});
+    received.then(() => s.end(), () => {});
+  });
+  const { server, relay } = await setup(h);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${sink.port}`);
+  assert.equal(res.status, 200);
+  await waitFor('the target to be connected', () => received !== undefined);
+  const sending = pump(res.socket, TRANSFER);
+  await waitFor('32 MiB to be on their way', () => res.socket.bytesWritten >= 32 * MiB, 60_000);
+  await relay.blip('reset', 3000);
+  const [hash, r] = await Promise.all([sending, received!]);
+  assert.equal(r.bytes, TRANSFER);
+  assert.equal(r.hash, hash, 'the bytes arrived once each, in order');
+  assert.ok(server.log.find('agent link resumed').length >= 1, 'the session was resumed');
+  res.socket.destroy();
+});
+
+test('an interactive session (one byte each way every 10 ms) goes on after a blip with nothing lost, doubled or reordered', { timeout: 60_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const { server, relay } = await setup(h);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  const echoed: number[] = [...res.rest];
+  res.socket.on('data', (c: Buffer) => echoed.push(...c));
+  res.socket.resume();
+  let n = 0;
+  const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
+  h.defer(() => clearInterval(timer));
+  await waitFor('a second of traffic', () => echoed.length >= 100, 10_000);
+  await relay.blip('reset', 3000);
+  const after = n;
+  await waitFor('traffic after the blip', () => echoed.length >= after + 100, 20_000);
+  clearInterval(timer);
+  await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
+  assert.equal(echoed.length, n, 'no byte doubled');
+  for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}: lost or reordered`);
+  assert.equal(server.log.find('agent link resumed').length, 1);
+  res.socket.destroy();
+});
+
+test('a blip longer than the window ends the suspended connections with YT_ERR_AGENT_LOST within window + 1 s, tables empty', { timeout: 60_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const windowMs = 1000;
+  const { server, agent, relay } = await setup(h, windowMs);
+  const conns = await Promise.all([1, 2, 3].map(() => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)));
+  for (const c of conns) assert.equal(c.status, 200);
+  await waitFor('three connections on both sides', () => server.tunnel.establishedCount() === 3 && agent.clients.connCount === 3);
+  const closed = conns.map((c) => once(c.socket, 'close'));
+  const started = performance.now();
+  const blip = relay.blip('reset', 4000);
+  await Promise.all(closed);
+  const tookMs = performance.now() - started;
+  assert.ok(tookMs < windowMs + 1000, `the callers saw the close after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
+  await waitFor('the agent to give the session up', () => agent.clients.connCount === 0, windowMs + 1000);
+  assert.equal(server.tunnel.establishedCount(), 0);
+  assert.equal(server.tunnel.pendingDialCount, 0);
+  assert.equal(server.tunnel.sessions.size, 0);
+  assert.equal(server.tunnel.registry.agentCount, 0);
+  const ended = server.log.find('connection ended').map((r) => r.fields.ended);
+  assert.deepEqual(ended, ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST']);
+  assert.equal(server.log.find('agent session expired; closing its connections').length, 1);
+  await blip;
+  // After the blip the agent is back with a fresh session.
+  await waitFor('agent edge-1 to register again', () => server.tunnel.registry.agentCount === 1, 10_000);
+});
+
+test('a session token presented over another agent\'s certificate is refused, and its owner\'s connections are untouched', { timeout: 60_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const { server, agent } = await setup(h);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  const token = agentSession(agent).sessionToken!;
+  assert.ok(token !== undefined);
+
+  const pki = testPKI();
+  const edge2 = pki.agent('edge-2', 'host=edge-2');
+  const dialed = await dialServer(
+    {
+      address: server.agentAddress,
+      verifyName: '127.0.0.1',
+      tls: { ca: pki.ca.cert, cert: edge2.cert, key: edge2.key },
+      agentID: 'edge-2',
+      identifiers: 'host=edge-2',
+      receiveWindow: 1 * MiB,
+      connWindow: 1 * MiB,
+      halfClose: true,
+      handshakeTimeoutMs: 10_000,
+      resume: { windowMs: 10_000, claims: [{ token, received: 0, attempt: 1_000 }] },
+    },
+    silentLogger(),
+  );
+  h.defer(() => dialed.session.destroy());
+  assert.ok(dialed.offer !== undefined);
+  assert.equal(dialed.offer.resumedReceived, undefined, 'not a resume');
+  assert.notEqual(dialed.offer.token, token, 'a session of its own');
+  assert.equal(server.log.find('session token presented with another certificate or agentID; not honoured').length, 1);
+  // The owner's session and connection carry on.
+  assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1);
+  assert.equal(server.tunnel.registry.streamsOf('edge-1')[0]!.suspended, false);
+  res.socket.resume();
+  res.socket.write('still mine');
+  let back = '';
+  for await (const c of res.socket) {
+    back += String(c);
+    if (back.length >= 10) break;
+  }
+  assert.equal(back, 'still mine');
+});
+
+test('a silent blip: the agent notices, comes back, and its resume supersedes the call the server still holds', { timeout: 60_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const { server, relay } = await setup(h, 4000);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  const echoed: number[] = [...res.rest];
+  res.socket.on('data', (c: Buffer) => echoed.push(...c));
+  res.socket.resume();
+  let n = 0;
+  const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
+  h.defer(() => clearInterval(timer));
+  await waitFor('some traffic', () => echoed.length >= 50, 10_000);
+  await relay.blip('silent', 1500, { oldFlows: 'dead' });
+  const after = n;
+  await waitFor('traffic after the resume', () => echoed.length >= after + 50, 20_000);
+  clearInterval(timer);
+  await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
+  for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}`);
+  assert.equal(echoed.length, n);
+  assert.equal(server.log.find('agent link resumed').length, 1);
+  // The server never saw the old call drop: the resume took the session from it.
+  assert.equal(server.log.find('agent link dropped; keeping its connections for the resume window').length, 0);
+  assert.equal(server.tunnel.registry.agentCount, 1);
+  assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1);
+  res.socket.destroy();
+});
