@@ -27,6 +27,8 @@ export class ClientPacketCall extends GrpcPacketStream {
       this.finish(`server ended the stream (${describeGrpcStatus(status, trailers['grpc-message'] as string | undefined)})`);
     });
     stream.on('end', () => {
+      // A stream whose connection is being destroyed ends too: no goodbye ('close' follows).
+      if (stream.destroyed || stream.session === undefined || stream.session.destroyed) return;
       this.endedByServer = true;
       this.finish('server ended the stream');
     });

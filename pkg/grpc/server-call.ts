@@ -30,8 +30,13 @@ export class ServerPacketCall extends GrpcPacketStream {
       // (On the next turn: a reset in the same turn would drop the trailers.)
       if (this.resetAfterTrailers) setImmediate(() => stream.close(constants.NGHTTP2_NO_ERROR));
     });
-    // The agent half-closed: the call is over; answer with OK.
-    stream.on('end', () => this.end(GrpcStatus.OK, '', 'agent ended the stream'));
+    // The agent half-closed: the call is over; answer with OK. A stream whose
+    // connection is being destroyed ends its readable side too: that is no
+    // END_STREAM ('close' follows and says what happened).
+    stream.on('end', () => {
+      if (stream.destroyed || stream.session === undefined || stream.session.destroyed) return;
+      this.end(GrpcStatus.OK, '', 'agent ended the stream');
+    });
     stream.on('close', () => this.finish(this.closeReason()));
     stream.on('error', () => {
       // 'close' follows and reports; closeReason() says what happened.
