@@ -289,7 +289,7 @@ export class AgentEndpoint {
     const state: SessionState = {
       pings: new PingPolicy({ minTimeMs: this.opts.minPingIntervalMs }),
       lastStreamID: 0,
-      remoteAddress: remoteOf(session.socket as TLSSocket),
+      remoteAddress: remoteOf(session.socket),
     };
     this.sessions.set(session, state);
     try {

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node, type Watch } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node } from '@kubernetes/client-node';
 import { Informer } from '../../pkg/kube/informer.js';
 import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
@@ -101,7 +101,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
         first = false;
         return realWatch.watch(path, q, cb, done);
       },
-    } as unknown as Watch;
+    };
     const informer = new Informer<V1Node>({ name: 'nodes', list: (o) => client.core.listNode(o), watchPath: '/api/v1/nodes', watch: staleWatch, logger: log });
     h.defer(() => informer.stop());
     informer.start();

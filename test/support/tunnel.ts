@@ -331,7 +331,7 @@ export async function startHangingListener(h: Harness): Promise<number> {
       await once(child, 'exit');
     }
   });
-  const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
   // One connection fills a backlog-0 queue; a second, whose SYN the kernel drops, makes sure.
   const first = connect(port, '127.0.0.1');
