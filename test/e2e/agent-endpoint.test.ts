@@ -29,6 +29,14 @@ import { scriptedAgent, scriptedServer, type ScriptedAgent } from '../support/up
 
 const INT64_MAX = '9223372036854775807';
 
+/** A packet as the upstream-style server's proto-loader reads it (int64 as decimal strings). */
+interface LoadedPacket {
+  type: string;
+  dialResponse?: { random: string; error: string; connectID: string };
+  data?: { connectID: string; error: string; data: Buffer };
+  closeResponse?: { connectID: string; error: string };
+}
+
 function agentTLS(name = 'edge-1', identifiers = ''): { ca: string; cert: string; key: string } {
   const pki = testPKI();
   return { ca: pki.ca.cert, ...pki.agent(name, identifiers) };
@@ -116,19 +124,19 @@ test('our agent echoes random 2^63-1 exactly to an upstream-style server and ser
   const call = await upstream.nextCall();
   assert.deepEqual(call.metadata.get('agentid'), ['edge-1']);
   assert.deepEqual(call.metadata.get('agentidentifiers'), ['ipv4=127.0.0.1&host=edge-1']);
-  const packets: Array<Record<string, any>> = [];
-  call.on('data', (p: Record<string, any>) => packets.push(p));
+  const packets: LoadedPacket[] = [];
+  call.on('data', (p: LoadedPacket) => packets.push(p));
   call.write({ type: 'DIAL_REQ', dialRequest: { protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: INT64_MAX } });
   await waitFor('DIAL_RSP', () => packets.length >= 1);
   assert.equal(packets[0]!.type, 'DIAL_RSP');
-  assert.equal(packets[0]!.dialResponse.random, INT64_MAX);
-  assert.equal(packets[0]!.dialResponse.error, '');
-  const connectID = packets[0]!.dialResponse.connectID as string;
+  assert.equal(packets[0]!.dialResponse?.random, INT64_MAX);
+  assert.equal(packets[0]!.dialResponse?.error, '');
+  const connectID = packets[0]!.dialResponse?.connectID;
   assert.equal(connectID, '1');
   call.write({ type: 'DATA', data: { connectID, error: '', data: Buffer.from('hello') } });
   await waitFor('echoed DATA', () => packets.length >= 2);
   assert.equal(packets[1]!.type, 'DATA');
-  assert.equal(packets[1]!.data.data.toString(), 'hello');
+  assert.equal(packets[1]!.data?.data.toString(), 'hello');
   call.write({ type: 'CLOSE_REQ', closeRequest: { connectID } });
   await waitFor('CLOSE_RSP', () => packets.some((p) => p.type === 'CLOSE_RSP'));
   assert.deepEqual(packets.find((p) => p.type === 'CLOSE_RSP')!.closeResponse, { error: '', connectID });
@@ -136,7 +144,7 @@ test('our agent echoes random 2^63-1 exactly to an upstream-style server and ser
   call.write({ type: 'DIAL_CLS', closeDial: { random: '5' } });
   call.write({ type: 'CLOSE_REQ', closeRequest: { connectID: '99' } });
   await waitFor('CLOSE_RSP for the unknown ID', () => packets.some((p) => p.closeResponse?.connectID === '99'));
-  assert.equal(packets.find((p) => p.closeResponse?.connectID === '99')!.closeResponse.error, 'Unknown connectID');
+  assert.equal(packets.find((p) => p.closeResponse?.connectID === '99')!.closeResponse?.error, 'Unknown connectID');
 });
 
 test('two agents: destHost sends each host to its own agent', async (t) => {

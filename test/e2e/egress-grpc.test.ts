@@ -42,7 +42,7 @@ function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; n
       else queue.push(p);
     }
   });
-  const status = new Promise<string>((resolve) => stream.once('trailers', (t) => resolve(String(t['grpc-status']))));
+  const status = new Promise<string>((resolve) => stream.once('trailers', (t: http2.IncomingHttpHeaders) => resolve(String(t['grpc-status']))));
   const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
   return {
     send: (p) => {
@@ -141,7 +141,7 @@ test('a dial to an address no agent serves fails at once with a DIAL_RSP naming 
   const { closedPort } = await import('../support/tunnel.js');
   refused.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${await closedPort()}`, random: 43n });
   const r2 = await refused.next();
-  assert.ok(r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error), JSON.stringify(r2, (_k, v) => (typeof v === 'bigint' ? String(v) : v)));
+  assert.ok(r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error), JSON.stringify(r2, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)));
 });
 
 test('a grpc-js ProxyService client: dial, echo, CLOSE_REQ', async (t) => {
