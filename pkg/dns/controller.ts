@@ -201,7 +201,7 @@ export class DnsController {
     if (leading === undefined) return Promise.resolve();
     const deadline = requestDeadline(leading.abort.signal, SYNC_TIMEOUT_MS);
     const synced = key === RECORDS_KEY ? this.syncRecords(deadline.signal) : this.syncServicePorts(deadline.signal);
-    return synced.finally(deadline.dispose);
+    return synced.finally(() => deadline.dispose());
   }
 
   private async syncRecords(signal: AbortSignal): Promise<void> {
