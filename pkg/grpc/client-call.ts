@@ -25,6 +25,7 @@ export class ClientPacketCall extends GrpcPacketStream {
     stream.on('end', () => this.finish('server ended the stream'));
     stream.on('close', () => {
       const code = stream.rstCode;
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when the stream closed without a reset, whatever @types/node says
       this.finish(code !== undefined && code !== 0 ? `stream reset by the server (HTTP/2 error code ${code})` : 'connection closed');
     });
     stream.on('error', () => {

@@ -188,6 +188,7 @@ export class MasterServer {
       counts.tls_error++;
       const why = socket.authorizationError;
       this.limited.warn('caller refused on the secure master port', {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- null or undefined when the certificate passed, whatever @types/node says
         error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
         refusedSoFar: counts.tls_error,
       });

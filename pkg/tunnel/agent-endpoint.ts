@@ -234,6 +234,7 @@ export class AgentEndpoint {
         const why = socket.authorizationError;
         this.limited.warn('agent TLS handshake failed; connection refused', {
           remoteAddress,
+          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- null or undefined when the certificate passed, whatever @types/node says
           error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
           refusedSoFar: this.refusedCallers.tls_error,
         });

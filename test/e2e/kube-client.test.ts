@@ -53,6 +53,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     client = createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig });
   });
   after(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- unset if before() failed
     await cp?.stop();
   });
 
@@ -201,7 +202,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.deepEqual(leading, ['+replica-a', '-replica-a', '+replica-b']);
     const lease = await client.coordination.readNamespacedLease({ namespace: 'kube-system', name: 'tunnel-test-lease' });
     assert.equal(lease.spec?.holderIdentity, 'replica-b');
-    assert.equal(lease.spec?.leaseTransitions, 1);
+    assert.equal(lease.spec.leaseTransitions, 1);
   });
 
   test('a CSR is created, waits for approval, and comes back signed by the cluster CA; a denied one fails with the reason', async (t) => {

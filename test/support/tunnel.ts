@@ -229,6 +229,7 @@ async function* readUntil(socket: Socket, done: () => boolean): AsyncGenerator<B
         yield queue.shift()!;
         if (done()) return;
       }
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the 'end' listener while we waited
       if (ended) return;
       await new Promise<void>((r) => (wake = r));
       wake = undefined;
