@@ -25,6 +25,8 @@ export default tseslint.config(
       '@typescript-eslint/switch-exhaustiveness-check': ['error', { considerDefaultExhaustiveForUnions: true }],
       // Passing on a caught error or an AbortSignal's reason unchanged is how we reject; both are typed unknown/any.
       '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingAny: true, allowThrowingUnknown: true }],
+      // A let declared before the closures that read it, and set once they exist, stays a let.
+      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
       // Off: an async function without await is how a method meets a Promise-returning interface and turns a
       // throw into a rejection (close(), stand-in sync and dial callbacks in tests).
       '@typescript-eslint/require-await': 'off',
