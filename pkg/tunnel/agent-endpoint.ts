@@ -120,7 +120,7 @@ interface AgentMetadata {
 function peerCertSubject(session: Http2Session | undefined): string {
   const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
   if (!cert?.subject) return '';
-  return `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+  return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
 function remoteOf(socket: Socket | TLSSocket | undefined): string {
