@@ -206,6 +206,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         settled = true;
         this.abortWatch = undefined;
         if (err === null || err === undefined || this.stopped) resolve(sawEvents);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the watch's own error, passed on as it came
         else reject(err);
       };
       const query = {
