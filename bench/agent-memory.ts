@@ -38,7 +38,7 @@ async function hangingListener(children: ChildProcess[]): Promise<{ port: number
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   children.push(child);
-  const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
   const fillers: Socket[] = [];
   for (let i = 0; i < 2; i++) {

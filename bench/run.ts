@@ -82,7 +82,7 @@ class Figures {
   private readonly data = new Map<Who, Map<string, number[]>>();
   add(who: Who, key: string, value: number): void {
     let m = this.data.get(who);
-    if (m === undefined) this.data.set(who, (m = new Map()));
+    if (m === undefined) this.data.set(who, (m = new Map<string, number[]>()));
     let list = m.get(key);
     if (list === undefined) m.set(key, (list = []));
     list.push(value);

@@ -162,8 +162,8 @@ async function startGoServer(ctx: PairContext, targetAddress: string): Promise<R
     counter.onText(t);
     if (t.includes('Starting agent server for tunnel connections')) started();
   };
-  child.stdout!.on('data', onText);
-  child.stderr!.on('data', onText);
+  child.stdout.on('data', onText);
+  child.stderr.on('data', onText);
   await ready;
   return {
     pid: child.pid!,
@@ -189,7 +189,7 @@ async function startSwarm(n: number, perProcess: number, agentPort: number, cert
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     children.push(child);
-    const lines = createInterface({ input: child.stdout! });
+    const lines = createInterface({ input: child.stdout });
     starts.push(
       new Promise<void>((resolve, reject) => {
         lines.on('line', (l) => {

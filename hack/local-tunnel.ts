@@ -42,8 +42,8 @@ export function startProcess(
         resolve({ child, match: m });
       }
     };
-    child.stdout!.on('data', onText);
-    child.stderr!.on('data', onText);
+    child.stdout.on('data', onText);
+    child.stderr.on('data', onText);
     child.once('exit', (code) => reject(new Error(`${bin} exited with ${code}:\n${out}`)));
     setTimeout(() => reject(new Error(`${bin} did not get ready in 20 s:\n${out}`)), 20_000).unref();
   });

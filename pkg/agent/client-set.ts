@@ -141,6 +141,7 @@ export class ClientSet {
     } finally {
       this.dialing = undefined;
     }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the dial
     if (this.stopped) {
       conn.close('agent is stopping');
       return;

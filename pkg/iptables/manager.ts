@@ -193,7 +193,7 @@ export class IptablesManager {
           if (targets.nodesHaveIPv6) this.warnOnce('no ip6tables', `nodes have IPv6 addresses but ${b.restore[6]} is not on the PATH: IPv6 connections are not redirected`, {});
           continue;
         }
-        const desired: Chains = family === 4 || targets.nodesHaveIPv6 ? desiredChains(targets.families[family]) : new Map();
+        const desired: Chains = family === 4 || targets.nodesHaveIPv6 ? desiredChains(targets.families[family]) : new Map<string, string[]>();
         const key = chainsKey(desired);
         if (!full && this.applied.get(family) === key) continue;
         this.applied.delete(family);

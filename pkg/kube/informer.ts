@@ -150,10 +150,12 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     while (!this.stopped) {
       try {
         if (this.resourceVersion === undefined) await this.relist();
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         const sawEvents = await this.watchOnce();
         if (sawEvents) failures = 0;
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         if (isGone(err)) {
           this.log.verbose(2, 'watch expired (410 Gone): listing again', { resourceVersion: this.resourceVersion });
@@ -212,6 +214,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         settled = true;
         this.abortWatch = undefined;
         if (err === null || err === undefined || this.stopped) resolve(sawEvents);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the watch's own error, passed on as it came
         else reject(err);
       };
       const query = {

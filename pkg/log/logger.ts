@@ -36,6 +36,7 @@ function renderValue(v: unknown): string {
   if (typeof v === 'string') return /[\s"=]/.test(v) || v === '' ? JSON.stringify(v) : v;
   if (typeof v === 'bigint') return v.toString();
   if (v instanceof Error) return JSON.stringify(v.message);
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined for a function or a symbol, whatever lib.d.ts says
   return JSON.stringify(v) ?? String(v);
 }
 

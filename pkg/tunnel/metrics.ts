@@ -106,6 +106,7 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- prom-client calls collect() with the Counter as this
     const metrics = this;
     new Counter({
       name: 'yurttunnel_server_tunnelled_bytes_total',

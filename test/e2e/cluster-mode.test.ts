@@ -38,7 +38,7 @@ function peerCertificate(port: number, ca: string, alpn: string): Promise<X509Ce
 
 describe('cluster mode with a real kube-apiserver', { skip }, () => {
   let cp: ControlPlane;
-  let approver: ReturnType<typeof autoApprove>;
+  let approver: ReturnType<typeof autoApprove> | undefined;
 
   before(async () => {
     cp = await startControlPlane({ controllerManager: true });
@@ -47,6 +47,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
   });
   after(async () => {
     await approver?.stop();
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- unset if before() failed
     await cp?.stop();
   });
 

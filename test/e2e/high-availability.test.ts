@@ -55,6 +55,7 @@ test('3 replicas, 5 agents: every node through every replica; one replica killed
   let stop = false;
   let roundTrips = 0;
   const traffic = (async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set once server-b is killed
     while (!stop) {
       for (const s of [a, c]) await everyNodeThrough(s, echo.port);
       roundTrips += 2 * NODES;

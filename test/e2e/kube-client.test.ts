@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node, type Watch } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node } from '@kubernetes/client-node';
 import { Informer } from '../../pkg/kube/informer.js';
 import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
@@ -54,6 +54,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     client = createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig });
   });
   after(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- unset if before() failed
     await cp?.stop();
   });
 
@@ -102,7 +103,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
         first = false;
         return realWatch.watch(path, q, cb, done);
       },
-    } as unknown as Watch;
+    };
     const informer = new Informer<V1Node>({ name: 'nodes', list: (o) => client.core.listNode(o), watchPath: '/api/v1/nodes', watch: staleWatch, logger: log });
     h.defer(() => informer.stop());
     informer.start();
@@ -202,7 +203,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.deepEqual(leading, ['+replica-a', '-replica-a', '+replica-b']);
     const lease = await client.coordination.readNamespacedLease({ namespace: 'kube-system', name: 'tunnel-test-lease' });
     assert.equal(lease.spec?.holderIdentity, 'replica-b');
-    assert.equal(lease.spec?.leaseTransitions, 1);
+    assert.equal(lease.spec.leaseTransitions, 1);
   });
 
   test('a CSR is created, waits for approval, and comes back signed by the cluster CA; a denied one fails with the reason', async (t) => {

@@ -141,14 +141,14 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
         const c = pod.containers[0]!;
         assert.deepEqual(c.livenessProbe?.httpGet, { host: '127.0.0.1', path: '/healthz', port: metaPort, scheme: 'HTTP' }, dir);
         assert.deepEqual(c.readinessProbe?.httpGet, { host: '127.0.0.1', path: '/readyz', port: metaPort, scheme: 'HTTP' }, dir);
-        for (const k of ['cpu', 'memory']) assert.ok(c.resources?.requests?.[k] !== undefined && c.resources?.limits?.[k] !== undefined, `${dir}: ${c.name} ${k} request and limit`);
+        for (const k of ['cpu', 'memory']) assert.ok(c.resources?.requests?.[k] !== undefined && c.resources.limits?.[k] !== undefined, `${dir}: ${c.name} ${k} request and limit`);
         assert.ok(pod.volumes?.some((v) => v.name === 'cert-dir' && v.hostPath?.path === certDir), `${dir}: ${c.name}'s cert dir on a hostPath`);
         assert.ok(c.args?.includes(`--cert-dir=${certDir}/pki`), dir);
       }
       const env = agent.containers[0]!.env ?? [];
       assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
       assert.equal(env.find((e) => e.name === 'NODE_IP')?.valueFrom?.fieldRef?.fieldPath, 'status.hostIP');
-      assert.ok(agent.containers[0]!.args?.includes('--node-name=$(NODE_NAME)') && agent.containers[0]!.args?.includes('--node-ip=$(NODE_IP)'));
+      assert.ok(agent.containers[0]!.args?.includes('--node-name=$(NODE_NAME)') && agent.containers[0]!.args.includes('--node-ip=$(NODE_IP)'));
 
       const svc = find<Obj & { spec: { type: string; ports: { name: string; port: number; targetPort: number }[] } }>(objs, 'Service', 'x-tunnel-server-svc');
       const internal = find<Obj & { spec: { ports: { name: string; port: number; targetPort: number }[] } }>(objs, 'Service', 'x-tunnel-server-internal-svc');
@@ -161,7 +161,8 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
 
       // NET_ADMIN in the iptables overlay only, and only for the server.
       const netAdmin = objs.flatMap((o) => {
-        const pod = (o as Workload).spec?.template?.spec;
+        // Any object of the build: only workloads have a pod template.
+        const pod = (o as { spec?: { template?: { spec?: PodSpec } } }).spec?.template?.spec;
         return [...(pod?.containers ?? []), ...(pod?.initContainers ?? [])].filter((c) => c.securityContext?.capabilities?.add?.includes('NET_ADMIN')).map((c) => c.name);
       });
       assert.deepEqual(netAdmin, dir === 'overlays/iptables' ? ['yurt-tunnel-server'] : [], dir);

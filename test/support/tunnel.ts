@@ -230,6 +230,7 @@ async function* readUntil(socket: Socket, done: () => boolean): AsyncGenerator<B
         yield queue.shift()!;
         if (done()) return;
       }
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the 'end' listener while we waited
       if (ended) return;
       await new Promise<void>((r) => (wake = r));
       wake = undefined;
@@ -332,7 +333,7 @@ export async function startHangingListener(h: Harness): Promise<number> {
       await once(child, 'exit');
     }
   });
-  const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
   // One connection fills a backlog-0 queue; a second, whose SYN the kernel drops, makes sure.
   const first = connect(port, '127.0.0.1');

@@ -86,7 +86,7 @@ const SAMPLES: KnownPacket[] = [
 
 test('every packet type encodes to the same bytes protobufjs makes from proto/client.proto', () => {
   for (const p of SAMPLES) {
-    assert.deepEqual(encodePacket(p), referenceEncode(p), `${p.type} ${JSON.stringify(toReference(p), (_k, v) => (Buffer.isBuffer(v) ? `<${v.length} bytes>` : v))}`);
+    assert.deepEqual(encodePacket(p), referenceEncode(p), `${p.type} ${JSON.stringify(toReference(p), (_k, v: unknown) => (Buffer.isBuffer(v) ? `<${v.length} bytes>` : v))}`);
   }
 });
 

@@ -248,7 +248,7 @@ test('sync runner: a burst of requests is one sync, syncs are at least the minim
   runner.request();
   await settle(3);
   for (let i = 0; i < 5; i++) runner.request();
-  release!();
+  release();
   release = undefined;
   await settle(4);
   fail = true;

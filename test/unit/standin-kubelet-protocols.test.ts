@@ -195,8 +195,8 @@ test('query parsing follows the kubelet: flags are "1", log options Go-parsed an
   });
   assert.equal(parseStreamOptions(new URLSearchParams('command=sh&input=1&output=1&tty=1&error=1'), 'exec') instanceof Object, true);
   assert.equal((parseStreamOptions(new URLSearchParams('command=sh&input=1&tty=1&error=1'), 'exec') as { stderr: boolean }).stderr, false);
-  assert.match(String(parseStreamOptions(new URLSearchParams('command=ls&output=true'), 'exec')), /at least 1 of stdin/);
-  assert.match(String(parseStreamOptions(new URLSearchParams('output=1'), 'exec')), /command/);
+  assert.match(parseStreamOptions(new URLSearchParams('command=ls&output=true'), 'exec') as string, /at least 1 of stdin/);
+  assert.match(parseStreamOptions(new URLSearchParams('output=1'), 'exec') as string, /command/);
   assert.equal(planExec({ command: ['echo', 'a', 'b'], stdin: true, stdout: true, stderr: false, tty: false }).output.toString(), 'a b\n');
   assert.equal(planExec({ command: ['false'], stdin: false, stdout: true, stderr: false, tty: false }).exitCode, 1);
 

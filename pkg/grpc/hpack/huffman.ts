@@ -22,9 +22,9 @@ const EOS = 256;
 const MAX_LENGTH = 30;
 
 /** Canonical decoding tables: per length, the first code, and the symbols of that length in order. */
-const firstCode: number[] = new Array(MAX_LENGTH + 2).fill(0);
-const countOfLength: number[] = new Array(MAX_LENGTH + 2).fill(0);
-const offsetOfLength: number[] = new Array(MAX_LENGTH + 2).fill(0);
+const firstCode: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
+const countOfLength: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
+const offsetOfLength: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
 const symbolsByCode: number[] = [];
 /** Each symbol's code and length, for encoding. */
 const codes: { code: number; length: number }[] = [];

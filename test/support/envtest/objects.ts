@@ -78,6 +78,7 @@ export function autoApprove(cp: ControlPlane, prefix: string, everyMs = 300): { 
   const approved: string[] = [];
   let stopped = false;
   const loop = (async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by stop()
     while (!stopped) {
       try {
         approved.push(...(await approvePendingCSRs(cp, prefix)));
