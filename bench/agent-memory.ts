@@ -160,9 +160,11 @@ async function main(): Promise<void> {
     const holding = await probe.next();
     for (const s of held) s.destroy();
 
-    console.log(`agent memory, ${TOTAL} churned connections (${CONCURRENCY} at a time) in ${churnSeconds.toFixed(1)} s` +
-      ` (${Math.round(TOTAL / churnSeconds)}/s)${nodeArgs.length > 0 ? `; agent node args: ${nodeArgs.join(' ')}` : ''}` +
-      `${agentArgs.length > 0 ? `; agent args: ${agentArgs.join(' ')}` : ''}`);
+    console.log(
+      `agent memory, ${TOTAL} churned connections (${CONCURRENCY} at a time) in ${churnSeconds.toFixed(1)} s` +
+        ` (${Math.round(TOTAL / churnSeconds)}/s)${nodeArgs.length > 0 ? `; agent node args: ${nodeArgs.join(' ')}` : ''}` +
+        `${agentArgs.length > 0 ? `; agent args: ${agentArgs.join(' ')}` : ''}`,
+    );
     const header = ['', ...KEYS];
     const rows = [
       ['idle', ...KEYS.map((k) => fmt(idle[k]))],

@@ -175,11 +175,13 @@ async function main(): Promise<void> {
       probe.resetPeak();
       const started = performance.now();
       flood.push(...(await inBatches(SECURE_SILENT, () => tcp(local.securePort))));
-      flood.push(...(await inBatches(SECURE_SLOW, async () => {
-        const s = await secureCaller();
-        s.write(HALF_HEAD);
-        return s;
-      })));
+      flood.push(
+        ...(await inBatches(SECURE_SLOW, async () => {
+          const s = await secureCaller();
+          s.write(HALF_HEAD);
+          return s;
+        })),
+      );
       flood.push(...(await inBatches(INSECURE_SLOW, () => tcp(local.insecurePort, HALF_HEAD))));
       flood.push(...(await inBatches(AGENT_HALF_OPEN, () => tcp(local.agentPort, hello))));
       openSeconds = (performance.now() - started) / 1000;

@@ -90,9 +90,13 @@ export interface LocalTunnelOptions {
 
 /** Issues an agent certificate for `nodeName` (IP 127.0.0.1) from the CA in `certDir`, with the real CLI. */
 export async function issueAgentCertificate(certDir: string, nodeName: string, outDir: string): Promise<void> {
-  const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const issue = spawn(
+    process.execPath,
+    [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir],
+    {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   const [code] = (await once(issue, 'exit')) as [number];
   if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
 }
@@ -122,8 +126,21 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       children,
       SERVER_BIN,
       [
-        '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-        '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', ...(opts.serverArgs ?? []),
+        '--cert-dir',
+        certDir,
+        '--bind-address',
+        '127.0.0.1',
+        '--tunnel-agent-connect-port',
+        String(agentPort),
+        '--interceptor-proxier-uds',
+        udsPath,
+        '--secure-port',
+        '0',
+        '--insecure-port',
+        '0',
+        '--meta-port',
+        '0',
+        ...(opts.serverArgs ?? []),
       ],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
@@ -139,8 +156,20 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
         children,
         AGENT_BIN,
         [
-          '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
-          '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
+          '--node-name',
+          nodeName,
+          '--node-ip',
+          '127.0.0.1',
+          '--tunnelserver-addr',
+          `127.0.0.1:${agentPort}`,
+          '--meta-port',
+          '0',
+          '--ca-file',
+          join(agentDir, 'ca.crt'),
+          '--cert-file',
+          join(agentDir, 'tls.crt'),
+          '--key-file',
+          join(agentDir, 'tls.key'),
           ...(opts.agentArgs ?? []),
         ],
         /connected to tunnel server/,

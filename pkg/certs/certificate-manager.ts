@@ -31,10 +31,7 @@ export interface CertificateTemplate {
 /** Where new certificates come from (pkg/kube's CsrSigner). */
 export interface CertificateSource {
   readonly description: string;
-  sign(
-    req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number },
-    signal?: AbortSignal,
-  ): Promise<string>;
+  sign(req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number }, signal?: AbortSignal): Promise<string>;
 }
 
 export interface CertificateManagerOptions {

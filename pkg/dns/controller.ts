@@ -263,13 +263,18 @@ export class DnsController {
     if (report !== this.reportedPorts) {
       this.reportedPorts = report;
       if (outcome === 'missing') {
-        this.log.warn(`Service ${PORTS_KEY} not found: no dnat-<port> ports kept and edge nodes get no DNS record until it exists (with the label name=yurt-tunnel-server)`);
+        this.log.warn(
+          `Service ${PORTS_KEY} not found: no dnat-<port> ports kept and edge nodes get no DNS record until it exists (with the label name=yurt-tunnel-server)`,
+        );
       } else if (report !== '') {
         this.log.warn(`Service ${PORTS_KEY}: proxy ports not added: ${report}`);
       }
     }
     if (outcome === 'updated') {
-      this.log.info('dnat ports of the internal Service updated', { service: PORTS_KEY, ports: [...wanted].map(([port, kind]) => `${port}→${kind}`).join(',') || 'none' });
+      this.log.info('dnat ports of the internal Service updated', {
+        service: PORTS_KEY,
+        ports: [...wanted].map(([port, kind]) => `${port}→${kind}`).join(',') || 'none',
+      });
     }
   }
 }

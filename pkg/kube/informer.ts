@@ -61,10 +61,9 @@ const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 800, factor: 2, jitter: 1, 
 /** Watches are asked to end after 5–10 minutes, as client-go's reflector does, so a silently dead one is replaced. */
 const WATCH_TIMEOUT_MIN_S = 300;
 
-
 export function objectKey(obj: KubeObject): string {
   const meta = obj.metadata ?? {};
-  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : meta.name ?? '';
+  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : (meta.name ?? '');
 }
 
 export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
@@ -245,13 +244,10 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         }
         this.apply(type, obj as Raw);
       };
-      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then(
-        (c) => {
-          controller = c;
-          if (settled || this.stopped) c.abort();
-        },
-        finish,
-      );
+      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then((c) => {
+        controller = c;
+        if (settled || this.stopped) c.abort();
+      }, finish);
     });
   }
 

@@ -60,9 +60,7 @@ const textFormat = winston.format.printf((info) => {
 
 const jsonFormat = winston.format.combine(
   winston.format.timestamp(),
-  winston.format.printf((info) =>
-    JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v)),
-  ),
+  winston.format.printf((info) => JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v))),
 );
 
 class WinstonLogger implements Logger {

@@ -14,17 +14,7 @@ import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
-import {
-  connectVia,
-  readExactly,
-  startAgent,
-  startEchoServer,
-  startRelay,
-  startServer,
-  startTCPServer,
-  startTunnel,
-  waitFor,
-} from '../support/tunnel.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startRelay, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
 import { scriptedAgent, scriptedServer, type ScriptedAgent } from '../support/upstream.js';
 
 const INT64_MAX = '9223372036854775807';
@@ -43,7 +33,13 @@ function agentTLS(name = 'edge-1', identifiers = ''): { ca: string; cert: string
 }
 
 function upstreamAgent(h: Harness, address: string, agentID = 'edge-1', identifiers = 'ipv4=127.0.0.1&host=edge-1'): ScriptedAgent {
-  return scriptedAgent(h, address, { metadata: [['agentid', agentID], ['agentidentifiers', identifiers]], tls: agentTLS(agentID, identifiers) });
+  return scriptedAgent(h, address, {
+    metadata: [
+      ['agentid', agentID],
+      ['agentidentifiers', identifiers],
+    ],
+    tls: agentTLS(agentID, identifiers),
+  });
 }
 
 test('serverid and servercount headers arrive before any packet', async (t) => {
@@ -63,7 +59,13 @@ test('a call without exactly one agentid fails with INVALID_ARGUMENT and a clear
   const s1 = await none.status;
   assert.equal(s1.code, 3);
   assert.equal(s1.details, 'expected one agent ID in the "agentid" metadata, got 0');
-  const two = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'a'], ['agentid', 'b']], tls: agentTLS() });
+  const two = scriptedAgent(h, server.agentAddress, {
+    metadata: [
+      ['agentid', 'a'],
+      ['agentid', 'b'],
+    ],
+    tls: agentTLS(),
+  });
   const s2 = await two.status;
   assert.equal(s2.code, 3);
   assert.equal(s2.details, 'expected one agent ID in the "agentid" metadata, got 2');
@@ -152,8 +154,16 @@ test('two agents: destHost sends each host to its own agent', async (t) => {
   const targetA = await startTCPServer(h, (s) => s.end('served by A'));
   const targetB = await startTCPServer(h, (s) => s.end('served by B'));
   const server = await startServer(h);
-  const a = startAgent(h, server.agentAddress, { nodeName: 'edge-a', identifiers: 'ipv4=127.0.0.2&host=edge-a', allowList: AllowList.parse(`127.0.0.1:${targetA.port}`) });
-  const b = startAgent(h, server.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.3&host=edge-b', allowList: AllowList.parse(`127.0.0.1:${targetB.port}`) });
+  const a = startAgent(h, server.agentAddress, {
+    nodeName: 'edge-a',
+    identifiers: 'ipv4=127.0.0.2&host=edge-a',
+    allowList: AllowList.parse(`127.0.0.1:${targetA.port}`),
+  });
+  const b = startAgent(h, server.agentAddress, {
+    nodeName: 'edge-b',
+    identifiers: 'ipv4=127.0.0.3&host=edge-b',
+    allowList: AllowList.parse(`127.0.0.1:${targetB.port}`),
+  });
   await waitFor('both agents', () => server.tunnel.registry.agentCount === 2);
   for (const [host, port, want] of [
     ['edge-a', targetA.port, 'served by A'],
@@ -195,11 +205,13 @@ test('an agent whose certificate comes from another CA, or that has none, is ref
   const [err] = (await once(socket, 'error')) as [Error];
   assert.match(err.message, /alert certificate required/);
   socket.destroy();
-  await waitFor('the server to log it', () => server.log.find('agent TLS handshake failed').some((r) => /peer did not return a certificate/.test(String(r.fields.error))));
+  await waitFor('the server to log it', () =>
+    server.log.find('agent TLS handshake failed').some((r) => /peer did not return a certificate/.test(String(r.fields.error))),
+  );
   assert.equal(server.tunnel.registry.agentCount, 0);
 });
 
-test('a garbage message ends only that agent\'s call, with INTERNAL; others keep working', async (t) => {
+test("a garbage message ends only that agent's call, with INTERNAL; others keep working", async (t) => {
   const h = harness(t);
   const pki = testPKI();
   const echo = await startEchoServer(h);
@@ -246,7 +258,7 @@ test('unknown packet types are logged and ignored; the stream keeps working', as
   await assert.rejects(dialing, { code: 'YT_ERR_DIAL_FAILED' });
 });
 
-test('when an agent\'s stream ends, its pending dials fail at once and its connections close', async (t) => {
+test("when an agent's stream ends, its pending dials fail at once and its connections close", async (t) => {
   const h = harness(t);
   const server = await startServer(h);
   const agent = upstreamAgent(h, server.agentAddress);
@@ -383,7 +395,7 @@ test('rapid pings on an idle connection get exactly one GOAWAY too_many_pings; t
   await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });
 
-test('pings at the policy\'s pace are fine', async (t) => {
+test("pings at the policy's pace are fine", async (t) => {
   const h = harness(t);
   const pki = testPKI();
   const server = await startServer(h, { endpoint: { minPingIntervalMs: 100 } });
@@ -401,7 +413,7 @@ test('pings at the policy\'s pace are fine', async (t) => {
   assert.equal(goaway, false);
 });
 
-test('a silent agent link is dropped by the server\'s keepalive; a silent server link by the agent\'s', async (t) => {
+test("a silent agent link is dropped by the server's keepalive; a silent server link by the agent's", async (t) => {
   const h = harness(t);
   const server = await startServer(h, { endpoint: { keepaliveTimeMs: 200, keepaliveTimeoutMs: 300 } });
   const relay = await startRelay(h, Number(server.agentAddress.split(':')[1]));
@@ -535,11 +547,14 @@ test('an agent that does not read while provoking control packets is cut off, no
   await closed;
   assert.equal(agent.call.rstCode, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
   assert.equal(server.endpoint.refusals.unread_control, 1);
-  assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/);
+  assert.match(
+    String(server.log.find('agent disconnected')[0]?.fields.reason),
+    /^the peer does not read: \d+ bytes of control packets wait to be written \(limit 65536\)$/,
+  );
   await waitFor('the agent gone', () => server.tunnel.registry.agentCount === 0);
 });
 
-test('an agent sending packets for connections it does not hold is cut off past the limit and told why; another agent\'s traffic goes on', async (t) => {
+test("an agent sending packets for connections it does not hold is cut off past the limit and told why; another agent's traffic goes on", async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const server = await startServer(h, { tunnel: { maxUnknownPacketsPerAgent: 300 } });
@@ -568,7 +583,10 @@ test('an agent sending packets for connections it does not hold is cut off past 
   }
   assert.equal(server.tunnel.registry.agentCount, 2, 'at the limit the agent stays');
   bad.send({ type: 'DATA', connectID: 1n, error: '', data: Buffer.from('x') });
-  const trailers = await Promise.race([bad.trailers, sleep(10_000, undefined, { ref: false }).then(() => assert.fail('the agent was not cut off within 10 s'))]);
+  const trailers = await Promise.race([
+    bad.trailers,
+    sleep(10_000, undefined, { ref: false }).then(() => assert.fail('the agent was not cut off within 10 s')),
+  ]);
   assert.equal(trailers['grpc-status'], '8', 'RESOURCE_EXHAUSTED');
   assert.equal(
     decodeURIComponent(String(trailers['grpc-message'])),
@@ -577,7 +595,10 @@ test('an agent sending packets for connections it does not hold is cut off past 
   );
   await waitFor('the bad agent gone', () => server.tunnel.registry.agentCount === 1);
   const cutOff = await registry.getSingleMetric('yurttunnel_server_agent_streams_cut_off_total')!.get();
-  assert.deepEqual(cutOff.values.map((v) => [v.labels.reason, v.value]), [['unknown_connection_packets', 1]]);
+  assert.deepEqual(
+    cutOff.values.map((v) => [v.labels.reason, v.value]),
+    [['unknown_connection_packets', 1]],
+  );
   assert.equal(server.log.find('agent cut off').length, 1);
   assert.ok(server.log.find('packet for a connection the agent does not hold').length <= 5, 'a few lines, not one per packet');
 

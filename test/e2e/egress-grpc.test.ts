@@ -22,7 +22,10 @@ const fixture = kubeAPIServerFixture<{ proxyStreams: { http2RequestHeaders?: [st
 const RECORDED_HEADERS = fixture[0]!.proxyStreams[0]!.http2RequestHeaders!;
 
 /** A ProxyService stream opened with kube-apiserver's recorded headers, `<scratch>/egress.sock` filled in. */
-function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {
+function recordedCall(
+  h: Harness,
+  path: string,
+): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {
   const session = http2.connect('http://localhost', { createConnection: () => connect(path) });
   session.on('error', () => {});
   h.defer(() => session.destroy());
@@ -69,7 +72,7 @@ async function startEgress(h: Harness, dialRequestTimeoutMs?: number): Promise<{
   return { path, server };
 }
 
-test('kube-apiserver\'s recorded headers (:authority = the socket path): dial, 16 MiB echo byte-exact, CLOSE_REQ answered with CLOSE_RSP', async (t) => {
+test("kube-apiserver's recorded headers (:authority = the socket path): dial, 16 MiB echo byte-exact, CLOSE_REQ answered with CLOSE_RSP", async (t) => {
   const h = harness(t);
   const { path } = await startEgress(h);
   const echo = await startEchoServer(h);
@@ -136,7 +139,10 @@ test('a dial to an address no agent serves fails at once with a DIAL_RSP naming 
   const { closedPort } = await import('../support/tunnel.js');
   refused.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${await closedPort()}`, random: 43n });
   const r2 = await refused.next();
-  assert.ok(r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error), JSON.stringify(r2, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)));
+  assert.ok(
+    r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error),
+    JSON.stringify(r2, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)),
+  );
 });
 
 test('a grpc-js ProxyService client: dial, echo, CLOSE_REQ', async (t) => {

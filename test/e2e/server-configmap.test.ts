@@ -74,7 +74,13 @@ describe('server ConfigMap, live', { skip }, () => {
 
   /** Through the insecure master port to the node's port `metaPort` (reached only as a localhost-proxy port). */
   async function loopbackCall(): Promise<Answer> {
-    const req = httpRequest({ host: '127.0.0.1', port: server.master.address('insecure').port, path: '/metrics', headers: { Host: `edge-1:${metaPort}` }, agent: false });
+    const req = httpRequest({
+      host: '127.0.0.1',
+      port: server.master.address('insecure').port,
+      path: '/metrics',
+      headers: { Host: `edge-1:${metaPort}` },
+      agent: false,
+    });
     req.end();
     const [res] = (await once(req, 'response')) as [IncomingMessage];
     let body = '';
@@ -125,7 +131,10 @@ describe('server ConfigMap, live', { skip }, () => {
     assert.deepEqual([...config.localhostProxyPorts], []);
     assert.equal((await loopbackCall()).status, 502, 'the node address has nothing on that port');
     assert.equal((await plainCall()).status, 502);
-    assert.equal(log.find('server ConfigMap entry skipped').filter((r) => r.fields.problem === 'http-proxy-ports: "bogus" is not a port (1-65535); skipped').length, 1);
+    assert.equal(
+      log.find('server ConfigMap entry skipped').filter((r) => r.fields.problem === 'http-proxy-ports: "bogus" is not a port (1-65535); skipped').length,
+      1,
+    );
 
     // Updated: the plain port is an http-proxy port, so the far end is plain HTTP.
     config = await setConfigMap({ 'localhost-proxy-ports': '', 'http-proxy-ports': `bogus,${plainPort}` });

@@ -130,10 +130,12 @@ export function startAgent(h: Harness, serverAddress: string, opts: TestAgentOpt
   const pki = testPKI();
   const identifiers = opts.identifiers ?? `ipv4=127.0.0.1&host=${opts.nodeName}`;
   // Issued only when the test brings none: each costs an RSA key.
-  const tls = opts.tls ?? ((): ServerConnectionOptions['tls'] => {
-    const cert = pki.agent(opts.nodeName, identifiers);
-    return { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
-  })();
+  const tls =
+    opts.tls ??
+    ((): ServerConnectionOptions['tls'] => {
+      const cert = pki.agent(opts.nodeName, identifiers);
+      return { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+    })();
   const log = new MemoryLogger(3);
   const clients = new ClientSet({
     connection: {
