@@ -105,7 +105,7 @@ const RATE_LOG_INTERVAL_MS = 5000;
 function peerCertSubject(session: Http2Session | undefined): string {
   const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
   if (!cert?.subject) return '';
-  return `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+  return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
 /** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
