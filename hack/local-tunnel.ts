@@ -101,6 +101,24 @@ export async function issueAgentCertificate(certDir: string, nodeName: string, o
   if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
 }
 
+/**
+ * The server's command line in local mode on loopback: its own CA in `certDir`,
+ * the agent port given (0: any), the CONNECT proxier on `udsPath`, and the
+ * master and meta ports on free ports (their numbers are in the "started" line).
+ */
+export function localServerFlags(opts: { certDir: string; agentPort?: number; udsPath: string }): string[] {
+  // prettier-ignore
+  return [
+    '--cert-dir', opts.certDir,
+    '--bind-address', '127.0.0.1',
+    '--tunnel-agent-connect-port', String(opts.agentPort ?? 0),
+    '--interceptor-proxier-uds', opts.udsPath,
+    '--secure-port', '0',
+    '--insecure-port', '0',
+    '--meta-port', '0',
+  ];
+}
+
 export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<LocalTunnel> {
   const nodeName = opts.nodeName ?? 'edge-1';
   const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-'));
@@ -125,23 +143,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     const started = await startProcess(
       children,
       SERVER_BIN,
-      [
-        '--cert-dir',
-        certDir,
-        '--bind-address',
-        '127.0.0.1',
-        '--tunnel-agent-connect-port',
-        String(agentPort),
-        '--interceptor-proxier-uds',
-        udsPath,
-        '--secure-port',
-        '0',
-        '--insecure-port',
-        '0',
-        '--meta-port',
-        '0',
-        ...(opts.serverArgs ?? []),
-      ],
+      [...localServerFlags({ certDir, agentPort, udsPath }), ...(opts.serverArgs ?? [])],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
       { nodeArgs: opts.serverNodeArgs, env: opts.serverEnv },

@@ -21,6 +21,7 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { connectVia, roundTrip, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
 import { autoApprove, controlPlaneSkipReason, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -215,20 +216,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const server = startProcess(h, SERVER_BIN, [
       '--kube-config',
       cp.adminKubeconfig,
-      '--cert-dir',
-      join(dir, 'server-pki'),
-      '--bind-address',
-      '127.0.0.1',
-      '--tunnel-agent-connect-port',
-      '0',
-      '--secure-port',
-      '0',
-      '--insecure-port',
-      '0',
-      '--meta-port',
-      '0',
-      '--interceptor-proxier-uds',
-      join(dir, 'proxier.sock'),
+      ...localServerFlags({ certDir: join(dir, 'server-pki'), udsPath: join(dir, 'proxier.sock') }),
       '--egress-selector-enable',
       '--egress-selector-mode',
       'grpc',

@@ -18,6 +18,7 @@ import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../s
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 import { egressDial } from '../support/egress-client.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const bins = findKonnectivity();
 const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
@@ -95,25 +96,7 @@ async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServ
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
   const agentPort = await closedPort();
-  const proc = startProcess(h, SERVER_BIN, [
-    '--cert-dir',
-    certDir,
-    '--bind-address',
-    '127.0.0.1',
-    '--tunnel-agent-connect-port',
-    String(agentPort),
-    '--interceptor-proxier-uds',
-    udsPath,
-    '--secure-port',
-    '0',
-    '--insecure-port',
-    '0',
-    '--meta-port',
-    '0',
-    '--v',
-    '2',
-    ...extra,
-  ]);
+  const proc = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir, agentPort, udsPath }), '--v', '2', ...extra]);
   await proc.waitForLine(/yurt-tunnel-server started/);
   return {
     proc,

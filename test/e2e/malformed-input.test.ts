@@ -18,6 +18,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const LIMIT = { timeout: 120_000 };
 
@@ -103,20 +104,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const egressPath = join(dir, 'egress.sock');
   const agentPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [
-    '--cert-dir',
-    certDir,
-    '--bind-address',
-    '127.0.0.1',
-    '--tunnel-agent-connect-port',
-    String(agentPort),
-    '--interceptor-proxier-uds',
-    udsPath,
-    '--secure-port',
-    '0',
-    '--insecure-port',
-    '0',
-    '--meta-port',
-    '0',
+    ...localServerFlags({ certDir, agentPort, udsPath }),
     '--v',
     '2',
     '--egress-selector-enable',

@@ -20,6 +20,7 @@ import { harness, suiteHarness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, runProcess, SERVER_BIN, startProcess } from '../support/processes.js';
 import { tempDir } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -306,20 +307,7 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
       ...serverArgs,
       '--kube-config',
       await token('yurt-tunnel-server'),
-      '--cert-dir',
-      join(dir, 'server-pki'),
-      '--bind-address',
-      '127.0.0.1',
-      '--tunnel-agent-connect-port',
-      '0',
-      '--secure-port',
-      '0',
-      '--insecure-port',
-      '0',
-      '--meta-port',
-      '0',
-      '--interceptor-proxier-uds',
-      join(dir, 'proxier.sock'),
+      ...localServerFlags({ certDir: join(dir, 'server-pki'), udsPath: join(dir, 'proxier.sock') }),
     ]);
     const started = await server.waitForLine(/yurt-tunnel-server started/, 60_000);
     const agentPort = Number(/agentAddress=127\.0\.0\.1:(\d+)/.exec(started)![1]);

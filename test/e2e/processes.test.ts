@@ -9,6 +9,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 interface Setup {
   dir: string;
@@ -23,24 +24,7 @@ async function setup(h: Harness): Promise<Setup> {
   const udsPath = join(dir, 'proxier.sock');
   const port = await closedPort();
   const startServer = async (): Promise<Proc> => {
-    const p = startProcess(h, SERVER_BIN, [
-      '--cert-dir',
-      join(dir, 'pki'),
-      '--bind-address',
-      '127.0.0.1',
-      '--tunnel-agent-connect-port',
-      String(port),
-      '--interceptor-proxier-uds',
-      udsPath,
-      '--secure-port',
-      '0',
-      '--insecure-port',
-      '0',
-      '--meta-port',
-      '0',
-      '--v',
-      '2',
-    ]);
+    const p = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort: port, udsPath }), '--v', '2']);
     await p.waitForLine(/yurt-tunnel-server started/);
     return p;
   };
