@@ -119,6 +119,20 @@ export function localServerFlags(opts: { certDir: string; agentPort?: number; ud
   ];
 }
 
+/** The agent's command line in local mode on loopback, with the certificate files `issue-agent-cert` wrote to `agentDir`. */
+export function localAgentFlags(opts: { nodeName: string; serverPort: number; agentDir: string }): string[] {
+  // prettier-ignore
+  return [
+    '--node-name', opts.nodeName,
+    '--node-ip', '127.0.0.1',
+    '--tunnelserver-addr', `127.0.0.1:${opts.serverPort}`,
+    '--meta-port', '0',
+    '--ca-file', join(opts.agentDir, 'ca.crt'),
+    '--cert-file', join(opts.agentDir, 'tls.crt'),
+    '--key-file', join(opts.agentDir, 'tls.key'),
+  ];
+}
+
 export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<LocalTunnel> {
   const nodeName = opts.nodeName ?? 'edge-1';
   const dir = mkdtempSync(join(tmpdir(), 'yurt-tunnel-'));
@@ -157,23 +171,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       await startProcess(
         children,
         AGENT_BIN,
-        [
-          '--node-name',
-          nodeName,
-          '--node-ip',
-          '127.0.0.1',
-          '--tunnelserver-addr',
-          `127.0.0.1:${agentPort}`,
-          '--meta-port',
-          '0',
-          '--ca-file',
-          join(agentDir, 'ca.crt'),
-          '--cert-file',
-          join(agentDir, 'tls.crt'),
-          '--key-file',
-          join(agentDir, 'tls.key'),
-          ...(opts.agentArgs ?? []),
-        ],
+        [...localAgentFlags({ nodeName, serverPort: agentPort, agentDir }), ...(opts.agentArgs ?? [])],
         /connected to tunnel server/,
         (t) => opts.onOutput?.('agent', t),
         { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },

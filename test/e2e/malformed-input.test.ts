@@ -18,7 +18,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
-import { localServerFlags } from '../../hack/local-tunnel.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const LIMIT = { timeout: 120_000 };
 
@@ -284,22 +284,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
     agentDir,
   ]);
   assert.equal(issued.code, 0, issued.output);
-  const agent = startProcess(h, AGENT_BIN, [
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--tunnelserver-addr',
-    `127.0.0.1:${agentPort}`,
-    '--meta-port',
-    '0',
-    '--ca-file',
-    join(agentDir, 'ca.crt'),
-    '--cert-file',
-    join(agentDir, 'tls.crt'),
-    '--key-file',
-    join(agentDir, 'tls.key'),
-  ]);
+  const agent = startProcess(h, AGENT_BIN, localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir }));
   await agent.waitForLine(/connected to tunnel server/);
   const echo = await startEchoServer(h);
   const res = await connectVia(udsPath, `127.0.0.1:${echo.port}`);

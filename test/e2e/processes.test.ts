@@ -9,7 +9,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
-import { localServerFlags } from '../../hack/local-tunnel.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 interface Setup {
   dir: string;
@@ -30,20 +30,7 @@ async function setup(h: Harness): Promise<Setup> {
   };
   const startAgent = async (extra: string[] = []): Promise<Proc> => {
     const p = startProcess(h, AGENT_BIN, [
-      '--node-name',
-      'edge-1',
-      '--node-ip',
-      '127.0.0.1',
-      '--tunnelserver-addr',
-      `127.0.0.1:${port}`,
-      '--meta-port',
-      '0',
-      '--ca-file',
-      join(dir, 'agent', 'ca.crt'),
-      '--cert-file',
-      join(dir, 'agent', 'tls.crt'),
-      '--key-file',
-      join(dir, 'agent', 'tls.key'),
+      ...localAgentFlags({ nodeName: 'edge-1', serverPort: port, agentDir: join(dir, 'agent') }),
       '--sync-interval',
       '200ms',
       '--sync-interval-cap',
