@@ -120,11 +120,11 @@ export function localServerFlags(opts: { certDir: string; agentPort?: number; ud
 }
 
 /** The agent's command line in local mode on loopback, with the certificate files `issue-agent-cert` wrote to `agentDir`. */
-export function localAgentFlags(opts: { nodeName: string; serverPort: number; agentDir: string }): string[] {
+export function localAgentFlags(opts: { nodeName: string; nodeIP?: string; serverPort: number; agentDir: string }): string[] {
   // prettier-ignore
   return [
     '--node-name', opts.nodeName,
-    '--node-ip', '127.0.0.1',
+    '--node-ip', opts.nodeIP ?? '127.0.0.1',
     '--tunnelserver-addr', `127.0.0.1:${opts.serverPort}`,
     '--meta-port', '0',
     '--ca-file', join(opts.agentDir, 'ca.crt'),

@@ -18,7 +18,7 @@ import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../s
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 import { egressDial } from '../support/egress-client.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
-import { localServerFlags } from '../../hack/local-tunnel.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const bins = findKonnectivity();
 const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
@@ -234,20 +234,7 @@ test("one Go agent and one of ours on our server: each node's traffic reaches it
   const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
   await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
   const ours = startProcess(h, AGENT_BIN, [
-    '--node-name',
-    'edge-ts',
-    '--node-ip',
-    '127.0.0.3',
-    '--tunnelserver-addr',
-    `127.0.0.1:${server.agentPort}`,
-    '--meta-port',
-    '0',
-    '--ca-file',
-    join(tsDir, 'ca.crt'),
-    '--cert-file',
-    join(tsDir, 'tls.crt'),
-    '--key-file',
-    join(tsDir, 'tls.key'),
+    ...localAgentFlags({ nodeName: 'edge-ts', nodeIP: '127.0.0.3', serverPort: server.agentPort, agentDir: tsDir }),
     '--v',
     '3',
   ]);
@@ -287,22 +274,7 @@ test(
     const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
     const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
     await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
-    startProcess(h, AGENT_BIN, [
-      '--node-name',
-      'edge-ts',
-      '--node-ip',
-      '127.0.0.3',
-      '--tunnelserver-addr',
-      `127.0.0.1:${server.agentPort}`,
-      '--meta-port',
-      '0',
-      '--ca-file',
-      join(tsDir, 'ca.crt'),
-      '--cert-file',
-      join(tsDir, 'tls.crt'),
-      '--key-file',
-      join(tsDir, 'tls.key'),
-    ]);
+    startProcess(h, AGENT_BIN, [...localAgentFlags({ nodeName: 'edge-ts', nodeIP: '127.0.0.3', serverPort: server.agentPort, agentDir: tsDir })]);
     await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
     // Each target sends a little, then resets the connection when the caller speaks.
     const ports = new Map<string, number>();
