@@ -138,7 +138,7 @@ export class TunnelAgent {
     if (opts.nodeName === '') throw new TypeError('a node name is required (--node-name or env NODE_NAME)');
     if (opts.tunnelServerAddr === '' && opts.kubeSource === undefined) {
       throw new TypeError(
-        '--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server\'s agent port, 10262); ' +
+        "--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server's agent port, 10262); " +
           `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
       );
     }
@@ -148,9 +148,7 @@ export class TunnelAgent {
     const identifiers = opts.agentIdentifiers ?? defaultIdentifiers(opts.nodeName, opts.nodeIP);
     checkIdentifiers(identifiers);
     const allowList =
-      opts.allowedDestinations !== undefined
-        ? AllowList.parse(opts.allowedDestinations)
-        : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
+      opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
     const credentials = await agentCredentials(opts);
     const metrics = new AgentMetrics();
     const clients = new ClientSet({

@@ -241,7 +241,7 @@ export class ServerConnection {
     });
     this.call = call;
     session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-    session.on('error', (err) => this.log.verbose(2, 'connection error', { error: err.message }));
+    session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
     session.once('close', () => this.callEnded(call, 'connection closed'));
     const r = this.resume;
     if (r !== undefined) {
@@ -320,7 +320,11 @@ export class ServerConnection {
         ? `the link to tunnel server ${this.identity?.serverID ?? this.address} did not come back within the ${r.windowMs} ms resume window`
         : `tunnel server ${this.identity?.serverID ?? this.address} no longer holds this agent's session`;
     this.opts.metrics?.sessionExpired(why);
-    this.log.warn('session with the tunnel server expired; closing its connections', { serverID: this.identity?.serverID, reason: why, connections: this.conns.size });
+    this.log.warn('session with the tunnel server expired; closing its connections', {
+      serverID: this.identity?.serverID,
+      reason: why,
+      connections: this.conns.size,
+    });
     this.close(message, new AgentLostError(message));
   }
 
@@ -394,7 +398,8 @@ export class ServerConnection {
       case 'CLOSE_REQ': {
         const conn = this.conns.get(p.connectID);
         // With an error (our server's extension) the caller's side failed: the target is reset, not closed.
-        if (conn !== undefined) conn.remoteClose(p.error ? new ConnectionClosedError(`tunnel server ${this.address} ended the connection with an error: ${p.error}`) : undefined);
+        if (conn !== undefined)
+          conn.remoteClose(p.error ? new ConnectionClosedError(`tunnel server ${this.address} ended the connection with an error: ${p.error}`) : undefined);
         else if (!this.conns.isTombstoned(p.connectID)) {
           this.send({ type: 'CLOSE_RSP', connectID: p.connectID, error: 'Unknown connectID' });
         }

@@ -192,8 +192,7 @@ function identityFrom(t: DialTarget, raw: string[]): ServerIdentity | ServerConn
   if (ids.length !== 1 || ids[0] === '' || Number.isNaN(serverCount)) {
     return new ServerConnectionError(
       'YT_ERR_BAD_HEADERS',
-      `tunnel server ${t.address} sent no usable serverid/servercount headers ` +
-        `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
+      `tunnel server ${t.address} sent no usable serverid/servercount headers ` + `(serverid=${JSON.stringify(ids)}, servercount=${JSON.stringify(counts)})`,
     );
   }
   const serverWindow = t.connWindow > 0 ? parseConnWindow(metadataValues(raw, CONN_WINDOW_HEADER)) : undefined;

@@ -31,10 +31,7 @@ export interface CertificateTemplate {
 /** Where new certificates come from (pkg/kube's CsrSigner). */
 export interface CertificateSource {
   readonly description: string;
-  sign(
-    req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number },
-    signal?: AbortSignal,
-  ): Promise<string>;
+  sign(req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number }, signal?: AbortSignal): Promise<string>;
 }
 
 export interface CertificateManagerOptions {
@@ -188,6 +185,7 @@ export class CertificateManager {
           },
           this.abort.signal,
         );
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run while we waited
         if (this.stopped) return;
         const pair = { cert, key };
         const path = await this.opts.store.save(pair);
@@ -204,6 +202,7 @@ export class CertificateManager {
         // The wanted names may have changed while we waited for the signer.
         if (templateMismatch(summary, this.opts.template()) === undefined) return;
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run while we waited
         if (this.stopped) return;
         const delay = this.backoff.next();
         this.log.warn('could not obtain a certificate; retrying', { error: errorMessage(err), retryInMs: Math.round(delay) });

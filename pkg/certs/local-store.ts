@@ -182,7 +182,7 @@ export async function writeAgentCertificate(opts: {
     throw new ConfigError(
       'YT_ERR_CERT_DIR',
       `no CA in ${opts.certDir} (${CA_CERT_FILE}, ${CA_KEY_FILE}); start yurt-tunnel-server with --cert-dir ${opts.certDir} once, ` +
-        'or point --cert-dir at the server\'s certificate directory',
+        "or point --cert-dir at the server's certificate directory",
     );
   }
   const unreadable = unreadableByGo(ca.cert);

@@ -47,7 +47,7 @@ export class PemFileStore {
       return { kind: 'unusable', path, problem: 'does not hold a PEM certificate and a PEM private key' };
     }
     try {
-      const x509 = new X509Certificate(certs[0]!);
+      const x509 = new X509Certificate(certs[0]);
       if (!x509.checkPrivateKey(createPrivateKey(key))) return { kind: 'unusable', path, problem: 'the private key does not match the certificate' };
     } catch (err: unknown) {
       return { kind: 'unusable', path, problem: `cannot parse: ${errorMessage(err)}` };

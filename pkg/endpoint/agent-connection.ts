@@ -48,7 +48,7 @@ export class AgentConnection {
     private readonly opts: AgentConnectionOptions,
   ) {
     this.pings = new PingPolicy({ minTimeMs: opts.minPingIntervalMs });
-    this.remoteAddress = remoteOf(session.socket as TLSSocket);
+    this.remoteAddress = remoteOf(session.socket);
     try {
       session.setLocalWindowSize(opts.connectionWindowSize);
     } catch (err: unknown) {

@@ -118,7 +118,7 @@ const RATE_LOG_INTERVAL_MS = 5000;
 function peerCertSubject(session: Http2Session | undefined): string {
   const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
   if (!cert?.subject) return '';
-  return `CN=${cert.subject.CN ?? ''}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+  return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
 /** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
@@ -337,8 +337,7 @@ export class AgentEndpoint {
       }
     }
     // Flow control only when the agent announced its window and we offer one.
-    const flow =
-      meta.agentWindow !== undefined && this.opts.connWindow > 0 ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow } : undefined;
+    const flow = meta.agentWindow !== undefined && this.opts.connWindow > 0 ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow } : undefined;
     // Headers go out at once, before any packet: agents block reading them.
     const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);

@@ -71,7 +71,8 @@ export class EgressStream {
     this.call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.onCallClosed(reason) });
     const timeoutMs = this.opts.dialRequestTimeoutMs ?? DIAL_REQUEST_TIMEOUT_MS;
     this.dialRequestTimer = setTimeout(() => {
-      if (this.state === 'awaiting-dial') this.close({ kind: 'refused', code: GrpcStatus.DEADLINE_EXCEEDED, message: `no DIAL_REQ within ${timeoutMs} ms of the stream opening` });
+      if (this.state === 'awaiting-dial')
+        this.close({ kind: 'refused', code: GrpcStatus.DEADLINE_EXCEEDED, message: `no DIAL_REQ within ${timeoutMs} ms of the stream opening` });
     }, timeoutMs);
     this.dialRequestTimer.unref();
   }
@@ -99,7 +100,11 @@ export class EgressStream {
         return;
       case 'CLOSE_REQ':
         if (this.conn !== undefined && p.connectID !== this.conn.connectID) {
-          this.close({ kind: 'refused', code: GrpcStatus.INVALID_ARGUMENT, message: `CLOSE_REQ for connectID ${p.connectID} which this stream does not carry` });
+          this.close({
+            kind: 'refused',
+            code: GrpcStatus.INVALID_ARGUMENT,
+            message: `CLOSE_REQ for connectID ${p.connectID} which this stream does not carry`,
+          });
           return;
         }
         this.close({ kind: 'closed', why: 'the client asked (CLOSE_REQ)', error: '' });
@@ -156,9 +161,7 @@ export class EgressStream {
     });
     conn.once('end', () => this.close({ kind: 'closed', why: 'the far end closed', error: '' }));
     conn.on('error', (err: Error) => this.close({ kind: 'closed', why: 'the tunnel connection failed', error: errorMessage(err) }));
-    conn.once('close', () =>
-      this.close({ kind: 'closed', why: 'the tunnel connection closed', error: conn.readableEnded ? '' : 'closed before its end' }),
-    );
+    conn.once('close', () => this.close({ kind: 'closed', why: 'the tunnel connection closed', error: conn.readableEnded ? '' : 'closed before its end' }));
   }
 
   /**
@@ -211,7 +214,11 @@ export class EgressStream {
       });
     }
     if (error === '') this.call.end(GrpcStatus.OK, '', why);
-    else this.call.end(GrpcStatus.UNAVAILABLE, `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`);
+    else
+      this.call.end(
+        GrpcStatus.UNAVAILABLE,
+        `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`,
+      );
   }
 
   private onCallClosed(reason: string): void {

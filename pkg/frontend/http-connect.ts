@@ -197,6 +197,7 @@ export class HttpConnectServer {
     socket.write(CONNECTION_ESTABLISHED);
     for (const chunk of pendingChunks) conn.write(chunk);
     // A client that half-closed during the dial will not end the pipe itself.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the 'end' listener during the dial
     if (clientEnded || socket.readableEnded) conn.end();
     splice(socket, conn);
   }

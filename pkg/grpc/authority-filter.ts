@@ -30,7 +30,6 @@ const MAX_FRAME_READ = 16 * 1024 * 1024;
 const VALID_AUTHORITY = /^[A-Za-z0-9\-._~!$&'()*+,;=:%[\]@]*$/;
 export const REPLACEMENT_AUTHORITY = 'localhost';
 
-
 function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
   const head = Buffer.alloc(FRAME_HEADER);
   head.writeUIntBE(payload.length, 0, 3);

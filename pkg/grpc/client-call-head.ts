@@ -6,7 +6,12 @@ import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, Outgoi
 import { describeGrpcStatus } from './status.js';
 
 /** Opens a streaming call to `path` with `metadata` (throws if the session cannot open streams). */
-export function startCall(session: ClientHttp2Session, path: string, metadata: Readonly<Record<string, string | string[]>>, userAgent: string): ClientHttp2Stream {
+export function startCall(
+  session: ClientHttp2Session,
+  path: string,
+  metadata: Readonly<Record<string, string | string[]>>,
+  userAgent: string,
+): ClientHttp2Stream {
   const headers: OutgoingHttpHeaders = {
     ':method': 'POST',
     ':path': path,

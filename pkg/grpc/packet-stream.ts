@@ -174,9 +174,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (this.controlQueued + size > this.controlBufferLimit) {
       this.onControlRefused?.();
       this.log?.warn('the peer does not read its call; cutting it off', { queuedControlBytes: this.controlQueued, packetType: packet.type });
-      this.onOverloaded(
-        `the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`,
-      );
+      this.onOverloaded(`the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`);
       return false;
     }
     this.controlQueued += size;

@@ -50,6 +50,7 @@ export class ServerPacketCall extends GrpcPacketStream {
 
   private closeReason(): string {
     const code = this.serverStream.rstCode;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when the stream closed without a reset, whatever @types/node says
     if (code !== undefined && code !== 0) return `stream reset (HTTP/2 error code ${code})`;
     return this.serverStream.session?.destroyed ? 'connection closed' : 'stream closed';
   }

@@ -322,21 +322,31 @@ export class MasterServer {
     const socket = req.socket;
     this.responding.add(socket);
     res.once('close', () => this.responding.delete(socket));
-    this.guarded('request', req, (message) => {
-      if (res.headersSent) {
-        res.destroy();
-        return;
-      }
-      res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
-      res.end(message + '\n');
-    }, () => this.handleRequest(req, res, tls));
+    this.guarded(
+      'request',
+      req,
+      (message) => {
+        if (res.headersSent) {
+          res.destroy();
+          return;
+        }
+        res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+        res.end(message + '\n');
+      },
+      () => this.handleRequest(req, res, tls),
+    );
   }
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
-    this.guarded('upgrade', req, (message) => {
-      if (socket.destroyed) return;
-      socket.end(errorResponse(500, message));
-    }, () => this.handleUpgrade(req, socket, head, tls));
+    this.guarded(
+      'upgrade',
+      req,
+      (message) => {
+        if (socket.destroyed) return;
+        socket.end(errorResponse(500, message));
+      },
+      () => this.handleUpgrade(req, socket, head, tls),
+    );
   }
 
   private handleRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {

@@ -3,13 +3,7 @@
 // --apiserver-addr); the in-cluster environment; and, for the agent, the
 // kubelet's own kubeconfig. Everything else in pkg/kube takes a KubeClient.
 
-import {
-  CertificatesV1Api,
-  CoordinationV1Api,
-  CoreV1Api,
-  KubeConfig,
-  Watch,
-} from '@kubernetes/client-node';
+import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { describeSource, type KubeConfigSource } from './config-source.js';
 import { ConfigError, errorMessage } from '../protocol/errors.js';
 
@@ -64,7 +58,6 @@ function loadConfig(source: KubeConfigSource): KubeConfig {
   }
   return kc;
 }
-
 
 /** Builds the clients; throws naming the source when the configuration cannot be read. */
 export function createKubeClient(source: KubeConfigSource): KubeClient {

@@ -34,7 +34,6 @@ export interface CsrSignerOptions {
   logger: Logger;
 }
 
-
 export class CsrSigner {
   private readonly pollMs: number;
   private readonly remindMs: number;

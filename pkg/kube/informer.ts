@@ -61,10 +61,9 @@ const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 800, factor: 2, jitter: 1, 
 /** Watches are asked to end after 5–10 minutes, as client-go's reflector does, so a silently dead one is replaced. */
 const WATCH_TIMEOUT_MIN_S = 300;
 
-
 export function objectKey(obj: KubeObject): string {
   const meta = obj.metadata ?? {};
-  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : meta.name ?? '';
+  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : (meta.name ?? '');
 }
 
 export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
@@ -150,10 +149,12 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     while (!this.stopped) {
       try {
         if (this.resourceVersion === undefined) await this.relist();
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         const sawEvents = await this.watchOnce();
         if (sawEvents) failures = 0;
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         if (isGone(err)) {
           this.log.verbose(2, 'watch expired (410 Gone): listing again', { resourceVersion: this.resourceVersion });
@@ -212,6 +213,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         settled = true;
         this.abortWatch = undefined;
         if (err === null || err === undefined || this.stopped) resolve(sawEvents);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the watch's own error, passed on as it came
         else reject(err);
       };
       const query = {
@@ -242,13 +244,10 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         }
         this.apply(type, obj as Raw);
       };
-      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then(
-        (c) => {
-          controller = c;
-          if (settled || this.stopped) c.abort();
-        },
-        finish,
-      );
+      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then((c) => {
+        controller = c;
+        if (settled || this.stopped) c.abort();
+      }, finish);
     });
   }
 

@@ -49,6 +49,7 @@ export class ServerConfigSource {
     this.informer.addHandler({
       add: (cm) => this.apply(cm.data ?? {}, 'added'),
       update: (_old, cm) => this.apply(cm.data ?? {}, 'updated'),
+      // eslint-disable-next-line prefer-spread -- our apply(), not Function.prototype.apply
       delete: () => this.apply(undefined, 'deleted'),
     });
   }

@@ -72,6 +72,7 @@ export class WorkQueue {
         await this.opts.sync(key);
         this.failures.delete(key);
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the sync
         if (!this.stopped) this.retry(key, err);
       }
     }

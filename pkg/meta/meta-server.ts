@@ -14,8 +14,8 @@ import { asError, errorMessage } from '../protocol/errors.js';
 /** A readiness check: undefined when ready, else why not. */
 export type ReadyCheck = () => string | undefined;
 
-/** A debug route: the query, and what to answer as JSON (or an error status). */
-export type DebugRoute = (query: URLSearchParams) => unknown | Promise<unknown>;
+/** A debug route: the query, and what to answer as JSON, or a promise of it (or an error status). */
+export type DebugRoute = (query: URLSearchParams) => unknown;
 
 /** A route that writes its own answer (profiles, heap snapshots). */
 export type RawRoute = (req: IncomingMessage, res: ServerResponse, query: URLSearchParams) => void | Promise<void>;

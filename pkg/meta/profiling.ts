@@ -67,7 +67,7 @@ export const heapSnapshot: RawRoute = (_req: IncomingMessage, res: ServerRespons
     session.connect();
     try {
       res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Disposition': 'attachment; filename="yurt-tunnel.heapsnapshot"' });
-      session.on('HeapProfiler.addHeapSnapshotChunk', (m) => res.write((m.params as { chunk: string }).chunk));
+      session.on('HeapProfiler.addHeapSnapshotChunk', (m) => res.write(m.params.chunk));
       await post(session, 'HeapProfiler.takeHeapSnapshot', { reportProgress: false });
       res.end();
     } finally {

@@ -29,9 +29,9 @@ const SHRINK_ABOVE = 1024;
 
 export class ResendBuffer {
   /** connectID of a DATA entry; undefined for a control packet. */
-  private ids: Array<bigint | undefined> = new Array(INITIAL_CAPACITY);
+  private ids: Array<bigint | undefined> = new Array<bigint | undefined>(INITIAL_CAPACITY);
   /** The payload of a DATA entry, or the control packet. */
-  private items: Array<Buffer | KnownPacket | undefined> = new Array(INITIAL_CAPACITY);
+  private items: Array<Buffer | KnownPacket | undefined> = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
   /** Ring position of the oldest entry. */
   private head = 0;
   private count = 0;
@@ -122,8 +122,8 @@ export class ResendBuffer {
     }
     // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
     if (this.count === 0 && capacity > SHRINK_ABOVE) {
-      this.ids = new Array(INITIAL_CAPACITY);
-      this.items = new Array(INITIAL_CAPACITY);
+      this.ids = new Array<bigint | undefined>(INITIAL_CAPACITY);
+      this.items = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
       this.head = 0;
     }
   }
@@ -160,8 +160,8 @@ export class ResendBuffer {
   /** Lets every packet go (the session is over). Sequence numbers go on from where they were. */
   clear(): void {
     this.base = this.next;
-    this.ids = new Array(INITIAL_CAPACITY);
-    this.items = new Array(INITIAL_CAPACITY);
+    this.ids = new Array<bigint | undefined>(INITIAL_CAPACITY);
+    this.items = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
     this.head = 0;
     this.count = 0;
     this.data = 0;
@@ -184,8 +184,8 @@ export class ResendBuffer {
   /** Doubles the ring, oldest entry first. */
   private grow(): void {
     const capacity = this.items.length;
-    const ids: Array<bigint | undefined> = new Array(capacity * 2);
-    const items: Array<Buffer | KnownPacket | undefined> = new Array(capacity * 2);
+    const ids = new Array<bigint | undefined>(capacity * 2);
+    const items = new Array<Buffer | KnownPacket | undefined>(capacity * 2);
     for (let k = 0; k < this.count; k++) {
       const i = (this.head + k) % capacity;
       ids[k] = this.ids[i];

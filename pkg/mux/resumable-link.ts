@@ -280,6 +280,7 @@ export class ResumableLink implements PacketLink {
       const waiting = this.waitingForAck;
       this.waitingForAck = [];
       for (const cb of waiting) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a released writer may fill the buffer again
         if (this.buffer.full) this.waitingForAck.push(cb);
         else cb();
       }

@@ -61,5 +61,6 @@ export function tlsRefusal(err: Error, socket: TLSSocket): { reason: 'tls_handsh
   // Node destroys a socket whose client certificate fails verification and
   // reports only "socket hang up"; the verification result is kept here.
   const why = socket.authorizationError;
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- null or undefined when the certificate passed, whatever @types/node says
   return { reason: 'tls_error', error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err) };
 }

@@ -11,13 +11,7 @@
 // are skipped, and the payload used is the one that matches `type`.
 
 import { InternalError, ProtocolError } from './errors.js';
-import {
-  PACKET_TYPE_NUMBERS,
-  packetTypeName,
-  type DataPacket,
-  type KnownPacket,
-  type Packet,
-} from './packet.js';
+import { PACKET_TYPE_NUMBERS, packetTypeName, type DataPacket, type KnownPacket, type Packet } from './packet.js';
 
 const WIRE_VARINT = 0;
 const WIRE_FIXED64 = 1;
@@ -55,10 +49,7 @@ const INT64_MAX = (1n << 63n) - 1n;
 // ---------------------------------------------------------------- encoding
 
 /** A field to write: varint (int64/enum), string or bytes. Defaults are omitted, as proto3 does. */
-type Field =
-  | { no: number; kind: 'int64'; value: bigint }
-  | { no: number; kind: 'string'; value: string }
-  | { no: number; kind: 'bytes'; value: Buffer };
+type Field = { no: number; kind: 'int64'; value: bigint } | { no: number; kind: 'string'; value: string } | { no: number; kind: 'bytes'; value: Buffer };
 
 function varintSize(v: bigint): number {
   let u = BigInt.asUintN(64, v);

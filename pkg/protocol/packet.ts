@@ -105,9 +105,7 @@ export type KnownPacket =
 
 export type Packet = KnownPacket | UnknownPacket;
 
-const NAMES_BY_NUMBER: ReadonlyMap<number, PacketTypeName> = new Map(
-  Object.entries(PACKET_TYPE_NUMBERS).map(([name, n]) => [n, name as PacketTypeName]),
-);
+const NAMES_BY_NUMBER: ReadonlyMap<number, PacketTypeName> = new Map(Object.entries(PACKET_TYPE_NUMBERS).map(([name, n]) => [n, name as PacketTypeName]));
 
 export function packetTypeName(typeNumber: number): PacketTypeName | undefined {
   return NAMES_BY_NUMBER.get(typeNumber);

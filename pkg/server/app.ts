@@ -157,10 +157,16 @@ export class TunnelServer {
     if (cluster !== undefined) followServingRotations(cluster, certs, files, agentEndpoint, master);
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
-    const meta = metaFor(tunnel, serverID, cluster, {
-      listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
-      shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
-    }, opts);
+    const meta = metaFor(
+      tunnel,
+      serverID,
+      cluster,
+      {
+        listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
+        shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
+      },
+      opts,
+    );
     // After a flood of connections, their memory goes back at once instead of when V8 next needs room.
     const afterFlood = new GarbageAfterFlood({
       openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),

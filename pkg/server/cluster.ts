@@ -52,7 +52,10 @@ async function clusterCA(client: KubeClient): Promise<string> {
   if (cluster?.caFile !== undefined && cluster.caFile !== '') {
     return readPemFile(cluster.caFile, { namedBy: `the cluster CA named by ${describeSource(client.source)}` });
   }
-  throw new ConfigError('YT_ERR_KUBECONFIG', `${describeSource(client.source)} has no certificate-authority for the cluster; agents and callers cannot be verified`);
+  throw new ConfigError(
+    'YT_ERR_KUBECONFIG',
+    `${describeSource(client.source)} has no certificate-authority for the cluster; agents and callers cannot be verified`,
+  );
 }
 
 export class ClusterServices {

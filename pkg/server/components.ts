@@ -87,7 +87,13 @@ export function frontendsFor(tunnel: Tunnel, nodeNameOf: NodeNameOf, opts: Serve
  * socket's EOF. In cluster mode a rotated proxy-client certificate is used
  * from the next connection on (unless --proxy-client-cert-file pins one).
  */
-export function kubeletConnectorFor(tunnel: Tunnel, certs: ServerCertificates, files: ServerFiles, cluster: ClusterServices | undefined, opts: ServerOptions): KubeletConnector {
+export function kubeletConnectorFor(
+  tunnel: Tunnel,
+  certs: ServerCertificates,
+  files: ServerFiles,
+  cluster: ClusterServices | undefined,
+  opts: ServerOptions,
+): KubeletConnector {
   let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
   if (cluster !== undefined && files.proxyClient === undefined) {
     cluster.proxyClient.onRotated((pair) => {
@@ -114,11 +120,7 @@ export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
   return new MasterServer({
     secure: { host: opts.bindAddress, port: opts.securePort, cert: p.certs.server.cert, key: p.certs.server.key, clientCA: p.files.clientCA ?? p.certs.ca },
     insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
-    middleware: [
-      traceRequest(p.resolver, log),
-      localhostProxy(() => settings().localhostProxyPorts, p.resolver),
-      masterPortTLS(() => settings().mappings),
-    ],
+    middleware: [traceRequest(p.resolver, log), localhostProxy(() => settings().localhostProxyPorts, p.resolver), masterPortTLS(() => settings().mappings)],
     interceptor: new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf }),
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
@@ -128,7 +130,13 @@ export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
 }
 
 /** Rotated serving certificates go into the listeners in place: new handshakes use them, open connections stay. */
-export function followServingRotations(cluster: ClusterServices, certs: ServerCertificates, files: ServerFiles, endpoint: AgentEndpoint, master: MasterServer): void {
+export function followServingRotations(
+  cluster: ClusterServices,
+  certs: ServerCertificates,
+  files: ServerFiles,
+  endpoint: AgentEndpoint,
+  master: MasterServer,
+): void {
   const clientCA = files.clientCA ?? certs.ca;
   cluster.serving.onRotated((pair) => {
     endpoint.setTLS({ cert: pair.cert, key: pair.key, ca: certs.ca });

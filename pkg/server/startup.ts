@@ -25,7 +25,7 @@ export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles>
   if (opts.egressSelector !== undefined && opts.egressSelector.uds === opts.interceptorProxierUDS) {
     throw new TypeError(`--egress-selector-uds and --interceptor-proxier-uds are both ${opts.interceptorProxierUDS}; give each its own socket`);
   }
-  if ((opts.proxyClientCertFile ?? '') === '' !== ((opts.proxyClientKeyFile ?? '') === '')) {
+  if (((opts.proxyClientCertFile ?? '') === '') !== ((opts.proxyClientKeyFile ?? '') === '')) {
     throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
   }
   const [clientCA, proxyCert, proxyKey, kubeletCA] = await Promise.all([

@@ -90,7 +90,7 @@ export class SessionTable<V> {
   private readonly maxSuspendedPerAgent: number;
 
   constructor(opts: SessionTableOptions<V>) {
-    this.onExpire = opts.onExpire;
+    this.onExpire = (session) => opts.onExpire(session);
     this.maxSuspendedPerAgent = opts.maxSuspendedPerAgent ?? 4;
     if (!Number.isInteger(this.maxSuspendedPerAgent) || this.maxSuspendedPerAgent < 1) {
       throw new TypeError(`maxSuspendedPerAgent must be a positive integer, got ${this.maxSuspendedPerAgent}`);

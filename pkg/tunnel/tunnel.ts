@@ -112,8 +112,7 @@ export class Tunnel {
    * rejects with a DialError whose `code` says why not.
    */
   dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
-    const fail = (code: DialFailureReason, message: string): Promise<never> =>
-      Promise.reject(this.dialFailure(code, message, 2, { dialAddress: address }));
+    const fail = (code: DialFailureReason, message: string): Promise<never> => Promise.reject(this.dialFailure(code, message, 2, { dialAddress: address }));
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
@@ -145,12 +144,7 @@ export class Tunnel {
     return new Promise<TunnelConn>((resolve, reject) => {
       const dial: PendingDial = { random, backend, address, startedAt: performance.now(), resolve, reject };
       dial.timer = setTimeout(() => {
-        this.failDial(
-          random,
-          'YT_ERR_DIAL_TIMEOUT',
-          `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`,
-          true,
-        );
+        this.failDial(random, 'YT_ERR_DIAL_TIMEOUT', `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`, true);
       }, timeoutMs);
       dial.timer.unref();
       if (opts.signal !== undefined) {
@@ -305,7 +299,12 @@ export class Tunnel {
   }
 
   /** The second half: `call` carries the session from now on; what the agent lacks is resent. */
-  completeResume(session: Session<Backend>, claim: SessionClaim, call: AgentLink, where: { remoteAddress: string; roundTripMs: () => number | undefined }): Backend {
+  completeResume(
+    session: Session<Backend>,
+    claim: SessionClaim,
+    call: AgentLink,
+    where: { remoteAddress: string; roundTripMs: () => number | undefined },
+  ): Backend {
     const backend = session.value;
     const link = backend.sessionLink!;
     const suspendedAt = session.suspendedAt;
@@ -418,7 +417,9 @@ export class Tunnel {
         if (conn !== undefined) {
           // An error is a failure (the target reset the connection, the agent cut it): the caller must see it as one.
           conn.remoteClose(
-            p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
+            p.error === ''
+              ? undefined
+              : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
           );
           backend.conns.remove(conn);
         } else if (!backend.conns.takeTombstone(p.connectID)) {

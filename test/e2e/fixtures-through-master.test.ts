@@ -20,7 +20,13 @@ const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trail
 
 defineFixtureReplay('through the master port', async (h, acceptV5) => {
   const pki = testPKI();
-  const kubelet = new StandinKubelet({ cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert, nodeName: 'edge-1', ...recordedKubeletOptions(acceptV5) });
+  const kubelet = new StandinKubelet({
+    cert: pki.server.cert,
+    key: pki.server.key,
+    clientCA: pki.ca.cert,
+    nodeName: 'edge-1',
+    ...recordedKubeletOptions(acceptV5),
+  });
   h.defer(() => kubelet.close());
   await kubelet.start();
   const { server } = await startTunnel(h);

@@ -33,10 +33,14 @@ test('healthz, metrics and stats through the secure port; the kubelet sees the p
   assert.equal((JSON.parse(stats.body.toString()) as { node: { nodeName: string } }).node.nodeName, 'edge-1');
   const seen = kubelet.requests.map((r) => r.clientSubject);
   assert.deepEqual(seen.at(-1), { commonName: 'tunnel-proxy-client', organizations: ['openyurt:yurttunnel'] });
-  assert.equal(kubelet.requests.some((r) => r.headers.some(([name]) => /^x-tunnel-proxy-/i.test(name))), false, 'routing headers are not passed on');
+  assert.equal(
+    kubelet.requests.some((r) => r.headers.some(([name]) => /^x-tunnel-proxy-/i.test(name))),
+    false,
+    'routing headers are not passed on',
+  );
 });
 
-test('a Host that is a node name goes to that node\'s agent; an unknown name gets 400 naming it', async (t) => {
+test("a Host that is a node name goes to that node's agent; an unknown name gets 400 naming it", async (t) => {
   const h = harness(t);
   const kubelet = await startKubelet(h, 'edge-1');
   const { server } = await startTunnel(h);
@@ -121,7 +125,8 @@ test('with --kubelet-ca-file the kubelet certificate is verified; without it the
   startAgent(h, server.agentAddress, { nodeName: 'edge-1' });
   await waitFor('agent', () => server.tunnel.registry.agentCount === 1);
   const unverified = await startMaster(h, server);
-  for (let i = 0; i < 3; i++) assert.equal((await callMaster(unverified.securePort, '/healthz', `edge-1:${kubelet.port}`, { agent: new Agent({ keepAlive: false }) })).status, 200);
+  for (let i = 0; i < 3; i++)
+    assert.equal((await callMaster(unverified.securePort, '/healthz', `edge-1:${kubelet.port}`, { agent: new Agent({ keepAlive: false }) })).status, 200);
   assert.equal(server.log.find("cannot verify this kubelet's serving certificate").length, 1);
 
   const verified = await startMaster(h, server, { kubeletCA: testPKI().ca.cert });
@@ -159,7 +164,10 @@ test('requests in flight are counted by verb and a bounded path class, never the
   res.destroy();
   await waitFor('the request to leave the in-flight gauge', async () => (await inFlight()).length === 0, 2000);
   const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
-  assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
+  assert.deepEqual(
+    total.values.map((v) => [v.labels, v.value]),
+    [[{ verb: 'get', path: 'logs' }, 1]],
+  );
 });
 
 /** Open descriptors of this process (callers and server are both in it). */

@@ -80,7 +80,9 @@ async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs): 
   await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
   if (process.env.YT_DEBUG_LOGS) {
     h.defer(() => {
-      for (const r of [...server.log.records.map((r) => ({ ...r, who: 'S' })), ...agent.log.records.map((r) => ({ ...r, who: 'A' }))].sort((a, b) => a.at - b.at)) {
+      for (const r of [...server.log.records.map((r) => ({ ...r, who: 'S' })), ...agent.log.records.map((r) => ({ ...r, who: 'A' }))].sort(
+        (a, b) => a.at - b.at,
+      )) {
         process.stderr.write(`${r.who} ${Math.round(r.at)} ${r.message} ${JSON.stringify(r.fields)}\n`);
       }
     });
@@ -129,7 +131,10 @@ test('a 256 MiB upload survives a 3 s reset blip byte-exact', { timeout: 240_000
   let received: Promise<{ hash: string; bytes: number }> | undefined;
   const sink = await startTCPServer(h, (s) => {
     received = drain(s, () => {});
-    received.then(() => s.end(), () => {});
+    received.then(
+      () => s.end(),
+      () => {},
+    );
   });
   const { server, relay } = await setup(h);
   const res = await connectVia(server.udsPath, `127.0.0.1:${sink.port}`);
@@ -169,40 +174,44 @@ test('an interactive session (one byte each way every 10 ms) goes on after a bli
   res.socket.destroy();
 });
 
-test('a blip longer than the window ends the suspended connections with YT_ERR_AGENT_LOST within window + 1 s, tables empty', { timeout: 60_000 }, async (t) => {
-  const h = harness(t);
-  const echo = await startEchoServer(h);
-  const windowMs = 1000;
-  const { server, agent, relay } = await setup(h, windowMs);
-  const conns = await Promise.all([1, 2, 3].map(() => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)));
-  for (const c of conns) assert.equal(c.status, 200);
-  await waitFor('three connections on both sides', () => server.tunnel.establishedCount() === 3 && agent.clients.connCount === 3);
-  const closed = conns.map((c) => once(c.socket, 'close'));
-  const started = performance.now();
-  const blip = relay.blip('reset', 4000);
-  await Promise.all(closed);
-  const tookMs = performance.now() - started;
-  assert.ok(tookMs < windowMs + 1000, `the callers saw the close after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
-  await waitFor('the agent to give the session up', () => agent.clients.connCount === 0, windowMs + 1000);
-  assert.equal(server.tunnel.establishedCount(), 0);
-  assert.equal(server.tunnel.pendingDialCount, 0);
-  assert.equal(server.tunnel.sessions.size, 0);
-  assert.equal(server.tunnel.registry.agentCount, 0);
-  const ended = server.log.find('connection ended').map((r) => r.fields.ended);
-  assert.deepEqual(ended, ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST']);
-  assert.equal(server.log.find('agent session expired; closing its connections').length, 1);
-  await blip;
-  // After the blip the agent is back with a fresh session.
-  await waitFor('agent edge-1 to register again', () => server.tunnel.registry.agentCount === 1, 10_000);
-});
+test(
+  'a blip longer than the window ends the suspended connections with YT_ERR_AGENT_LOST within window + 1 s, tables empty',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const windowMs = 1000;
+    const { server, agent, relay } = await setup(h, windowMs);
+    const conns = await Promise.all([1, 2, 3].map(() => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)));
+    for (const c of conns) assert.equal(c.status, 200);
+    await waitFor('three connections on both sides', () => server.tunnel.establishedCount() === 3 && agent.clients.connCount === 3);
+    const closed = conns.map((c) => once(c.socket, 'close'));
+    const started = performance.now();
+    const blip = relay.blip('reset', 4000);
+    await Promise.all(closed);
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs < windowMs + 1000, `the callers saw the close after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
+    await waitFor('the agent to give the session up', () => agent.clients.connCount === 0, windowMs + 1000);
+    assert.equal(server.tunnel.establishedCount(), 0);
+    assert.equal(server.tunnel.pendingDialCount, 0);
+    assert.equal(server.tunnel.sessions.size, 0);
+    assert.equal(server.tunnel.registry.agentCount, 0);
+    const ended = server.log.find('connection ended').map((r) => r.fields.ended);
+    assert.deepEqual(ended, ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST']);
+    assert.equal(server.log.find('agent session expired; closing its connections').length, 1);
+    await blip;
+    // After the blip the agent is back with a fresh session.
+    await waitFor('agent edge-1 to register again', () => server.tunnel.registry.agentCount === 1, 10_000);
+  },
+);
 
-test('a session token presented over another agent\'s certificate is refused, and its owner\'s connections are untouched', { timeout: 60_000 }, async (t) => {
+test("a session token presented over another agent's certificate is refused, and its owner's connections are untouched", { timeout: 60_000 }, async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const { server, agent } = await setup(h);
   const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(res.status, 200);
-  const token = agentSession(agent).sessionToken!;
+  const token = agentSession(agent).sessionToken;
   assert.ok(token !== undefined);
 
   const pki = testPKI();

@@ -65,7 +65,7 @@ export async function startBlipRelay(h: Harness, targets: number[]): Promise<Bli
   let oldFlows: 'dead' | 'resume' = 'dead';
   let next = 0;
   let healTimer: NodeJS.Timeout | undefined;
-  let healed: Array<() => void> = [];
+  const healed: Array<() => void> = [];
 
   const forget = (pair: Pair): void => {
     if (pair.client.destroyed && (pair.upstream === undefined || pair.upstream.destroyed)) pairs.delete(pair);

@@ -202,7 +202,7 @@ test('remove() takes a backend out of every index and returns false the second t
   assert.equal(r.remove(a), false);
 });
 
-test('remove() of one stream leaves the agent\'s other streams and other agents indexed', LIMIT, () => {
+test("remove() of one stream leaves the agent's other streams and other agents indexed", LIMIT, () => {
   const a1 = backend('node-a', 'host=shared&host=node-a&default-route=true');
   const a2 = backend('node-a', 'host=shared&host=node-a&default-route=true');
   const b = backend('node-b', 'host=shared');

@@ -68,7 +68,13 @@ test('connections go to the targets in turn and carry bytes and half-closes both
   }
   assert.deepEqual(answers, ['a:hi', 'b:hi', 'a:hi', 'b:hi']);
   await waitFor('both ends closed', () => relay.connections() === 0);
-  assert.deepEqual([a.ends, b.ends], [['end', 'end'], ['end', 'end']]);
+  assert.deepEqual(
+    [a.ends, b.ends],
+    [
+      ['end', 'end'],
+      ['end', 'end'],
+    ],
+  );
   relay.targets.splice(0, 2, b.port);
   assert.equal(await ask(await dial(h, relay.port), 'x', 3), 'b:x', 'the test may change the targets');
 });
@@ -93,7 +99,7 @@ test('a reset blip resets both ends of every connection, refuses new ones until 
   assert.equal(duringSaw, 'ECONNRESET');
   assert.equal(relay.counts.refused, 1);
   await healed;
-  assert.ok(performance.now() - blipAt >= 290, 'it healed after the blip\'s length');
+  assert.ok(performance.now() - blipAt >= 290, "it healed after the blip's length");
   assert.equal(await ask(await dial(h, relay.port), 'two', 5), 't:two');
   assert.deepEqual(target.received, ['one', 'two'], 'nothing of the refused connection reached the target');
 });

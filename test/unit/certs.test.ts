@@ -179,7 +179,7 @@ test('a server with the serving cert and a client with the client cert complete 
   assert.equal(clientSide.authorized, true);
   assert.equal(serverSide.getPeerCertificate().subject.CN, 'tunnel-agent-client');
   assert.equal(clientSide.getPeerCertificate().subject.CN, 'system:node:tunnel-server');
-  serverSide.end(`hello ${serverSide.getPeerCertificate().subject.CN}`);
+  serverSide.end(`hello ${String(serverSide.getPeerCertificate().subject.CN)}`);
   clientSide.end();
   const chunks: Buffer[] = [];
   for await (const c of clientSide) chunks.push(c as Buffer);

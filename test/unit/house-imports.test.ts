@@ -41,7 +41,10 @@ function readSources(): Source[] {
     const text = readFileSync(file, 'utf8');
     const imports = [...text.matchAll(IMPORT)].map(([, spec]) => {
       if (!spec!.startsWith('.')) return spec!;
-      return relative(PKG, resolve(dirname(file), spec!)).split(sep).join('/').replace(/\.js$/, '.ts');
+      return relative(PKG, resolve(dirname(file), spec!))
+        .split(sep)
+        .join('/')
+        .replace(/\.js$/, '.ts');
     });
     return { path, room: path.split('/')[0]!, text, imports };
   });
@@ -157,8 +160,15 @@ test('no file imports a file that imports it back, types included (no file circl
 
 test('pkg/tunnel, the packet switch, imports nothing of HTTP/2, gRPC, HTTP or Kubernetes', () => {
   const banned = (i: string): boolean =>
-    i === 'node:http2' || i === 'node:http' || i === 'node:https' || i === 'node:tls' || i.startsWith('grpc/') || i.startsWith('endpoint/') ||
-    i.startsWith('@grpc/') || i.startsWith('@kubernetes/') || i.startsWith('kube/');
+    i === 'node:http2' ||
+    i === 'node:http' ||
+    i === 'node:https' ||
+    i === 'node:tls' ||
+    i.startsWith('grpc/') ||
+    i.startsWith('endpoint/') ||
+    i.startsWith('@grpc/') ||
+    i.startsWith('@kubernetes/') ||
+    i.startsWith('kube/');
   const found = sources.filter((s) => s.room === 'tunnel').flatMap((s) => s.imports.filter(banned).map((i) => `${s.path} imports ${i}`));
   assert.deepEqual(found, []);
 });

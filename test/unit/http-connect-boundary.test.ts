@@ -21,7 +21,11 @@ test('an error thrown while serving one client closes only that client, logged w
   const faulty = {
     dial: async () => {
       dials++;
-      return { write: () => { throw new Error('boom in the tunnel connection'); } };
+      return {
+        write: () => {
+          throw new Error('boom in the tunnel connection');
+        },
+      };
     },
   } as unknown as Tunnel;
   const path = join(await tempDir(h), 'p.sock');

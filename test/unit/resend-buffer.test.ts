@@ -37,7 +37,7 @@ test('packets are numbered from 0 in order; acknowledging lets the oldest go and
   assert.deepEqual([b.acknowledged, b.length, b.dataBytes], [3, 0, 0]);
 });
 
-test('replay hands back the very Buffers and packets appended, from the peer\'s count on', () => {
+test("replay hands back the very Buffers and packets appended, from the peer's count on", () => {
   const b = new ResendBuffer();
   const payloads = [Buffer.from('a'), Buffer.from('bb'), Buffer.from('ccc')];
   const dial: KnownPacket = { type: 'DIAL_RSP', random: 5n, connectID: 3n, error: '' };
@@ -60,11 +60,15 @@ test('a count the peer cannot have, or an acknowledgement of packets never sent,
   for (let i = 0; i < 5; i++) b.appendData(1n, Buffer.from([i]));
   b.acknowledge(3);
   for (const from of [2, 6, -1, 2.5, Number.NaN]) {
-    assert.throws(() => replayed(b, from), (err: unknown) => {
-      assert.ok(err instanceof ResumeError);
-      assert.equal(err.code, 'YT_ERR_RESUME_BAD_COUNT');
-      return true;
-    }, `from ${from}`);
+    assert.throws(
+      () => replayed(b, from),
+      (err: unknown) => {
+        assert.ok(err instanceof ResumeError);
+        assert.equal(err.code, 'YT_ERR_RESUME_BAD_COUNT');
+        return true;
+      },
+      `from ${from}`,
+    );
   }
   assert.throws(() => b.acknowledge(6), {
     name: 'ResumeError',
@@ -169,7 +173,10 @@ test('what a replay callback appends is not part of that replay, even when the r
     },
     () => assert.fail('no control packets here'),
   );
-  assert.deepEqual(seen, Array.from({ length: 60 }, (_, i) => i));
+  assert.deepEqual(
+    seen,
+    Array.from({ length: 60 }, (_, i) => i),
+  );
   assert.equal(b.next, 120);
   assert.ok(b.capacity > 64, 'the ring grew during the replay');
   assert.equal(replayed(b, 60).length, 60, 'the new packets are there for the next replay');

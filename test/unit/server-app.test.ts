@@ -10,7 +10,7 @@ import { testServerOptions } from '../support/server-options.js';
 import { testPKI } from '../support/pki.js';
 import { tempDir } from '../support/tunnel.js';
 
-test('the insecure master port defaults to the loopback of the bind address\'s family', () => {
+test("the insecure master port defaults to the loopback of the bind address's family", () => {
   assert.equal(loopbackFor('0.0.0.0'), '127.0.0.1');
   assert.equal(loopbackFor('10.0.0.5'), '127.0.0.1');
   assert.equal(loopbackFor('::'), '::1');
@@ -69,7 +69,7 @@ test('a missing file and a key that is not a key are refused naming their flags'
   await assert.rejects(readdir(certDir), { code: 'ENOENT' });
 });
 
-test('the egress selector socket must not be the proxier\'s', async (t) => {
+test("the egress selector socket must not be the proxier's", async (t) => {
   const h = harness(t);
   const dir = await tempDir(h);
   await assert.rejects(

@@ -124,7 +124,7 @@ test('a session taken back before its window does not expire; a goodbye ends one
   assert.deepEqual([sessions.size, sessions.suspendedCount], [1, 0]);
 });
 
-test('past maxSuspendedPerAgent the agent\'s oldest suspended session expires at once; other agents are untouched', (t) => {
+test("past maxSuspendedPerAgent the agent's oldest suspended session expires at once; other agents are untouched", (t) => {
   const expired: string[] = [];
   const sessions = table((s) => expired.push(s.value), 2);
   t.after(() => sessions.close());
@@ -154,7 +154,7 @@ test('close forgets every session and stops every timer without onExpire', (t) =
   assert.deepEqual(sessionsOfAll(sessions), []);
 });
 
-test('a suspended session\'s timer does not keep the process alive (unref\'d)', async () => {
+test("a suspended session's timer does not keep the process alive (unref'd)", async () => {
   const url = new URL('../../pkg/tunnel/session-table.js', import.meta.url);
   const worker = new Worker(
     `import(${JSON.stringify(fileURLToPath(url))}).then(({ SessionTable }) => {

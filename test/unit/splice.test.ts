@@ -113,10 +113,7 @@ class RecordingLink implements AgentLink {
 test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_REQ with the error, and a failed connection resets it', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const backend = new Backend(
-    { agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true },
-    link,
-  );
+  const backend = new Backend({ agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true }, link);
 
   // The caller resets: the agent is told it was a failure.
   const [caller, a] = await tcpPair(h);

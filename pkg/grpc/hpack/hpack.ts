@@ -14,7 +14,6 @@ export interface HeaderField {
   sensitive?: boolean;
 }
 
-
 /** The size HTTP/2 peers start with (SETTINGS_HEADER_TABLE_SIZE default). */
 export const DEFAULT_TABLE_SIZE = 4096;
 const ENTRY_OVERHEAD = 32;
