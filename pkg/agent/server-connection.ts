@@ -24,16 +24,9 @@ import { Keepalive } from '../grpc/keepalive.js';
 import { LivenessWatch } from '../mux/liveness.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
-import { dialServer, type DialedCall, type ServerIdentity } from './server-dial.js';
+import { dialServer, type AgentTLS, type DialedCall, type ServerIdentity } from './server-dial.js';
 
-export type { ServerIdentity } from './server-dial.js';
-
-export interface AgentTLS {
-  /** CA bundle that signs the server's certificate. */
-  ca: string;
-  cert: string;
-  key: string;
-}
+export type { AgentTLS, ServerIdentity } from './server-dial.js';
 
 /** How long a goodbye waits for the server's trailers before the connection is destroyed. */
 const GOODBYE_GRACE_MS = 1000;

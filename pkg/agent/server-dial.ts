@@ -24,13 +24,19 @@ import {
   type SessionOffer,
 } from '../protocol/resume.js';
 import { splitHostPort } from './dialer.js';
-import type { AgentTLS } from './server-connection.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
 
 /** SNI sent when the server is addressed by IP (servers select no certificate by it). */
 const IP_TARGET_SNI = 'yurt-tunnel-server';
+
+export interface AgentTLS {
+  /** CA bundle that signs the server's certificate. */
+  ca: string;
+  cert: string;
+  key: string;
+}
 
 /** The server's identity, from its response headers. */
 export interface ServerIdentity {
