@@ -52,7 +52,7 @@ function bytes(n: number): string {
 export function formatAgents(agents: readonly AgentStatus[], output: AgentsOutput, now = Date.now()): string {
   if (output === 'json') return `${JSON.stringify(agents, null, 2)}\n`;
   if (agents.length === 0) return 'No agents connected.\n';
-  const header = ['AGENT', 'ADDRESSES', 'CONNECTIONS', 'AGE', 'RTT'];
+  const header = ['AGENT', 'ADDRESSES', 'CONNECTIONS', 'AGE', 'RTT', 'STATUS'];
   if (output === 'wide') header.push('HOSTS', 'FROM', 'SENT', 'RECEIVED', 'SERVER', 'DRAINING');
   const rows = [...agents]
     .sort((a, b) => a.agentID.localeCompare(b.agentID) || a.stream - b.stream)
@@ -63,6 +63,8 @@ export function formatAgents(agents: readonly AgentStatus[], output: AgentsOutpu
         String(a.openConnections),
         age(a.connectedSince, now),
         a.lastKeepaliveRoundTripMs === null ? '-' : `${a.lastKeepaliveRoundTripMs.toFixed(1)}ms`,
+        // SUSPENDED: its link dropped and its connections wait for it to resume (session resume).
+        a.suspended ? 'SUSPENDED' : a.draining ? 'DRAINING' : 'READY',
       ];
       if (output === 'wide') {
         row.push(

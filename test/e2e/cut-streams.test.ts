@@ -64,6 +64,10 @@ async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> 
     files.keyFile,
     '--v',
     '2',
+    // Killed, the agent is to the server a link that dropped: with session resume its
+    // connections would wait for it (session-resume.test.ts); here they end at once.
+    '--resume-window',
+    '0',
   ]);
   await agent.waitForLine(/connected to tunnel server/);
   await waitFor('the agent to register', () => server.tunnel.registry.agentCount === 1);

@@ -137,10 +137,10 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   const table = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`]);
   assert.equal(table.code, 0, table.output);
   const lines = table.output.split('\n');
-  assert.match(lines[0]!, /^AGENT\s+ADDRESSES\s+CONNECTIONS\s+AGE\s+RTT$/);
-  assert.match(lines[1]!, /^edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+/);
+  assert.match(lines[0]!, /^AGENT\s+ADDRESSES\s+CONNECTIONS\s+AGE\s+RTT\s+STATUS$/);
+  assert.match(lines[1]!, /^edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+READY$/);
   const wide = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'wide']);
-  assert.match(wide.output.split('\n')[1]!, /edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+edge-1\s+127\.0\.0\.1:\d+\s+/);
+  assert.match(wide.output.split('\n')[1]!, /edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+READY\s+edge-1\s+127\.0\.0\.1:\d+\s+/);
   const json = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'json']);
   assert.equal((JSON.parse(json.output) as unknown[]).length, 1);
   const down = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${await closedPort()}`]);

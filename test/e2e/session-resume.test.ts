@@ -10,6 +10,8 @@ import { test } from 'node:test';
 import type { ServerConnection } from '../../pkg/agent/server-connection.js';
 import { dialServer } from '../../pkg/agent/server-dial.js';
 import { silentLogger } from '../../pkg/log/logger.js';
+import { formatAgents } from '../../pkg/meta/agents-status.js';
+import { agentStatuses } from '../../pkg/tunnel/debug.js';
 import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
@@ -163,7 +165,13 @@ test('an interactive session (one byte each way every 10 ms) goes on after a bli
   const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
   h.defer(() => clearInterval(timer));
   await waitFor('a second of traffic', () => echoed.length >= 100, 10_000);
-  await relay.blip('reset', 3000);
+  const blip = relay.blip('reset', 3000);
+  // Meanwhile /debug/agents and `agents` show the agent as suspended.
+  await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+  const [status] = agentStatuses(server.tunnel.registry, 'test-server');
+  assert.equal(status?.suspended, true);
+  assert.match(formatAgents([status], 'table').split('\n')[1]!, /\sSUSPENDED$/);
+  await blip;
   const after = n;
   await waitFor('traffic after the blip', () => echoed.length >= after + 100, 20_000);
   clearInterval(timer);

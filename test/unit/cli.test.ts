@@ -108,6 +108,7 @@ const SERVER_FLAGS = [
   '--dial-timeout',
   '--server-count',
   '--max-agent-streams',
+  '--resume-window',
   '--cert-dir',
   '--cert-ips',
   '--cert-dns-names',
@@ -127,6 +128,7 @@ const SERVER_FLAGS = [
 ];
 
 const AGENT_FLAGS = [
+  '--resume-window',
   '--node-name',
   '--max-concurrent-dials',
   '--node-ip',
