@@ -324,11 +324,21 @@ export abstract class PacketConn extends Duplex {
     if (packet !== undefined) this.link.sendControl(packet);
   }
 
+  /** The link's transport is gone for now and may come back (session resume): waiting on the peer is no failure yet. */
+  get linkSuspended(): boolean {
+    return this.link.suspended === true;
+  }
+
   /** A peer (or a local reader) that never finishes closing must not keep the connection forever. */
   private startCloseTimer(): void {
     if (this.closeTimer !== undefined || this.destroyed) return;
     this.closeTimer = setTimeout(() => {
       this.closeTimer = undefined;
+      // While the link is suspended the peer cannot answer: wait another round.
+      if (this.linkSuspended) {
+        this.startCloseTimer();
+        return;
+      }
       this.destroy(new ConnectionClosedError(`connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`));
     }, this.closeTimeoutMs);
     this.closeTimer.unref();

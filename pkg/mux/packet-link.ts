@@ -17,4 +17,9 @@ export interface PacketLink {
   pauseReceive(holder: object): void;
   /** Undoes `pauseReceive(holder)`. */
   resumeReceive(holder: object): void;
+  /**
+   * True while the link's transport is gone and may come back (session
+   * resume): timers that wait on the peer wait on rather than fail.
+   */
+  readonly suspended?: boolean;
 }

@@ -94,6 +94,11 @@ export class ResumableLink implements PacketLink {
     return this.current !== undefined;
   }
 
+  /** Detached and not closed: the session waits for its next transport. */
+  get suspended(): boolean {
+    return this.current === undefined && !this.closed;
+  }
+
   /** Packets and DATA bytes resent on resumes so far. */
   get resentPackets(): number {
     return this.resent.packets;

@@ -15,7 +15,13 @@ import { abortStream } from './abort.js';
 /** How long a stream may take to flush its last bytes once the pair is over. */
 const FLUSH_TIMEOUT_MS = 10_000;
 
-export function splice(a: Duplex, b: Duplex, onClose?: (err: Error | undefined) => void): void {
+export interface SpliceOptions {
+  /** How long a side may take to flush its last bytes once the other ended. Default 10 s. */
+  flushTimeoutMs?: number;
+}
+
+export function splice(a: Duplex, b: Duplex, onClose?: (err: Error | undefined) => void, opts: SpliceOptions = {}): void {
+  const flushMs = opts.flushTimeoutMs ?? FLUSH_TIMEOUT_MS;
   let firstError: Error | undefined;
   a.pipe(b);
   b.pipe(a);
@@ -27,8 +33,8 @@ export function splice(a: Duplex, b: Duplex, onClose?: (err: Error | undefined) 
     firstError ??= err;
     abortStream(a, err);
   });
-  a.once('close', () => closePeer(a, b, firstError));
-  b.once('close', () => closePeer(b, a, firstError));
+  a.once('close', () => closePeer(a, b, firstError, flushMs));
+  b.once('close', () => closePeer(b, a, firstError, flushMs));
   if (onClose !== undefined) {
     let pending = 2;
     const done = (): void => {
@@ -45,7 +51,7 @@ export function splice(a: Duplex, b: Duplex, onClose?: (err: Error | undefined) 
  * connection waits for its congested link): it goes once that is done.
  * Any other close (an error, a reset, a local destroy) aborts the peer.
  */
-function closePeer(closed: Duplex, peer: Duplex, firstError: Error | undefined): void {
+function closePeer(closed: Duplex, peer: Duplex, firstError: Error | undefined, flushMs: number): void {
   if (peer.destroyed) return;
   if (firstError !== undefined || !closed.readableEnded) {
     abortStream(peer, firstError ?? new ConnectionClosedError('the other side of the connection closed before its end'));
@@ -56,8 +62,16 @@ function closePeer(closed: Duplex, peer: Duplex, firstError: Error | undefined):
     return;
   }
   peer.end();
-  const timer = setTimeout(() => abortStream(peer, new ConnectionClosedError(`the last bytes were not taken within ${FLUSH_TIMEOUT_MS} ms`)), FLUSH_TIMEOUT_MS);
-  timer.unref();
+  let timer: NodeJS.Timeout;
+  const arm = (): void => {
+    timer = setTimeout(() => {
+      // A tunnelled connection whose link is suspended (session resume) flushes once the agent is back.
+      if ((peer as { linkSuspended?: boolean }).linkSuspended === true) arm();
+      else abortStream(peer, new ConnectionClosedError(`the last bytes were not taken within ${flushMs} ms`));
+    }, flushMs);
+    timer.unref();
+  };
+  arm();
   peer.once('finish', () => peer.destroy());
   peer.once('close', () => clearTimeout(timer));
 }

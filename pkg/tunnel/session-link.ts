@@ -30,6 +30,11 @@ export class SessionLink implements AgentLink {
     return this.call;
   }
 
+  /** No call carries the session now; the agent may come back. */
+  get suspended(): boolean {
+    return this.resumable.suspended;
+  }
+
   /** Packets the session has received from the agent (what the agent resends after, on a resume). */
   get received(): number {
     return this.resumable.received;

@@ -135,3 +135,46 @@ test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_
   assert.equal(await caller2Sees.ended, 'ECONNRESET');
   assert.equal(caller2Sees.text(), 'partial');
 });
+
+/** A link whose transport is gone (session resume) until resume(): DATA callbacks wait meanwhile. */
+class SuspendableLink extends RecordingLink {
+  suspended = true;
+  private held: Array<() => void> = [];
+  override sendData(_connectID: bigint, _data: Buffer, cb: (err?: Error | null) => void): void {
+    if (this.suspended) this.held.push(() => cb());
+    else cb();
+  }
+  resume(): void {
+    this.suspended = false;
+    for (const cb of this.held.splice(0)) cb();
+  }
+}
+
+test('the last bytes of a connection whose link is suspended are flushed once it resumes, however long past the flush timeout', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new SuspendableLink();
+  const backend = new Backend({ agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true }, link);
+  const [caller, a] = await tcpPair(h);
+  const conn = new TunnelConn(backend, 1n, '127.0.0.1:80', { halfClose: true });
+  const flushTimeoutMs = 50;
+  const ended = new Promise<Error | undefined>((resolve) => splice(a, conn, resolve, { flushTimeoutMs }));
+  caller.resume();
+  // The agent's side has finished (CLOSE_WRITE), and the caller ends: its socket closes,
+  // and the connection's last bytes wait for the link.
+  conn.remoteEndWrite();
+  caller.end('the tail');
+  await waitForClose(a);
+  // A blip ten times the flush timeout: the connection is still there, waiting.
+  await new Promise((r) => setTimeout(r, 10 * flushTimeoutMs));
+  assert.equal(conn.destroyed, false, 'the connection waited for its link');
+  link.resume();
+  assert.equal(await ended, undefined);
+  assert.ok(
+    link.control.every((p) => p.type !== 'CLOSE_REQ' || p.error === undefined || p.error === ''),
+    `a clean close, not an abort: ${JSON.stringify(link.control, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}`,
+  );
+});
+
+function waitForClose(s: Socket): Promise<void> {
+  return s.destroyed ? Promise.resolve() : new Promise((r) => s.once('close', () => r()));
+}
