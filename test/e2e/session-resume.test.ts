@@ -284,3 +284,40 @@ test('a silent blip: the agent notices, comes back, and its resume supersedes th
   assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1);
   res.socket.destroy();
 });
+
+test(
+  'two replicas behind a round-robin relay: after a blip each resume reaches the replica that holds its session, and the transfer finishes',
+  { timeout: 240_000 },
+  async (t) => {
+    const h = harness(t);
+    let sent: Promise<string> | undefined;
+    const source = await startTCPServer(h, (s) => {
+      sent = pump(s, 64 * MiB);
+    });
+    const a = await startServer(h, { serverID: 'replica-a', endpoint: { serverCount: 2 } });
+    const b = await startServer(h, { serverID: 'replica-b', endpoint: { serverCount: 2 } });
+    const relay = await startBlipRelay(h, [a.endpoint.address.port, b.endpoint.address.port]);
+    const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: 10_000 } });
+    await waitFor('the agent on both replicas', () => a.tunnel.registry.agentCount === 1 && b.tunnel.registry.agentCount === 1, 10_000);
+    const res = await connectVia(a.udsPath, `127.0.0.1:${source.port}`);
+    assert.equal(res.status, 200);
+    let blipped: Promise<void> | undefined;
+    const hashIn = createHash('sha256').update(res.rest);
+    const received = drain(res.socket, (n) => {
+      if (blipped === undefined && n >= 16 * MiB) blipped = relay.blip('reset', 3000);
+    });
+    res.socket.on('data', (c: Buffer) => hashIn.update(c));
+    const r = await received;
+    await blipped;
+    assert.equal(r.bytes + res.rest.length, 64 * MiB);
+    assert.equal(hashIn.digest('hex'), await sent);
+    await waitFor('both sessions resumed', () => a.log.find('agent link resumed').length === 1 && b.log.find('agent link resumed').length === 1, 10_000);
+    assert.equal(agent.clients.connectedServers, 2);
+    assert.equal(agent.clients.suspendedServers, 0);
+    // No replica keeps a session of a duplicate link.
+    await waitFor('one session per replica', () => a.tunnel.sessions.size === 1 && b.tunnel.sessions.size === 1, 5000);
+    assert.equal(a.tunnel.registry.streamsOf('edge-1').length, 1);
+    assert.equal(b.tunnel.registry.streamsOf('edge-1').length, 1);
+    res.socket.destroy();
+  },
+);
