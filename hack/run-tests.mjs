@@ -70,7 +70,8 @@ const reporters = [
 ];
 // The runner applies the limit to each file as a whole too: it must not cut short the longest
 // limit a test sets itself (churn, 300 s), which it did on a loaded machine at 180 s.
-const args = ['--test', '--test-timeout=300000', ...reporters, ...passOn, ...files];
+// --expose-gc: session-resume's churn test compares live memory before and after.
+const args = ['--expose-gc', '--test', '--test-timeout=300000', ...reporters, ...passOn, ...files];
 const started = Date.now();
 const r = spawnSync(process.execPath, args, { stdio: 'inherit', cwd: root });
 console.error(`\n${files.length} test files in ${((Date.now() - started) / 1000).toFixed(1)} s`);

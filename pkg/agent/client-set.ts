@@ -194,8 +194,8 @@ export class ClientSet {
       const [serverID, session] = held;
       this.suspended.delete(serverID);
       this.clients.set(identity.serverID, session);
+      // Watched since its first call: whenClosed() covers the session's whole life.
       session.resumeOn(dialed, offer.resumedReceived);
-      this.watch(identity.serverID, session);
       return;
     }
     const lost = this.suspended.get(identity.serverID);

@@ -9,6 +9,7 @@
 // "Failed to connect".
 
 import http2, { type ClientHttp2Session } from 'node:http2';
+import type { Socket } from 'node:net';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { AgentLostError, ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
@@ -106,6 +107,7 @@ export class ServerConnection {
   private readonly verifyName: string;
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
+  private socket: Socket | undefined;
   private call: ClientPacketCall | undefined;
   private resume: ResumeState | undefined;
   /** No suspension from now on: the agent drains or the server said DRAIN. */
@@ -226,6 +228,7 @@ export class ServerConnection {
   private takeCall(dialed: DialedCall, peerReceived: number): void {
     const { session, stream, identity } = dialed;
     this.session = session;
+    this.socket = dialed.socket;
     this.identity = identity;
     const metrics = this.opts.metrics;
     const call = new ClientPacketCall(stream, {
@@ -236,6 +239,8 @@ export class ServerConnection {
     session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
     session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
     session.once('close', () => this.callEnded(call, 'connection closed'));
+    // A connection the server's side closed (FIN) without a GOAWAY is lost too; HTTP/2 would wait for the liveness check.
+    session.socket.once('end', () => this.callEnded(call, 'the server closed the connection'));
     const r = this.resume;
     if (r !== undefined) {
       const liveness = new LivenessWatch({
@@ -288,8 +293,7 @@ export class ServerConnection {
     r.link.detach();
     this.stopTransport();
     call?.cancel(reason);
-    this.session?.destroy();
-    this.session = undefined;
+    this.destroyTransport();
     r.suspendedAt = Date.now();
     r.timer = setTimeout(() => this.expire('window'), r.windowMs);
     r.timer.unref();
@@ -324,6 +328,13 @@ export class ServerConnection {
   private onBroken(err: ResumeError): void {
     this.opts.metrics?.sessionExpired(err.code);
     this.close(`the session with the tunnel server broke: ${err.message}`);
+  }
+
+  private destroyTransport(): void {
+    this.session?.destroy();
+    this.socket?.destroy();
+    this.session = undefined;
+    this.socket = undefined;
   }
 
   private stopTransport(): void {
@@ -445,15 +456,19 @@ export class ServerConnection {
     const r = this.resume;
     if (r !== undefined) clearTimeout(r.timer);
     const session = this.session;
+    const socket = this.socket;
     if (r !== undefined && this.call !== undefined && session !== undefined && !session.destroyed) {
       this.call.goodbye(reason);
       session.close();
-      const timer = setTimeout(() => session.destroy(), GOODBYE_GRACE_MS);
+      const timer = setTimeout(() => {
+        session.destroy();
+        socket?.destroy();
+      }, GOODBYE_GRACE_MS);
       timer.unref();
       session.once('close', () => clearTimeout(timer));
     } else {
       this.call?.cancel(reason);
-      session?.destroy();
+      this.destroyTransport();
     }
     // A failure for every connection on the link: their targets are reset.
     this.conns.closeAll(err);

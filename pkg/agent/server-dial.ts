@@ -5,7 +5,7 @@
 // reads any packet.
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { responseRefusal, startCall } from '../grpc/client-call-head.js';
 import { metadataValues } from '../grpc/metadata.js';
@@ -68,6 +68,12 @@ export interface DialTarget {
 /** A call the server answered: its connection, its stream (not read yet), and what the headers said. */
 export interface DialedCall {
   session: ClientHttp2Session;
+  /**
+   * The TLS socket beneath: destroying a session whose socket the peer
+   * half-closed can leave the socket open (seen under blips), so the owner
+   * destroys both.
+   */
+  socket: Socket | undefined;
   stream: ClientHttp2Stream;
   identity: ServerIdentity;
   /** The session the server offers (undefined: resume is off for this call). */
@@ -91,7 +97,9 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
     maxSessionMemory: 64,
     settings: { initialWindowSize: t.receiveWindow, enablePush: false },
   });
-  session.once('connect', () => {
+  let socket: Socket | undefined;
+  session.once('connect', (_session: ClientHttp2Session, s: Socket) => {
+    socket = s;
     try {
       session.setLocalWindowSize(t.receiveWindow * 4);
     } catch (err: unknown) {
@@ -173,7 +181,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
         // Acknowledgements ride on WINDOW_UPDATE: no resume without flow control and half-close.
         offer = identity.flow !== undefined && identity.halfClose ? parsed : undefined;
       }
-      settle(undefined, { session, stream, identity, offer });
+      settle(undefined, { session, socket, stream, identity, offer });
     });
   });
 }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import type { Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
 import type { ServerConnection } from '../../pkg/agent/server-connection.js';
 import { dialServer } from '../../pkg/agent/server-dial.js';
@@ -15,7 +15,17 @@ import { agentStatuses } from '../../pkg/tunnel/debug.js';
 import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
-import { connectVia, startAgent, startEchoServer, startServer, startTCPServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
+import {
+  connectVia,
+  startAgent,
+  startEchoServer,
+  startHangingListener,
+  startServer,
+  startTCPServer,
+  waitFor,
+  type TestAgent,
+  type TestServer,
+} from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
 const CHUNK = 64 * 1024;
@@ -319,5 +329,149 @@ test(
     assert.equal(a.tunnel.registry.streamsOf('edge-1').length, 1);
     assert.equal(b.tunnel.registry.streamsOf('edge-1').length, 1);
     res.socket.destroy();
+  },
+);
+
+test(
+  'ten 1 s blips within a minute under churn: every connection completes byte-exact or ends with a typed reason; then every table is empty and RSS is back',
+  { timeout: 300_000 },
+  async (t) => {
+    const h = harness(t);
+    const total = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
+    const block = Buffer.alloc(16 * 1024, 3);
+    // First byte from the client says how the target behaves: 'e' echo, 'c' answer then close first, 's' stream until gone.
+    const target = await startTCPServer(h, (s: Socket) => {
+      s.on('error', () => {});
+      s.once('data', (first: Buffer) => {
+        const mode = String.fromCharCode(first[0]!);
+        if (mode === 'c') s.end('bye');
+        else if (mode === 's') {
+          const pump = (): void => {
+            while (!s.destroyed && s.writable && s.write(block));
+          };
+          s.on('drain', pump);
+          pump();
+        } else {
+          s.write(first);
+          s.pipe(s);
+        }
+      });
+    });
+    const hanging = await startHangingListener(h);
+    const { server, agent, relay } = await setup(h);
+    const counts = { normal: 0, targetFirst: 0, reset: 0, cancelled: 0 };
+    const refused: Record<string, number> = {};
+    const wrong: string[] = [];
+
+    /** Everything `s` delivers until it closes, after what connectVia already read. */
+    const read = (s: Socket, rest: Buffer): { text: () => string; closed: Promise<void> } => {
+      let text = rest.toString('latin1');
+      s.setEncoding('latin1');
+      s.on('data', (c: string) => (text += c));
+      s.on('error', () => {});
+      const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
+      s.resume();
+      return { text: () => text, closed };
+    };
+    const one = async (i: number): Promise<void> => {
+      const mode = i % 4;
+      if (mode === 3) {
+        // Gives up while the agent's dial to a listener that never accepts is pending.
+        const s = connect(server.udsPath);
+        s.on('error', () => {});
+        s.write(`CONNECT 127.0.0.1:${hanging} HTTP/1.1\r\nHost: x\r\n\r\n`);
+        await waitFor('the dial to be pending', () => server.tunnel.pendingDialCount > 0, 30_000);
+        s.destroy();
+        counts.cancelled++;
+        return;
+      }
+      const r = await connectVia(server.udsPath, `127.0.0.1:${target.port}`);
+      if (r.status !== 200) {
+        // A typed reason or nothing.
+        const reason = /YT_ERR_[A-Z_]+/.exec(r.head)?.[0] ?? `untyped ${r.status}`;
+        refused[reason] = (refused[reason] ?? 0) + 1;
+        r.socket.destroy();
+        return;
+      }
+      if (mode === 0) {
+        const got = read(r.socket, r.rest);
+        r.socket.write('e-hello');
+        await waitFor('the echo', () => got.text().length >= 7 || r.socket.destroyed, 30_000);
+        r.socket.end();
+        await got.closed;
+        if (got.text() !== 'e-hello') wrong.push(`echo: ${JSON.stringify(got.text())}`);
+        counts.normal++;
+      } else if (mode === 1) {
+        const got = read(r.socket, r.rest);
+        r.socket.write('c');
+        await got.closed;
+        if (got.text() !== 'bye') wrong.push(`target-first: ${JSON.stringify(got.text())}`);
+        counts.targetFirst++;
+      } else {
+        r.socket.write('s');
+        await new Promise<void>((resolve) => r.socket.once('data', () => resolve()).resume());
+        r.socket.destroy();
+        counts.reset++;
+      }
+    };
+
+    let next = 0;
+    const churn = (more: () => boolean): Promise<unknown> =>
+      Promise.all(
+        Array.from({ length: 200 }, async () => {
+          while (more()) await one(next++);
+        }),
+      );
+    // A first half without blips: what RSS settles at under this load (heap grown, pools filled) is the baseline.
+    await churn(() => next < total / 2);
+    // The test's loggers keep every record; they are not the tunnel's memory.
+    const forgetLogs = (): void => {
+      server.log.records.length = 0;
+      agent.log.records.length = 0;
+    };
+    forgetLogs();
+    // With --expose-gc (npm test passes it where available) the comparison is of live memory.
+    const gc = (globalThis as { gc?: () => void }).gc;
+    gc?.();
+    const rssBefore = process.memoryUsage().rss;
+    const heapBefore = process.memoryUsage().heapUsed;
+    let blips = 0;
+    const blipping = (async () => {
+      for (; blips < 10; blips++) {
+        await new Promise((r) => setTimeout(r, 4000));
+        await relay.blip('reset', 1000);
+      }
+    })();
+    let blipsDone = false;
+    void blipping.then(() => (blipsDone = true));
+    await churn(() => next < total || !blipsDone);
+    await blipping;
+    assert.deepEqual(wrong, [], 'every completed connection carried exactly its bytes');
+    assert.equal(refused['untyped 502'] ?? 0, 0, `refusals: ${JSON.stringify(refused)}`);
+    console.log('churn under blips', JSON.stringify({ connections: next, counts, refused, resumes: server.log.find('agent link resumed').length }));
+    // Every blip is bridged: by a resume after the reset, or (when the relay's reset reached an end only as a FIN)
+    // by the agent's liveness check and a resume that supersedes the call the server still holds.
+    await waitFor('the last blip bridged', () => agent.clients.connectedServers === 1 && server.tunnel.sessions.suspendedCount === 0, 15_000);
+    assert.ok(server.log.find('agent link resumed').length >= 5, 'the blips were bridged by resumes');
+    assert.equal(server.log.find('agent session expired').length, 0, 'no session expired');
+    await waitFor(
+      'every table empty',
+      () =>
+        server.tunnel.pendingDialCount === 0 &&
+        server.tunnel.establishedCount() === 0 &&
+        agent.clients.connCount === 0 &&
+        agent.clients.pendingDialCount === 0 &&
+        target.sockets.size === 0 &&
+        server.tunnel.sessions.suspendedCount === 0,
+      30_000,
+    );
+    assert.equal(server.tunnel.sessions.size, 1, 'one session: the live link');
+    forgetLogs();
+    gc?.();
+    const rssAfter = process.memoryUsage().rss;
+    console.log('rss', JSON.stringify({ before: rssBefore, after: rssAfter, heapBefore, heapAfter: process.memoryUsage().heapUsed }));
+    if (gc === undefined) console.log('RSS not compared: run node with --expose-gc (npm test does)');
+    else assert.ok(rssAfter <= rssBefore * 1.1, `RSS ${rssAfter} is within 10 % of ${rssBefore}`);
+    // The harness then checks that no socket, handle or ref'd timer is left.
   },
 );
