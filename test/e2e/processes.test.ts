@@ -70,7 +70,8 @@ test('an agent killed mid-stream closes the client within a second', async (t) =
   assert.equal(server.lines.filter((l) => /iptables manager skipped: local mode has no cluster/.test(l)).length, 1);
   assert.equal(server.lines.filter((l) => /certificates created .*files=ca\.crt,tunnel-server\.crt,tunnel-proxy-client\.crt/.test(l)).length, 1);
   await issueAgentCert(h, s);
-  const agent = await s.startAgent();
+  // Killed, the agent is to the server a link that dropped; without session resume its clients close at once.
+  const agent = await s.startAgent(['--resume-window', '0']);
   const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(res.status, 200);
   res.socket.write('still here?');
