@@ -8,13 +8,12 @@
 // "Failed to connect".
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import { isIP, type Socket } from 'node:net';
+import { isIP } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
-import { splice } from '../mux/splice.js';
-import { REMOTE_CLOSE_EVENT } from '../mux/packet-conn.js';
+import { Cancel } from '../mux/cancel.js';
 import { ConnectionClosedError, errorMessage } from '../protocol/errors.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
@@ -129,7 +128,7 @@ export class ServerConnection {
   private session: ClientHttp2Session | undefined;
   private link: ClientPacketCall | undefined;
   private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new Map<bigint, AbortController>();
+  private readonly dials = new Map<bigint, Cancel>();
   private nextConnectID = 1n;
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
@@ -373,7 +372,7 @@ export class ServerConnection {
         const dial = this.dials.get(p.random);
         if (dial !== undefined) {
           this.log.verbose(3, 'server cancelled a dial', { dialID: p.random.toString() });
-          dial.abort();
+          dial.cancel();
         }
         return;
       }
@@ -413,15 +412,15 @@ export class ServerConnection {
       fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
       return;
     }
-    const abort = new AbortController();
-    this.dials.set(random, abort);
+    const cancel = new Cancel();
+    this.dials.set(random, cancel);
     const started = performance.now();
-    this.opts.dialer.dial(address, abort.signal).then(
+    this.opts.dialer.dial(address, cancel).then(
       (socket) => {
         this.dials.delete(random);
         limit.release();
         this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
-        if (abort.signal.aborted || this.closed || this.link === undefined) {
+        if (cancel.isCancelled || this.closed || this.link === undefined) {
           socket.destroy();
           return;
         }
@@ -433,17 +432,8 @@ export class ServerConnection {
           halfClose: this.identity?.halfClose === true,
         });
         this.conns.add(conn);
-        conn.once('close', () => this.conns.remove(conn));
-        // DIAL_RSP goes out before any DATA of this connection.
-        this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
-        if (this.log.enabled(3)) {
-          this.log.verbose(3, 'connection established', {
-            dialID: random.toString(),
-            connectID: connectID.toString(),
-            dialAddress: address,
-          });
-        }
-        splice(socket, conn, (err) => {
+        conn.onClose = (err) => {
+          this.conns.remove(conn);
           // The access line: one per tunnelled connection, when it ends.
           if (this.log.enabled(2)) {
             this.log.verbose(2, 'connection ended', {
@@ -456,15 +446,24 @@ export class ServerConnection {
               ...(err !== undefined ? { error: err.message } : {}),
             });
           }
-        });
-        stopReadingOnRemoteClose(socket, conn);
+        };
+        // DIAL_RSP goes out before any DATA of this connection.
+        this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
+        if (this.log.enabled(3)) {
+          this.log.verbose(3, 'connection established', {
+            dialID: random.toString(),
+            connectID: connectID.toString(),
+            dialAddress: address,
+          });
+        }
+        conn.attach(socket);
       },
       (err: unknown) => {
         this.dials.delete(random);
         limit.release();
         this.opts.metrics?.dialFailed((err as { code?: string }).code);
         // A cancelled dial needs no answer: the server has forgotten it.
-        if (abort.signal.aborted || this.closed) return;
+        if (cancel.isCancelled || this.closed) return;
         fail(errorMessage(err));
       },
     );
@@ -488,36 +487,11 @@ export class ServerConnection {
     clearInterval(this.sweepTimer);
     this.keepaliveLoop?.stop();
     this.link?.cancel(reason);
-    for (const d of this.dials.values()) d.abort();
+    for (const d of this.dials.values()) d.cancel();
     this.dials.clear();
     // A failure for every connection on the link: their targets are reset.
     for (const c of this.conns.takeAll()) c.destroy(new ConnectionClosedError(`connection to tunnel server ${this.address} closed: ${reason}`));
     this.session?.destroy();
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }
-}
-
-/**
- * The server closed the connection (CLOSE_REQ): nothing the target still
- * sends will be delivered, so stop reading it. Left to the pipe, the socket
- * would be drained at full speed into garbage until the target answers our
- * FIN (everything in its send buffer and our receive buffer, megabytes per
- * connection on a fast link); under churn that garbage was most of the
- * agent's memory peak. What the server sent before its CLOSE_REQ is still
- * written out (the pipe ends the socket once it is); then the socket goes.
- */
-function stopReadingOnRemoteClose(socket: Socket, conn: EndpointConn): void {
-  conn.once(REMOTE_CLOSE_EVENT, () => {
-    if (socket.destroyed) return;
-    socket.unpipe(conn);
-    socket.pause();
-    // A normal end on both sides: the connection goes first, so that the
-    // socket's close (before its own EOF) is not taken for a failure.
-    const done = (): void => {
-      conn.destroy();
-      socket.destroy();
-    };
-    if (socket.writableFinished) done();
-    else socket.once('finish', done);
-  });
 }

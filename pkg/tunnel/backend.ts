@@ -8,6 +8,7 @@ import type { KnownPacket } from '../protocol/packet.js';
 import { ConnTable } from '../mux/conn-table.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import type { TunnelConn } from './tunnel-conn.js';
+import type { TunnelRelay } from './tunnel-relay.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UnknownPackets } from './unknown-packets.js';
 
 export interface BackendLink extends PacketLink {
@@ -50,7 +51,7 @@ export class Backend {
   closed = false;
 
   /** Connections established through this stream. */
-  readonly conns = new ConnTable<TunnelConn>();
+  readonly conns = new ConnTable<TunnelConn | TunnelRelay>();
   /** Dial IDs pending on this backend. */
   readonly pendingDials = new Set<bigint>();
   /** Packets the agent sent for connections it does not hold here. */

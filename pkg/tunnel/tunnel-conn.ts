@@ -33,8 +33,16 @@ export class TunnelConn extends PacketConn {
   }
 
   protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
-    if (remoteInitiated) return undefined;
-    if (err !== null && this.closeWithError) return { type: 'CLOSE_REQ', connectID: this.connectID, error: err.message || err.name };
-    return { type: 'CLOSE_REQ', connectID: this.connectID };
+    return serverFinalPacket(this.connectID, this.closeWithError, remoteInitiated, err);
   }
+}
+
+/**
+ * The server's final packet: none when the agent ended first; otherwise
+ * CLOSE_REQ, carrying the error to an agent that reads it.
+ */
+export function serverFinalPacket(connectID: bigint, closeWithError: boolean, remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
+  if (remoteInitiated) return undefined;
+  if (err !== null && closeWithError) return { type: 'CLOSE_REQ', connectID, error: err.message || err.name };
+  return { type: 'CLOSE_REQ', connectID };
 }

@@ -16,6 +16,8 @@ import { BackendRegistry, type ProxyStrategy } from './backend-registry.js';
 import { TunnelMetrics } from './metrics.js';
 import { PendingDials, type PendingDial } from './pending-dials.js';
 import { TunnelConn } from './tunnel-conn.js';
+import { TunnelRelay } from './tunnel-relay.js';
+import type { Cancel } from '../mux/cancel.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
 import type { Registry } from 'prom-client';
 
@@ -63,6 +65,8 @@ export interface DialOptions {
    */
   proxyHost?: string;
   signal?: AbortSignal;
+  /** Cancels the dial, as `signal` does, for a caller that keeps no AbortController. */
+  cancel?: Cancel;
   /** Overrides the tunnel's dial timeout for this dial. */
   timeoutMs?: number;
 }
@@ -140,6 +144,18 @@ export class Tunnel {
    * rejects with a DialError whose `code` says why not.
    */
   dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
+    return this.startDial(address, opts, false) as Promise<TunnelConn>;
+  }
+
+  /**
+   * As dial(), but the connection is a TunnelRelay, to be joined to a socket
+   * (relay.attach): no stream object per connection.
+   */
+  dialRelay(address: string, opts: DialOptions = {}): Promise<TunnelRelay> {
+    return this.startDial(address, opts, true) as Promise<TunnelRelay>;
+  }
+
+  private startDial(address: string, opts: DialOptions, relay: boolean): Promise<TunnelConn | TunnelRelay> {
     const fail = (code: DialFailureReason, message: string): Promise<never> => {
       this.metrics.dialFailed(code);
       this.log.verbose(2, 'dial failed', { dialAddress: address, reason: code, error: message });
@@ -148,7 +164,7 @@ export class Tunnel {
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
-    if (opts.signal?.aborted) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
+    if (opts.signal?.aborted === true || opts.cancel?.isCancelled === true) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
 
     const host = removePortFromHost(opts.proxyHost ?? address);
     const backend = this.registry.pick(this.strategies, host);
@@ -173,8 +189,8 @@ export class Tunnel {
     while (this.pending.has(random)) random = this.newDialID();
     const timeoutMs = opts.timeoutMs ?? this.dialTimeoutMs;
 
-    return new Promise<TunnelConn>((resolve, reject) => {
-      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), resolve, reject };
+    return new Promise<TunnelConn | TunnelRelay>((resolve, reject) => {
+      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), relay, resolve, reject };
       dial.timer = setTimeout(() => {
         this.failDial(
           random,
@@ -188,6 +204,10 @@ export class Tunnel {
         dial.abortListener = addAbortListener(opts.signal, () => {
           this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
         });
+      }
+      if (opts.cancel !== undefined) {
+        dial.cancel = opts.cancel;
+        opts.cancel.listen(() => this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true));
       }
       this.pending.add(dial);
       if (this.log.enabled(3)) {
@@ -358,41 +378,24 @@ export class Tunnel {
       dial.reject(new DialError(reason, message));
       return;
     }
-    const conn = new TunnelConn(backend, connectID, dial.address, {
+    const connOpts = {
       highWaterMark: this.connHighWaterMark,
       flow: backend.flow,
       halfClose: backend.halfClose,
       lingerAfterEndMs: this.lingerAfterEndMs,
       stallTimeoutMs: this.stalledConnectionTimeoutMs,
-    });
+    };
+    let conn: TunnelConn | TunnelRelay;
+    if (dial.relay) {
+      const relay = new TunnelRelay(backend, connectID, dial.address, connOpts);
+      relay.onClose = (err) => this.connectionClosed(backend, relay, err);
+      conn = relay;
+    } else {
+      const duplex = new TunnelConn(backend, connectID, dial.address, connOpts);
+      duplex.once('close', () => this.connectionClosed(backend, duplex, duplex.errored ?? undefined));
+      conn = duplex;
+    }
     backend.conns.add(conn);
-    conn.once('close', () => {
-      backend.conns.remove(conn);
-      if (conn.errored instanceof ConnectionStalledError) {
-        this.log.verbose(2, 'closed a stalled connection', {
-          agentID: backend.agentID,
-          dialAddress: dial.address,
-          connectID: connectID.toString(),
-          reason: conn.errored.code,
-          error: conn.errored.message,
-        });
-      }
-      const ended = conn.errored === null ? 'closed' : ((conn.errored as { code?: unknown }).code as string | undefined) ?? 'error';
-      this.metrics.connectionClosed(typeof ended === 'string' && /^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
-      // The access line: one per tunnelled connection, when it ends.
-      if (this.log.enabled(2)) {
-        this.log.verbose(2, 'connection ended', {
-          agentID: backend.agentID,
-          dialAddress: dial.address,
-          connectID: connectID.toString(),
-          bytesToAgent: conn.bytesSent,
-          bytesFromAgent: conn.bytesReceived,
-          durationMs: Date.now() - conn.openedAt,
-          ended,
-          ...(conn.errored ? { error: conn.errored.message } : {}),
-        });
-      }
-    });
     this.metrics.dialSucceeded((performance.now() - dial.startedAt) / 1000);
     if (this.log.enabled(3)) {
       this.log.verbose(3, 'connection established', {
@@ -403,6 +406,35 @@ export class Tunnel {
       });
     }
     dial.resolve(conn);
+  }
+
+  /** A connection is over: out of the table, counted, and its access line logged. */
+  private connectionClosed(backend: Backend, conn: TunnelConn | TunnelRelay, err: Error | undefined): void {
+    backend.conns.remove(conn);
+    if (err instanceof ConnectionStalledError) {
+      this.log.verbose(2, 'closed a stalled connection', {
+        agentID: backend.agentID,
+        dialAddress: conn.address,
+        connectID: conn.connectID.toString(),
+        reason: err.code,
+        error: err.message,
+      });
+    }
+    const ended = err === undefined ? 'closed' : ((err as { code?: unknown }).code as string | undefined) ?? 'error';
+    this.metrics.connectionClosed(typeof ended === 'string' && /^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
+    // The access line: one per tunnelled connection, when it ends.
+    if (this.log.enabled(2)) {
+      this.log.verbose(2, 'connection ended', {
+        agentID: backend.agentID,
+        dialAddress: conn.address,
+        connectID: conn.connectID.toString(),
+        bytesToAgent: conn.bytesSent,
+        bytesFromAgent: conn.bytesReceived,
+        durationMs: Date.now() - conn.openedAt,
+        ended,
+        ...(err !== undefined ? { error: err.message } : {}),
+      });
+    }
   }
 
   /**

@@ -1,5 +1,5 @@
 // The proxier's boundary: an error while serving one CONNECT client (here a
-// tunnel connection that throws when written to) closes that client and is
+// tunnel connection that throws when joined to its socket) closes that client and is
 // logged with its stack; it is never an unhandled rejection, and the proxier
 // keeps serving.
 
@@ -19,9 +19,9 @@ test('an error thrown while serving one client closes only that client, logged w
   const log = new MemoryLogger();
   let dials = 0;
   const faulty = {
-    dial: async () => {
+    dialRelay: async () => {
       dials++;
-      return { write: () => { throw new Error('boom in the tunnel connection'); } };
+      return { attach: () => { throw new Error('boom in the tunnel connection'); } };
     },
   } as unknown as Tunnel;
   const path = join(await tempDir(h), 'p.sock');

@@ -1,0 +1,28 @@
+// The server's side of a tunnelled connection joined straight to its
+// caller's socket (a SocketRelay): what `tunnel.dialRelay()` resolves to, for
+// frontends that only join a socket to the connection (HTTP CONNECT). Its
+// close handshake is TunnelConn's: CLOSE_REQ, then the agent's CLOSE_RSP.
+
+import { SocketRelay, type SocketRelayOptions } from '../mux/socket-relay.js';
+import type { KnownPacket } from '../protocol/packet.js';
+import type { Backend } from './backend.js';
+import { serverFinalPacket } from './tunnel-conn.js';
+
+export class TunnelRelay extends SocketRelay {
+  readonly agentID: string;
+  readonly address: string;
+  protected readonly endsWithFinalPacket = false;
+  /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
+  private readonly closeWithError: boolean;
+
+  constructor(backend: Backend, connectID: bigint, address: string, opts?: SocketRelayOptions) {
+    super(backend.link, connectID, opts);
+    this.agentID = backend.agentID;
+    this.address = address;
+    this.closeWithError = backend.halfClose;
+  }
+
+  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
+    return serverFinalPacket(this.connectID, this.closeWithError, remoteInitiated, err);
+  }
+}
