@@ -185,10 +185,16 @@ export class HttpConnectServer {
       socket.destroy();
       return;
     }
-    socket.write(CONNECTION_ESTABLISHED);
-    // What the client sent during the dial goes first; a client that
-    // half-closed during the dial (its EOF read already) ends its direction.
-    conn.attach(socket, pendingChunks);
+    try {
+      socket.write(CONNECTION_ESTABLISHED);
+      // What the client sent during the dial goes first; a client that
+      // half-closed during the dial (its EOF read already) ends its direction.
+      conn.attach(socket, pendingChunks);
+    } catch (err: unknown) {
+      // Not left in the agent's table, holding its target open.
+      conn.destroy(err instanceof Error ? err : new Error(String(err)));
+      throw err;
+    }
   }
 
   /** Takes no new clients; open connections go on. */
