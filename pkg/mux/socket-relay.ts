@@ -2,9 +2,9 @@
 // connection to its target, the server's to an HTTP CONNECT client. Chunks
 // move between the socket and the packet link with explicit back-pressure,
 // and one close path ends both. It keeps every promise of a PacketConn joined
-// to a socket by splice() (read those first), without the Duplex and the two
-// pipe()s per connection that profiles showed as a quarter of what a new
-// connection costs:
+// to a socket by splice() (packet-conn.ts and splice.ts say what they are),
+// without the Duplex and the two pipe()s per connection that profiles showed
+// as a quarter of what a new connection costs:
 // - flow control (the peer's window and our grants), or, without it, the
 //   shared link paused while the socket is full, with the stall limit;
 // - half-close (CLOSE_WRITE) between our own ends; against upstream peers the
