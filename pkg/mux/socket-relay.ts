@@ -191,8 +191,10 @@ export abstract class SocketRelay implements MuxConn {
     const buffered = socket.writableLength;
     if (this.flow === undefined) {
       if (buffered >= this.highWaterMark) this.holdLink(buffered);
-    } else if (buffered > this.receiveWindow) {
-      // A peer that ignores our window: pause the link, as without flow control.
+    } else if (this.bytesReceived - this.granted > this.receiveWindow) {
+      // A peer that ignores our window (it has sent more than we granted it):
+      // pause the link, as without flow control. The socket's buffer alone is
+      // no sign of that: it also holds granted bytes its reader has not taken.
       this.holdLink(buffered);
     }
   }

@@ -320,6 +320,36 @@ test('with flow control: what the socket took is granted back (WINDOW_UPDATE), a
   assert.equal(link.pauses, 0);
 });
 
+test('with flow control: a slow reader whose peer keeps to the window never pauses the shared link; a byte past the window does', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link, { flow: FLOW });
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  far.pause();
+  // A well-behaved peer: sends only what it was granted, in 1 KiB pieces, until the reader's buffers are full.
+  const granted = (): number => FLOW.receiveWindow + link.ofType('WINDOW_UPDATE').reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
+  let sent = 0;
+  for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024; ) {
+    const credit = granted() - sent;
+    if (credit <= 0) {
+      idle++;
+      await new Promise((r) => setTimeout(r, 20));
+      continue;
+    }
+    idle = 0;
+    const n = Math.min(1024, credit);
+    relay.deliver(Buffer.alloc(n, 4));
+    sent += n;
+    if (sent % (64 * 1024) === 0) await new Promise((r) => setImmediate(r));
+  }
+  assert.ok(near.writableLength > 0, 'the reader fell behind');
+  assert.equal(link.pauses, 0, 'a peer within its window never pauses the link');
+  relay.deliver(Buffer.alloc(1024, 5));
+  assert.equal(link.pauses, 1, 'one past the window does');
+});
+
 for (const highWaterMark of [64 * 1024, 1024]) {
   test(`without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`, LIMIT, async (t) => {
     const h = harness(t);
