@@ -115,9 +115,15 @@ async function stopPerf(child: ChildProcess | undefined): Promise<void> {
 
 /** perf's view of a recording: self time by symbol, kernel and JIT code included. */
 function perfReport(file: string, top = 30): string {
-  const r = spawnSync('perf', ['report', '-i', file, '--stdio', '--no-children', '--sort', 'dso,sym', '--percent-limit', '0.7', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const r = spawnSync('perf', ['report', '-i', file, '--stdio', '--no-children', '--sort', 'dso,sym', '--percent-limit', '0.7', '-g', 'none'], {
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  });
   if (r.status !== 0) return `  perf report failed: ${r.stderr.trim().split('\n')[0]}`;
-  const lines = r.stdout.split('\n').filter((l) => /^\s+\d/.test(l)).slice(0, top);
+  const lines = r.stdout
+    .split('\n')
+    .filter((l) => /^\s+\d/.test(l))
+    .slice(0, top);
   return lines.map((l) => `  ${l.trim()}`).join('\n');
 }
 

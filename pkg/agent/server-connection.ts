@@ -302,7 +302,6 @@ export class ServerConnection {
     return { serverID: ids[0]!, serverCount: serverCount === 0 ? 1 : serverCount, flow, halfClose };
   }
 
-
   private startKeepalive(session: ClientHttp2Session): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
     this.keepaliveLoop = new Keepalive(session, {
@@ -315,7 +314,6 @@ export class ServerConnection {
     });
     this.keepaliveLoop.start();
   }
-
 
   private onGoaway(code: number, data: Buffer | undefined): void {
     const text = data?.toString() ?? '';
@@ -362,7 +360,8 @@ export class ServerConnection {
       case 'CLOSE_REQ': {
         const conn = this.conns.get(p.connectID);
         // With an error (our server's extension) the caller's side failed: the target is reset, not closed.
-        if (conn !== undefined) conn.remoteClose(p.error ? new ConnectionClosedError(`tunnel server ${this.address} ended the connection with an error: ${p.error}`) : undefined);
+        if (conn !== undefined)
+          conn.remoteClose(p.error ? new ConnectionClosedError(`tunnel server ${this.address} ended the connection with an error: ${p.error}`) : undefined);
         else if (!this.conns.isTombstoned(p.connectID)) {
           this.send({ type: 'CLOSE_RSP', connectID: p.connectID, error: 'Unknown connectID' });
         }

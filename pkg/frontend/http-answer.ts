@@ -42,12 +42,7 @@ export function statusLineWithReason(status: number, reason: string): string {
  * A complete response that closes the connection; `reason` becomes the
  * one-line body and, with `reasonInStatusLine`, also the status line's phrase.
  */
-export function errorResponse(
-  status: number,
-  reason: string,
-  extraHeaders: Record<string, string> = {},
-  opts: { reasonInStatusLine?: boolean } = {},
-): string {
+export function errorResponse(status: number, reason: string, extraHeaders: Record<string, string> = {}, opts: { reasonInStatusLine?: boolean } = {}): string {
   const body = reason.replace(/[\r\n]+/g, ' ') + '\n';
   const headers = {
     'Content-Type': 'text/plain; charset=utf-8',
@@ -56,7 +51,7 @@ export function errorResponse(
     ...extraHeaders,
   };
   const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
-  const phrase = opts.reasonInStatusLine === true ? statusLineWithReason(status, reason) : STATUS_CODES[status] ?? 'Error';
+  const phrase = opts.reasonInStatusLine === true ? statusLineWithReason(status, reason) : (STATUS_CODES[status] ?? 'Error');
   return `HTTP/1.1 ${status} ${phrase}\r\n${lines.join('')}\r\n${body}`;
 }
 

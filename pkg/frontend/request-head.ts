@@ -11,9 +11,7 @@ export interface RequestHead {
 }
 
 export type HeadParseResult =
-  | { kind: 'incomplete' }
-  | { kind: 'complete'; head: RequestHead; length: number }
-  | { kind: 'error'; status: 400; message: string };
+  { kind: 'incomplete' } | { kind: 'complete'; head: RequestHead; length: number } | { kind: 'error'; status: 400; message: string };
 
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const VERSION = /^HTTP\/1\.[01]$/;

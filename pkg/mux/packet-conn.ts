@@ -106,7 +106,11 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     // With flow control the peer never sends past our window; reading stays
     // below it so that consumption is noticed (in _read) before the window closes.
     const readHwm = flow !== undefined ? Math.max(1, Math.floor(flow.receiveWindow / 2)) : (opts.highWaterMark ?? 256 * 1024);
-    super({ allowHalfOpen: opts.halfClose === true, readableHighWaterMark: readHwm, writableHighWaterMark: opts.sendHighWaterMark ?? opts.highWaterMark ?? 256 * 1024 });
+    super({
+      allowHalfOpen: opts.halfClose === true,
+      readableHighWaterMark: readHwm,
+      writableHighWaterMark: opts.sendHighWaterMark ?? opts.highWaterMark ?? 256 * 1024,
+    });
     this.halfClose = opts.halfClose === true;
     this.lingerAfterEndMs = opts.halfClose === true ? undefined : opts.lingerAfterEndMs;
     this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
@@ -156,7 +160,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       this.destroy(
         new ConnectionStalledError(
           `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.readableLength} bytes waited ` +
-            'and the shared link was paused for it; closed so that the link\'s other connections keep flowing',
+            "and the shared link was paused for it; closed so that the link's other connections keep flowing",
         ),
       );
     }, ms);
@@ -326,11 +330,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     if (this.closeTimer !== undefined || this.destroyed) return;
     this.closeTimer = setTimeout(() => {
       this.closeTimer = undefined;
-      this.destroy(
-        new ConnectionClosedError(
-          `connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`,
-        ),
-      );
+      this.destroy(new ConnectionClosedError(`connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`));
     }, this.closeTimeoutMs);
     this.closeTimer.unref();
   }

@@ -164,7 +164,8 @@ export class Tunnel {
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
-    if (opts.signal?.aborted === true || opts.cancel?.isCancelled === true) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
+    if (opts.signal?.aborted === true || opts.cancel?.isCancelled === true)
+      return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
 
     const host = removePortFromHost(opts.proxyHost ?? address);
     const backend = this.registry.pick(this.strategies, host);
@@ -192,12 +193,7 @@ export class Tunnel {
     return new Promise<TunnelConn | TunnelRelay>((resolve, reject) => {
       const dial: PendingDial = { random, backend, address, startedAt: performance.now(), relay, resolve, reject };
       dial.timer = setTimeout(() => {
-        this.failDial(
-          random,
-          'YT_ERR_DIAL_TIMEOUT',
-          `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`,
-          true,
-        );
+        this.failDial(random, 'YT_ERR_DIAL_TIMEOUT', `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`, true);
       }, timeoutMs);
       dial.timer.unref();
       if (opts.signal !== undefined) {
@@ -310,7 +306,9 @@ export class Tunnel {
         if (conn !== undefined) {
           // An error is a failure (the target reset the connection, the agent cut it): the caller must see it as one.
           conn.remoteClose(
-            p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
+            p.error === ''
+              ? undefined
+              : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
           );
           backend.conns.remove(conn);
         } else if (!backend.conns.takeTombstone(p.connectID)) {
@@ -420,7 +418,7 @@ export class Tunnel {
         error: err.message,
       });
     }
-    const ended = err === undefined ? 'closed' : ((err as { code?: unknown }).code as string | undefined) ?? 'error';
+    const ended = err === undefined ? 'closed' : (((err as { code?: unknown }).code as string | undefined) ?? 'error');
     this.metrics.connectionClosed(typeof ended === 'string' && /^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
     // The access line: one per tunnelled connection, when it ends.
     if (this.log.enabled(2)) {

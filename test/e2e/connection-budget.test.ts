@@ -78,39 +78,43 @@ async function count(run: () => Promise<void>): Promise<Counts> {
   return counts;
 }
 
-test('a connection through the tunnel, target closing, stays within its budget of timers, promises, ticks, writes, AbortControllers and pipes', LIMIT, async (t) => {
-  const h = harness(t);
-  const { server, agent } = await startTunnel(h);
-  // Echoes the first chunk and closes (no pipe, so that only the tunnel's are counted).
-  const target = await startTCPServer(h, (s: Socket) => {
-    s.once('data', (chunk: Buffer) => s.end(chunk));
-    s.on('error', () => {});
-  });
-  const address = `127.0.0.1:${target.port}`;
-  const oneConnection = async (): Promise<void> => {
-    const { socket, status } = await connectVia(server.udsPath, address);
-    assert.equal(status, 200);
-    socket.resume();
-    socket.write('x');
-    await once(socket, 'close');
-  };
-  const settled = (): Promise<void> =>
-    waitFor('every connection closed on both sides', () => server.tunnel.establishedCount() === 0 && agent.clients.connCount === 0);
-  for (let i = 0; i < 10; i++) await oneConnection();
-  await settled();
-
-  const counts = await count(async () => {
-    for (let i = 0; i < CONNECTIONS; i++) await oneConnection();
+test(
+  'a connection through the tunnel, target closing, stays within its budget of timers, promises, ticks, writes, AbortControllers and pipes',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { server, agent } = await startTunnel(h);
+    // Echoes the first chunk and closes (no pipe, so that only the tunnel's are counted).
+    const target = await startTCPServer(h, (s: Socket) => {
+      s.once('data', (chunk: Buffer) => s.end(chunk));
+      s.on('error', () => {});
+    });
+    const address = `127.0.0.1:${target.port}`;
+    const oneConnection = async (): Promise<void> => {
+      const { socket, status } = await connectVia(server.udsPath, address);
+      assert.equal(status, 200);
+      socket.resume();
+      socket.write('x');
+      await once(socket, 'close');
+    };
+    const settled = (): Promise<void> =>
+      waitFor('every connection closed on both sides', () => server.tunnel.establishedCount() === 0 && agent.clients.connCount === 0);
+    for (let i = 0; i < 10; i++) await oneConnection();
     await settled();
-  });
-  const perConnection: Record<string, number> = {
-    AbortController: counts.abortControllers / CONNECTIONS,
-    pipe: counts.pipes / CONNECTIONS,
-  };
-  for (const [type, n] of counts.byType) perConnection[type] = n / CONNECTIONS;
-  t.diagnostic(`per connection: ${JSON.stringify(perConnection)}`);
-  for (const [type, budget] of Object.entries(BUDGET)) {
-    const used = perConnection[type] ?? 0;
-    assert.ok(used <= budget, `${used} ${type} per connection (budget ${budget})`);
-  }
-});
+
+    const counts = await count(async () => {
+      for (let i = 0; i < CONNECTIONS; i++) await oneConnection();
+      await settled();
+    });
+    const perConnection: Record<string, number> = {
+      AbortController: counts.abortControllers / CONNECTIONS,
+      pipe: counts.pipes / CONNECTIONS,
+    };
+    for (const [type, n] of counts.byType) perConnection[type] = n / CONNECTIONS;
+    t.diagnostic(`per connection: ${JSON.stringify(perConnection)}`);
+    for (const [type, budget] of Object.entries(BUDGET)) {
+      const used = perConnection[type] ?? 0;
+      assert.ok(used <= budget, `${used} ${type} per connection (budget ${budget})`);
+    }
+  },
+);

@@ -46,7 +46,7 @@ test('a name that does not resolve keeps the resolver code', LIMIT, async () => 
   assert.match(err.message, /^dial tcp: lookup no-such-host\.invalid: /);
 });
 
-test('a dial that gets no answer in time is YT_ERR_DIAL_TIMEOUT with Go\'s i/o timeout wording', LIMIT, async (t) => {
+test("a dial that gets no answer in time is YT_ERR_DIAL_TIMEOUT with Go's i/o timeout wording", LIMIT, async (t) => {
   const h = harness(t);
   const port = await startHangingListener(h);
   const err = await dialError(new Dialer({ allowList: AllowList.parse('127.0.0.1'), timeoutMs: 200 }), `127.0.0.1:${port}`);

@@ -98,7 +98,7 @@ test('a CONNECT error carries its reason in the status line (kube-apiserver show
   assert.match(errorResponse(503, 'plain').split('\r\n')[0]!, /^HTTP\/1\.1 503 Service Unavailable$/);
 });
 
-test('a failed dial\'s reason is led by its node when no agent took the dial (an agent\'s message names it already)', async () => {
+test("a failed dial's reason is led by its node when no agent took the dial (an agent's message names it already)", async () => {
   const { dialFailureReason } = await import('../../pkg/frontend/dial-reason.js');
   const { DialError } = await import('../../pkg/protocol/errors.js');
   const nodes = (host: string): string | undefined => (host === '10.0.0.5' ? 'edge-1' : undefined);

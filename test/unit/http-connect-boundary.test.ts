@@ -51,5 +51,8 @@ test('an error thrown while serving one client closes only that client, logged w
   assert.match(String(log.find('internal error serving a CONNECT client')[0]!.fields.stack), /boom in the tunnel connection/);
   assert.deepEqual(rejections, []);
   // The tunnel connection does not outlive its client.
-  assert.deepEqual(destroyed.map((e) => e.message), ['boom in the tunnel connection', 'boom in the tunnel connection']);
+  assert.deepEqual(
+    destroyed.map((e) => e.message),
+    ['boom in the tunnel connection', 'boom in the tunnel connection'],
+  );
 });

@@ -78,7 +78,10 @@ function tunnelConn(
   opts: { highWaterMark?: number; closeTimeoutMs?: number } = {},
   agent: { halfClose?: boolean } = {},
 ): TunnelConn {
-  const backend = new Backend({ agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent }, link);
+  const backend = new Backend(
+    { agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent },
+    link,
+  );
   const conn = new TunnelConn(backend, connectID, '10.0.0.5:10250', opts);
   h.defer(() => conn.destroy());
   return conn;
@@ -88,7 +91,12 @@ function tunnelConn(
 class AgentSideConn extends PacketConn {
   protected readonly endsWithFinalPacket = true;
 
-  constructor(link: RecordingLink, connectID: bigint, readonly address: string, opts?: PacketConnOptions) {
+  constructor(
+    link: RecordingLink,
+    connectID: bigint,
+    readonly address: string,
+    opts?: PacketConnOptions,
+  ) {
     super(link, connectID, opts);
   }
 
@@ -201,7 +209,7 @@ test('back-pressure: while the link holds its callback, write() returns false, a
   assert.equal(link.pendingCallbacks, 0);
 });
 
-test('sendHighWaterMark bounds what writers may queue, apart from the receive side\'s highWaterMark', LIMIT, async (t) => {
+test("sendHighWaterMark bounds what writers may queue, apart from the receive side's highWaterMark", LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   link.holdCallbacks = true;
@@ -337,21 +345,25 @@ test('TunnelConn destroy() without end() sends one CLOSE_REQ', LIMIT, async (t) 
   assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
 });
 
-test("TunnelConn destroyed with an error tells an agent that negotiated half-close why (its CLOSE_REQ carries the error); a normal end does not", LIMIT, async (t) => {
-  const h = harness(t);
-  const link = new RecordingLink();
-  const failed = tunnelConn(h, link, 9n, {}, { halfClose: true });
-  failed.on('error', () => {});
-  failed.destroy(new Error('read ECONNRESET'));
-  await closed(failed);
-  const normal = tunnelConn(h, link, 10n, {}, { halfClose: true });
-  normal.destroy();
-  await closed(normal);
-  assert.deepEqual(link.control, [
-    { type: 'CLOSE_REQ', connectID: 9n, error: 'read ECONNRESET' },
-    { type: 'CLOSE_REQ', connectID: 10n },
-  ]);
-});
+test(
+  'TunnelConn destroyed with an error tells an agent that negotiated half-close why (its CLOSE_REQ carries the error); a normal end does not',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const link = new RecordingLink();
+    const failed = tunnelConn(h, link, 9n, {}, { halfClose: true });
+    failed.on('error', () => {});
+    failed.destroy(new Error('read ECONNRESET'));
+    await closed(failed);
+    const normal = tunnelConn(h, link, 10n, {}, { halfClose: true });
+    normal.destroy();
+    await closed(normal);
+    assert.deepEqual(link.control, [
+      { type: 'CLOSE_REQ', connectID: 9n, error: 'read ECONNRESET' },
+      { type: 'CLOSE_REQ', connectID: 10n },
+    ]);
+  },
+);
 
 test('TunnelConn remoteClose() (the agent closed first) ends the connection and sends nothing', LIMIT, async (t) => {
   const h = harness(t);
@@ -646,7 +658,7 @@ test('connections sharing a link through a PauseGate pause it once and resume it
 
 const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
 
-test('with flow control a connection sends no more than the peer\'s window until credit comes', LIMIT, async (t) => {
+test("with flow control a connection sends no more than the peer's window until credit comes", LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = new AgentSideConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
@@ -654,14 +666,24 @@ test('with flow control a connection sends no more than the peer\'s window until
   let done = false;
   conn.write(Buffer.alloc(100 * 1024, 1), () => (done = true));
   await tick();
-  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 64 * 1024, 'exactly one window went out');
+  assert.equal(
+    link.data.reduce((n, d) => n + d.data.length, 0),
+    64 * 1024,
+    'exactly one window went out',
+  );
   assert.equal(done, false, 'the write waits for credit');
   conn.grantCredit(16 * 1024);
   await tick();
-  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 80 * 1024);
+  assert.equal(
+    link.data.reduce((n, d) => n + d.data.length, 0),
+    80 * 1024,
+  );
   conn.grantCredit(64 * 1024);
   await tick();
-  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 100 * 1024);
+  assert.equal(
+    link.data.reduce((n, d) => n + d.data.length, 0),
+    100 * 1024,
+  );
   assert.equal(done, true);
   assert.deepEqual(Buffer.concat(link.data.map((d) => d.data)), Buffer.alloc(100 * 1024, 1));
 });
@@ -707,7 +729,11 @@ test('credit is ignored without flow control, and a zero or negative grant chang
   const plain = endpointConn(h, link, 8n);
   plain.grantCredit(1024);
   await writeAndWait(plain, Buffer.alloc(300 * 1024));
-  assert.equal(link.data.reduce((n, d) => n + d.data.length, 0), 300 * 1024, 'no window applies');
+  assert.equal(
+    link.data.reduce((n, d) => n + d.data.length, 0),
+    300 * 1024,
+    'no window applies',
+  );
   const flowing = new AgentSideConn(link, 9n, '10.0.0.5:10250', { flow: { sendWindow: 16 * 1024, receiveWindow: 16 * 1024 } });
   h.defer(() => flowing.destroy());
   flowing.grantCredit(0);
@@ -741,5 +767,8 @@ test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow 
   slow.read(16 * 1024); // a little is read; the buffer is never empty
   await tick();
   const slowGrants = link.control.filter((p) => p.type === 'WINDOW_UPDATE' && p.connectID === 11n);
-  assert.ok(slowGrants.every((p) => p.type === 'WINDOW_UPDATE' && Number(p.bytes) <= 16 * 1024), 'no widening for a reader that lags');
+  assert.ok(
+    slowGrants.every((p) => p.type === 'WINDOW_UPDATE' && Number(p.bytes) <= 16 * 1024),
+    'no widening for a reader that lags',
+  );
 });

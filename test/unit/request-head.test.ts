@@ -23,7 +23,14 @@ const CONNECT_CRLF = 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: 10.0.0.5:10250\r\
 const CONNECT_LF = 'CONNECT 10.0.0.5:10250 HTTP/1.1\nHost: 10.0.0.5:10250\nX-Tunnel-Proxy-Host: node1\n\n';
 
 test('a head without its blank line is incomplete', LIMIT, () => {
-  for (const text of ['', 'CONNECT', 'CONNECT 10.0.0.5:10250 HTTP/1.1', 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\n', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r']) {
+  for (const text of [
+    '',
+    'CONNECT',
+    'CONNECT 10.0.0.5:10250 HTTP/1.1',
+    'CONNECT 10.0.0.5:10250 HTTP/1.1\r\n',
+    'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n',
+    'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r',
+  ]) {
     assert.deepEqual(parse(text), { kind: 'incomplete' }, JSON.stringify(text));
   }
 });
@@ -84,9 +91,7 @@ test('a head with no header lines is complete', LIMIT, () => {
 });
 
 test('header names are lower-cased, values trimmed, repeats kept in order', LIMIT, () => {
-  const { head } = complete(
-    parse('CONNECT a:1 HTTP/1.1\r\nX-Tunnel-Proxy-Host:  first \r\nhost: a:1\r\nx-tunnel-proxy-HOST:second\r\nX-Empty:\r\n\r\n'),
-  );
+  const { head } = complete(parse('CONNECT a:1 HTTP/1.1\r\nX-Tunnel-Proxy-Host:  first \r\nhost: a:1\r\nx-tunnel-proxy-HOST:second\r\nX-Empty:\r\n\r\n'));
   assert.deepEqual(head.headers.get('x-tunnel-proxy-host'), ['first', 'second']);
   assert.deepEqual(head.headers.get('host'), ['a:1']);
   assert.deepEqual(head.headers.get('x-empty'), ['']);

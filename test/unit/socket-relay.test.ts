@@ -108,7 +108,10 @@ function endpoint(link: RecordingLink, opts: ConstructorParameters<typeof Endpoi
 }
 
 function tunnelRelay(link: RecordingLink, opts: ConstructorParameters<typeof TunnelRelay>[3] = {}, agent: { halfClose?: boolean } = {}): TunnelRelay {
-  const backend = new Backend({ agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent }, link);
+  const backend = new Backend(
+    { agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent },
+    link,
+  );
   return new TunnelRelay(backend, 9n, '10.0.0.5:10250', opts);
 }
 
@@ -209,27 +212,31 @@ test('EndpointConn: a target that resets makes one CLOSE_RSP carrying the error'
   assert.ok(rsp[0]!.type === 'CLOSE_RSP' && rsp[0]!.error !== '', 'the CLOSE_RSP says why');
 });
 
-test('EndpointConn with half-close: the target\'s end is CLOSE_WRITE; the server still sends; its CLOSE_WRITE ends the target and one CLOSE_RSP follows', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link, { halfClose: true });
-  const closed = ended(relay);
-  relay.attach(near);
-  far.end('request');
-  await waitFor('CLOSE_WRITE', () => link.ofType('CLOSE_WRITE').length === 1);
-  assert.equal(link.sentBytes().toString(), 'request');
-  relay.deliver(Buffer.from('answer'));
-  relay.remoteEndWrite();
-  const got: Buffer[] = [];
-  far.on('data', (c: Buffer) => got.push(c));
-  await once(far, 'end');
-  assert.equal(Buffer.concat(got).toString(), 'answer');
-  assert.equal(await closed, undefined);
-  assert.deepEqual(link.ofType('CLOSE_RSP'), [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
-});
+test(
+  "EndpointConn with half-close: the target's end is CLOSE_WRITE; the server still sends; its CLOSE_WRITE ends the target and one CLOSE_RSP follows",
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    const link = new RecordingLink();
+    const relay = endpoint(link, { halfClose: true });
+    const closed = ended(relay);
+    relay.attach(near);
+    far.end('request');
+    await waitFor('CLOSE_WRITE', () => link.ofType('CLOSE_WRITE').length === 1);
+    assert.equal(link.sentBytes().toString(), 'request');
+    relay.deliver(Buffer.from('answer'));
+    relay.remoteEndWrite();
+    const got: Buffer[] = [];
+    far.on('data', (c: Buffer) => got.push(c));
+    await once(far, 'end');
+    assert.equal(Buffer.concat(got).toString(), 'answer');
+    assert.equal(await closed, undefined);
+    assert.deepEqual(link.ofType('CLOSE_RSP'), [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+  },
+);
 
-test('TunnelRelay: the agent\'s CLOSE_RSP with an error resets the caller; nothing is sent back', LIMIT, async (t) => {
+test("TunnelRelay: the agent's CLOSE_RSP with an error resets the caller; nothing is sent back", LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -243,7 +250,7 @@ test('TunnelRelay: the agent\'s CLOSE_RSP with an error resets the caller; nothi
   assert.deepEqual(link.control, []);
 });
 
-test('TunnelRelay: the caller\'s end (no half-close) is one CLOSE_REQ; the caller is closed once the agent answers', LIMIT, async (t) => {
+test("TunnelRelay: the caller's end (no half-close) is one CLOSE_REQ; the caller is closed once the agent answers", LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -290,7 +297,7 @@ test('attach() with bytes read during the dial and a socket whose EOF came then:
   assert.deepEqual(link.control, [{ type: 'CLOSE_WRITE', connectID: 9n }]);
 });
 
-test('with flow control: no more than the peer\'s window is sent until WINDOW_UPDATE grants more', LIMIT, async (t) => {
+test("with flow control: no more than the peer's window is sent until WINDOW_UPDATE grants more", LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -331,7 +338,7 @@ test('with flow control: a slow reader whose peer keeps to the window never paus
   // A well-behaved peer: sends only what it was granted, in 1 KiB pieces, until the reader's buffers are full.
   const granted = (): number => FLOW.receiveWindow + link.ofType('WINDOW_UPDATE').reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
   let sent = 0;
-  for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024; ) {
+  for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024;) {
     const credit = granted() - sent;
     if (credit <= 0) {
       idle++;
@@ -351,29 +358,33 @@ test('with flow control: a slow reader whose peer keeps to the window never paus
 });
 
 for (const highWaterMark of [64 * 1024, 1024]) {
-  test(`without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`, LIMIT, async (t) => {
-    const h = harness(t);
-    const { near, far } = await socketPair(h);
-    const link = new RecordingLink();
-    const relay = endpoint(link, { highWaterMark });
-    h.defer(() => relay.destroy());
-    relay.attach(near);
-    far.pause();
-    // Small pieces, so that the mark is crossed while the socket's own (16 KiB) is not.
-    const piece = Buffer.alloc(512, 3);
-    let delivered = 0;
-    // Until the kernel's buffers are full and the socket holds the mark; a paused link delivers no more.
-    while (link.pauses === 0 && delivered < 100_000) {
+  test(
+    `without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`,
+    LIMIT,
+    async (t) => {
+      const h = harness(t);
+      const { near, far } = await socketPair(h);
+      const link = new RecordingLink();
+      const relay = endpoint(link, { highWaterMark });
+      h.defer(() => relay.destroy());
+      relay.attach(near);
+      far.pause();
+      // Small pieces, so that the mark is crossed while the socket's own (16 KiB) is not.
+      const piece = Buffer.alloc(512, 3);
+      let delivered = 0;
+      // Until the kernel's buffers are full and the socket holds the mark; a paused link delivers no more.
+      while (link.pauses === 0 && delivered < 100_000) {
+        relay.deliver(piece);
+        delivered++;
+        if (delivered % 64 === 0) await new Promise((r) => setImmediate(r));
+      }
+      assert.equal(link.pauses, 1, 'the link was paused for the full socket');
       relay.deliver(piece);
-      delivered++;
-      if (delivered % 64 === 0) await new Promise((r) => setImmediate(r));
-    }
-    assert.equal(link.pauses, 1, 'the link was paused for the full socket');
-    relay.deliver(piece);
-    assert.equal(link.pauses, 1, 'once');
-    assert.equal(link.resumes, 0);
-    far.resume();
-    await waitFor('the link resumed', () => link.resumes === 1);
-    assert.equal(link.pauses, 1);
-  });
+      assert.equal(link.pauses, 1, 'once');
+      assert.equal(link.resumes, 0);
+      far.resume();
+      await waitFor('the link resumed', () => link.resumes === 1);
+      assert.equal(link.pauses, 1);
+    },
+  );
 }
