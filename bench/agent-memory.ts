@@ -38,7 +38,7 @@ async function hangingListener(children: ChildProcess[]): Promise<{ port: number
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   children.push(child);
-  const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
   const fillers: Socket[] = [];
   for (let i = 0; i < 2; i++) {
@@ -160,9 +160,11 @@ async function main(): Promise<void> {
     const holding = await probe.next();
     for (const s of held) s.destroy();
 
-    console.log(`agent memory, ${TOTAL} churned connections (${CONCURRENCY} at a time) in ${churnSeconds.toFixed(1)} s` +
-      ` (${Math.round(TOTAL / churnSeconds)}/s)${nodeArgs.length > 0 ? `; agent node args: ${nodeArgs.join(' ')}` : ''}` +
-      `${agentArgs.length > 0 ? `; agent args: ${agentArgs.join(' ')}` : ''}`);
+    console.log(
+      `agent memory, ${TOTAL} churned connections (${CONCURRENCY} at a time) in ${churnSeconds.toFixed(1)} s` +
+        ` (${Math.round(TOTAL / churnSeconds)}/s)${nodeArgs.length > 0 ? `; agent node args: ${nodeArgs.join(' ')}` : ''}` +
+        `${agentArgs.length > 0 ? `; agent args: ${agentArgs.join(' ')}` : ''}`,
+    );
     const header = ['', ...KEYS];
     const rows = [
       ['idle', ...KEYS.map((k) => fmt(idle[k]))],

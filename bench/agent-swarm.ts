@@ -16,11 +16,12 @@ import { DialLimit } from '../pkg/agent/dial-limit.js';
 import { Dialer } from '../pkg/agent/dialer.js';
 import { ServerConnection } from '../pkg/agent/server-connection.js';
 
-const [address, firstArg, countArg, certDir] = process.argv.slice(2);
-if (address === undefined || certDir === undefined) {
+const [addressArg, firstArg, countArg, certDir] = process.argv.slice(2);
+if (addressArg === undefined || certDir === undefined) {
   process.stderr.write('usage: agent-swarm.js SERVER_ADDR FIRST COUNT CERT_DIR\n');
   process.exit(2);
 }
+const address = addressArg;
 const first = Number(firstArg);
 const count = Number(countArg);
 const tls = {

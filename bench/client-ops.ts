@@ -215,10 +215,13 @@ export async function slowReader(path: BenchPath, bytes: number, bytesPerSecond:
         const allowed = ((performance.now() - started) / 1000) * bytesPerSecond;
         if (conn.received > allowed && resumeTimer === undefined) {
           socket.pause();
-          resumeTimer = setTimeout(() => {
-            resumeTimer = undefined;
-            socket.resume();
-          }, Math.max(1, ((conn.received - allowed) / bytesPerSecond) * 1000));
+          resumeTimer = setTimeout(
+            () => {
+              resumeTimer = undefined;
+              socket.resume();
+            },
+            Math.max(1, ((conn.received - allowed) / bytesPerSecond) * 1000),
+          );
         }
       };
       void conn.closed.then(() => {

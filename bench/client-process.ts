@@ -47,7 +47,7 @@ export class ClientProcess {
 
   static async start(): Promise<ClientProcess> {
     const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/bench/client.js')], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const [first] = (await once(child.stdout!, 'data')) as [Buffer];
+    const [first] = (await once(child.stdout, 'data')) as [Buffer];
     if (!first.toString().startsWith('ready')) throw new Error(`bench client: unexpected first line ${first.toString()}`);
     return new ClientProcess(child);
   }

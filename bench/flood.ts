@@ -146,7 +146,8 @@ async function main(): Promise<void> {
   const pid = local.children[0]!.pid!;
   const flood: Socket[] = [];
   try {
-    const [ca, cert, key] = ['ca.crt', 'tunnel-proxy-client.crt', 'tunnel-proxy-client.key'].map((f) => readFileSync(join(local.certDir, f), 'utf8'));
+    const readCert = (f: string): string => readFileSync(join(local.certDir, f), 'utf8');
+    const [ca, cert, key] = [readCert('ca.crt'), readCert('tunnel-proxy-client.crt'), readCert('tunnel-proxy-client.key')];
     const secureCaller = async (): Promise<TLSSocket> => {
       const s = tlsConnect({ host: '127.0.0.1', port: local.securePort, ca, cert, key, servername: 'localhost', ALPNProtocols: ['http/1.1'] });
       s.on('error', () => {});
@@ -174,11 +175,13 @@ async function main(): Promise<void> {
       probe.resetPeak();
       const started = performance.now();
       flood.push(...(await inBatches(SECURE_SILENT, () => tcp(local.securePort))));
-      flood.push(...(await inBatches(SECURE_SLOW, async () => {
-        const s = await secureCaller();
-        s.write(HALF_HEAD);
-        return s;
-      })));
+      flood.push(
+        ...(await inBatches(SECURE_SLOW, async () => {
+          const s = await secureCaller();
+          s.write(HALF_HEAD);
+          return s;
+        })),
+      );
       flood.push(...(await inBatches(INSECURE_SLOW, () => tcp(local.insecurePort, HALF_HEAD))));
       flood.push(...(await inBatches(AGENT_HALF_OPEN, () => tcp(local.agentPort, hello))));
       openSeconds = (performance.now() - started) / 1000;

@@ -8,9 +8,7 @@
 import { connect, type Socket } from 'node:net';
 
 /** Where a bench connection goes. */
-export type BenchPath =
-  | { kind: 'tcp'; port: number }
-  | { kind: 'connect'; uds: string; address: string; proxyHost?: string };
+export type BenchPath = { kind: 'tcp'; port: number } | { kind: 'connect'; uds: string; address: string; proxyHost?: string };
 
 /** One buffer for every socket of the process: `onread` callbacks run one at a time and never keep it. */
 const READ_BUFFER = Buffer.allocUnsafe(1024 * 1024);
@@ -45,10 +43,7 @@ export class LeanConn {
         return true;
       },
     };
-    const socket =
-      path.kind === 'tcp'
-        ? connect({ port: path.port, host: '127.0.0.1', noDelay: true, onread })
-        : connect({ path: path.uds, onread });
+    const socket = path.kind === 'tcp' ? connect({ port: path.port, host: '127.0.0.1', noDelay: true, onread }) : connect({ path: path.uds, onread });
     conn = new LeanConn(socket, path.kind === 'connect');
     const c = conn;
     return new Promise<LeanConn>((resolve, reject) => {

@@ -27,7 +27,7 @@ const GC_KINDS: Record<number, string> = {
 let gc: Record<string, { count: number; ms: number; maxMs: number }> = {};
 new PerformanceObserver((list) => {
   for (const e of list.getEntries()) {
-    const kind = GC_KINDS[((e as { detail?: { kind?: number } }).detail)?.kind ?? 0] ?? 'other';
+    const kind = GC_KINDS[(e as { detail?: { kind?: number } }).detail?.kind ?? 0] ?? 'other';
     const t = (gc[kind] ??= { count: 0, ms: 0, maxMs: 0 });
     t.count++;
     t.ms += e.duration;

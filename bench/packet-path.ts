@@ -81,6 +81,7 @@ function bulk(messages: number) {
             else next();
           });
           // The link is full: the callback comes on drain and sends on.
+          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- false if the callback already ran
           if (waiting) {
             waiting = false;
             return;

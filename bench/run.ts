@@ -82,7 +82,7 @@ class Figures {
   private readonly data = new Map<Who, Map<string, number[]>>();
   add(who: Who, key: string, value: number): void {
     let m = this.data.get(who);
-    if (m === undefined) this.data.set(who, (m = new Map()));
+    if (m === undefined) this.data.set(who, (m = new Map<string, number[]>()));
     let list = m.get(key);
     if (list === undefined) m.set(key, (list = []));
     list.push(value);
@@ -121,15 +121,23 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--no-memory') opts.memory = false;
     else if (a === '--only') {
       const names: Record<string, PairName> = { ours: 'yurt-tunnel', konnectivity: 'Konnectivity', 'go-agent': 'Go agent, our server' };
-      opts.only = value().split(',').map((n) => {
-        const p = names[n];
-        if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, konnectivity, go-agent)`);
-        return p;
-      });
-    } else if (a === '--node-args') opts.nodeArgs = value().split(' ').filter((x) => x !== '');
+      opts.only = value()
+        .split(',')
+        .map((n) => {
+          const p = names[n];
+          if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, konnectivity, go-agent)`);
+          return p;
+        });
+    } else if (a === '--node-args')
+      opts.nodeArgs = value()
+        .split(' ')
+        .filter((x) => x !== '');
     else if (a === '--json') opts.json = value();
     else if (a === '--verbose') opts.verbose = true;
-    else throw new Error(`unknown option ${a} (--rounds N, --quick, --no-memory, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`);
+    else
+      throw new Error(
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`,
+      );
   }
   return opts;
 }
@@ -308,8 +316,22 @@ const SECTIONS: Array<[string, Row[]]> = [
       { key: 'rttCpu', label: '  server+agent CPU µs per round trip', digits: 0, better: 'lower' },
       { key: 'connP50', label: 'new connection p50, ms', digits: 3, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
       { key: 'connP99', label: 'new connection p99, ms', digits: 3, better: 'lower' },
-      { key: 'rate', label: 'new connections/s, 8 at once, target closes', digits: 0, better: 'higher', goal: '≥ Konn.', meets: (o, k) => k !== undefined && o >= k },
-      { key: 'rateClientClose', label: 'new connections/s, 8 at once, client closes', digits: 0, better: 'higher', goal: '≥ Konn.', meets: (o, k) => k !== undefined && o >= k },
+      {
+        key: 'rate',
+        label: 'new connections/s, 8 at once, target closes',
+        digits: 0,
+        better: 'higher',
+        goal: '≥ Konn.',
+        meets: (o, k) => k !== undefined && o >= k,
+      },
+      {
+        key: 'rateClientClose',
+        label: 'new connections/s, 8 at once, client closes',
+        digits: 0,
+        better: 'higher',
+        goal: '≥ Konn.',
+        meets: (o, k) => k !== undefined && o >= k,
+      },
       { key: 'connCpu', label: '  server+agent CPU ms per connection', digits: 2, better: 'lower' },
       { key: 'others', label: 'machine used by other processes, %', digits: 0 },
     ],
@@ -357,7 +379,11 @@ function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
   }
   const all = [header, ...body];
   const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  const line = (r: string[]): string =>
+    r
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
   console.log('\n' + line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const r of body) console.log(line(r));

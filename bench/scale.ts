@@ -91,7 +91,10 @@ function parseScaleArgs(argv: string[]): ScaleOptions {
     else if (a === '--seconds') o.seconds = Number(v());
     else if (a === '--idle') o.idleSeconds = Number(v());
     else if (a === '--out') o.out = v();
-    else throw new Error(`unknown option ${a} (--agents 10,100,1000 --go-agents N --conns-per-agent N --links-per-process N --rate N --seconds N --idle N --out DIR)`);
+    else
+      throw new Error(
+        `unknown option ${a} (--agents 10,100,1000 --go-agents N --conns-per-agent N --links-per-process N --rate N --seconds N --idle N --out DIR)`,
+      );
   }
   return o;
 }
@@ -162,8 +165,8 @@ async function startGoServer(ctx: PairContext, targetAddress: string): Promise<R
     counter.onText(t);
     if (t.includes('Starting agent server for tunnel connections')) started();
   };
-  child.stdout!.on('data', onText);
-  child.stderr!.on('data', onText);
+  child.stdout.on('data', onText);
+  child.stderr.on('data', onText);
   await ready;
   return {
     pid: child.pid!,
@@ -189,7 +192,7 @@ async function startSwarm(n: number, perProcess: number, agentPort: number, cert
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     children.push(child);
-    const lines = createInterface({ input: child.stdout! });
+    const lines = createInterface({ input: child.stdout });
     starts.push(
       new Promise<void>((resolve, reject) => {
         lines.on('line', (l) => {
@@ -238,7 +241,12 @@ async function startGoAgents(ctx: PairContext, g: number, agentPort: number): Pr
   };
 }
 
-async function measure(client: ClientProcess, server: RunningServer, o: ScaleOptions, n: number): Promise<Omit<ScaleRow, 'server' | 'agents' | 'agentKind' | 'processes'>> {
+async function measure(
+  client: ClientProcess,
+  server: RunningServer,
+  o: ScaleOptions,
+  n: number,
+): Promise<Omit<ScaleRow, 'server' | 'agents' | 'agentKind' | 'processes'>> {
   await sleep(2000);
   const rssAgents = rssBytes(server.pid);
   const connections = await client.call({ op: 'hold', path: server.path, count: n * o.connsPerAgent });
@@ -273,7 +281,21 @@ async function measure(client: ClientProcess, server: RunningServer, o: ScaleOpt
 }
 
 function printRows(rows: ScaleRow[]): void {
-  const header = ['server', 'agents', 'processes', 'RSS agents only MB', 'idle conns', 'RSS idle MB', 'CPU idle %', `dial p50 ms`, 'dial p99 ms', 'dials/s', 'failed', 'CPU load %', 'RSS load MB'];
+  const header = [
+    'server',
+    'agents',
+    'processes',
+    'RSS agents only MB',
+    'idle conns',
+    'RSS idle MB',
+    'CPU idle %',
+    `dial p50 ms`,
+    'dial p99 ms',
+    'dials/s',
+    'failed',
+    'CPU load %',
+    'RSS load MB',
+  ];
   const body = rows.map((r) => [
     r.server,
     `${r.agents} ${r.agentKind}`,
@@ -318,8 +340,30 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
         series('rssIdleMB', 'Konnectivity', '#d62728', false, `Konnectivity, + ${o.connsPerAgent} conns/agent`),
       ],
     },
-    { title: 'server CPU', xLabel: 'agents', yLabel: '% of one core', xLog: true, series: [series('cpuIdlePct', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel idle'), series('cpuIdlePct', 'Konnectivity', '#d62728', true, 'Konnectivity idle'), series('cpuLoadPct', 'yurt-tunnel', '#1f77b4', false, `yurt-tunnel, ${o.rate} dials/s`), series('cpuLoadPct', 'Konnectivity', '#d62728', false, `Konnectivity, ${o.rate} dials/s`)] },
-    { title: `dial latency at ${o.rate} new connections/s`, xLabel: 'agents', yLabel: 'ms', xLog: true, series: [series('dialP50', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel p50'), series('dialP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'), series('dialP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'), series('dialP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99')] },
+    {
+      title: 'server CPU',
+      xLabel: 'agents',
+      yLabel: '% of one core',
+      xLog: true,
+      series: [
+        series('cpuIdlePct', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel idle'),
+        series('cpuIdlePct', 'Konnectivity', '#d62728', true, 'Konnectivity idle'),
+        series('cpuLoadPct', 'yurt-tunnel', '#1f77b4', false, `yurt-tunnel, ${o.rate} dials/s`),
+        series('cpuLoadPct', 'Konnectivity', '#d62728', false, `Konnectivity, ${o.rate} dials/s`),
+      ],
+    },
+    {
+      title: `dial latency at ${o.rate} new connections/s`,
+      xLabel: 'agents',
+      yLabel: 'ms',
+      xLog: true,
+      series: [
+        series('dialP50', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel p50'),
+        series('dialP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'),
+        series('dialP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'),
+        series('dialP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99'),
+      ],
+    },
   ];
   return svgCharts(charts, caption);
 }
@@ -343,7 +387,8 @@ export async function runScale(argv: string[]): Promise<void> {
     );
     client = await ClientProcess.start();
     const servers: ServerKind[] = ctx.go === undefined ? ['yurt-tunnel'] : ['yurt-tunnel', 'Konnectivity'];
-    const startServer = (kind: ServerKind): Promise<RunningServer> => (kind === 'yurt-tunnel' ? startOurServer(ctx, targetAddress) : startGoServer(ctx, targetAddress));
+    const startServer = (kind: ServerKind): Promise<RunningServer> =>
+      kind === 'yurt-tunnel' ? startOurServer(ctx, targetAddress) : startGoServer(ctx, targetAddress);
     for (const n of o.agents) {
       for (const kind of servers) {
         process.stdout.write(`${kind}, ${n} agent links ...\n`);
@@ -369,7 +414,13 @@ export async function runScale(argv: string[]): Promise<void> {
           const agents = await startGoAgents(ctx, o.goAgents, server.agentPort);
           try {
             await server.agentsConnected(o.goAgents);
-            rows.push({ server: kind, agents: o.goAgents, agentKind: 'Go agents', processes: agents.processes, ...(await measure(client, server, o, o.goAgents)) });
+            rows.push({
+              server: kind,
+              agents: o.goAgents,
+              agentKind: 'Go agents',
+              processes: agents.processes,
+              ...(await measure(client, server, o, o.goAgents)),
+            });
           } finally {
             await agents.stop();
           }
@@ -383,7 +434,9 @@ export async function runScale(argv: string[]): Promise<void> {
     mkdirSync(o.out, { recursive: true });
     writeFileSync(join(o.out, 'scale.json'), JSON.stringify({ machine: m, options: o, rows }, null, 1));
     writeFileSync(join(o.out, 'scale.svg'), plot(rows, o, caption));
-    console.log(`\nload average: ${load0.toFixed(2)} at start, ${loadAverage().toFixed(2)} at the end; written: ${join(o.out, 'scale.json')}, ${join(o.out, 'scale.svg')}`);
+    console.log(
+      `\nload average: ${load0.toFixed(2)} at start, ${loadAverage().toFixed(2)} at the end; written: ${join(o.out, 'scale.json')}, ${join(o.out, 'scale.svg')}`,
+    );
   } finally {
     await client?.stop();
     for (const c of children) c.kill('SIGTERM');

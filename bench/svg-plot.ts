@@ -69,7 +69,9 @@ function chart(c: Chart, ox: number): string {
     out.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`);
     for (const [x, y] of pts) out.push(`<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3" fill="${s.color}"/>`);
     const ly = M.top + 6 + i * 15;
-    out.push(`<line x1="${M.left + 8}" x2="${M.left + 28}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`);
+    out.push(
+      `<line x1="${M.left + 8}" x2="${M.left + 28}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`,
+    );
     out.push(`<text x="${M.left + 32}" y="${ly + 4}" font-size="11">${esc(s.name)}</text>`);
   });
   out.push('</g>');

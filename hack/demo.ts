@@ -147,7 +147,7 @@ async function main(): Promise<void> {
   const failures: Array<[string, string, string | undefined]> = [
     ['a node with no agent', kubeletAddress, 'edge-2'],
     ['a port nothing listens on', `127.0.0.1:${await freeLowPort()}`, undefined],
-    ['an address the agent\'s allow-list forbids', '192.0.2.10:10250', 'edge-1'],
+    ["an address the agent's allow-list forbids", '192.0.2.10:10250', 'edge-1'],
   ];
   for (const [what, address, proxyHost] of failures) {
     try {
@@ -201,6 +201,6 @@ Press Ctrl+C to stop.`);
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`demo failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.stderr.write(`demo failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

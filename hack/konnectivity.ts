@@ -33,7 +33,6 @@ export function findKonnectivity(): KonnectivityBinaries | string {
   return bins;
 }
 
-
 export interface GoServerPorts {
   agentPort: number;
   healthPort: number;
@@ -43,21 +42,45 @@ export interface GoServerPorts {
 /** Arguments for the Go proxy-server in HTTP CONNECT mode on `udsPath`, with our local CA's files. */
 export function goServerArgs(certDir: string, udsPath: string, ports: GoServerPorts): string[] {
   return [
-    '--mode=http-connect', `--uds-name=${udsPath}`, '--server-port=0',
-    '--agent-bind-address=127.0.0.1', `--agent-port=${ports.agentPort}`,
-    '--health-bind-address=127.0.0.1', `--health-port=${ports.healthPort}`, `--admin-port=${ports.adminPort}`,
-    `--cluster-cert=${join(certDir, 'tunnel-server.crt')}`, `--cluster-key=${join(certDir, 'tunnel-server.key')}`,
-    `--cluster-ca-cert=${join(certDir, 'ca.crt')}`, '--server-count=1', '--proxy-strategies=destHost,default',
+    '--mode=http-connect',
+    `--uds-name=${udsPath}`,
+    '--server-port=0',
+    '--agent-bind-address=127.0.0.1',
+    `--agent-port=${ports.agentPort}`,
+    '--health-bind-address=127.0.0.1',
+    `--health-port=${ports.healthPort}`,
+    `--admin-port=${ports.adminPort}`,
+    `--cluster-cert=${join(certDir, 'tunnel-server.crt')}`,
+    `--cluster-key=${join(certDir, 'tunnel-server.key')}`,
+    `--cluster-ca-cert=${join(certDir, 'ca.crt')}`,
+    '--server-count=1',
+    '--proxy-strategies=destHost,default',
   ];
 }
 
 /** Arguments for the Go proxy-agent against `serverPort`, with an agent's ca.crt/tls.crt/tls.key in `agentDir`. */
-export function goAgentArgs(agentDir: string, serverPort: number, agentID: string, identifiers: string, healthPort: number, adminPort: number, extra: string[] = []): string[] {
+export function goAgentArgs(
+  agentDir: string,
+  serverPort: number,
+  agentID: string,
+  identifiers: string,
+  healthPort: number,
+  adminPort: number,
+  extra: string[] = [],
+): string[] {
   return [
-    '--proxy-server-host=127.0.0.1', `--proxy-server-port=${serverPort}`,
-    `--ca-cert=${join(agentDir, 'ca.crt')}`, `--agent-cert=${join(agentDir, 'tls.crt')}`, `--agent-key=${join(agentDir, 'tls.key')}`,
-    `--agent-id=${agentID}`, `--agent-identifiers=${identifiers}`,
-    '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`, `--admin-server-port=${adminPort}`,
-    '--sync-interval=200ms', '--sync-interval-cap=1s', ...extra,
+    '--proxy-server-host=127.0.0.1',
+    `--proxy-server-port=${serverPort}`,
+    `--ca-cert=${join(agentDir, 'ca.crt')}`,
+    `--agent-cert=${join(agentDir, 'tls.crt')}`,
+    `--agent-key=${join(agentDir, 'tls.key')}`,
+    `--agent-id=${agentID}`,
+    `--agent-identifiers=${identifiers}`,
+    '--health-server-host=127.0.0.1',
+    `--health-server-port=${healthPort}`,
+    `--admin-server-port=${adminPort}`,
+    '--sync-interval=200ms',
+    '--sync-interval-cap=1s',
+    ...extra,
   ];
 }

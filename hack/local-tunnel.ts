@@ -42,8 +42,8 @@ export function startProcess(
         resolve({ child, match: m });
       }
     };
-    child.stdout!.on('data', onText);
-    child.stderr!.on('data', onText);
+    child.stdout.on('data', onText);
+    child.stderr.on('data', onText);
     child.once('exit', (code) => reject(new Error(`${bin} exited with ${code}:\n${out}`)));
     setTimeout(() => reject(new Error(`${bin} did not get ready in 20 s:\n${out}`)), 20_000).unref();
   });
@@ -90,11 +90,47 @@ export interface LocalTunnelOptions {
 
 /** Issues an agent certificate for `nodeName` (IP 127.0.0.1) from the CA in `certDir`, with the real CLI. */
 export async function issueAgentCertificate(certDir: string, nodeName: string, outDir: string): Promise<void> {
-  const issue = spawn(process.execPath, [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const issue = spawn(
+    process.execPath,
+    [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir],
+    {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   const [code] = (await once(issue, 'exit')) as [number];
   if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
+}
+
+/**
+ * The server's command line in local mode on loopback: its own CA in `certDir`,
+ * the agent port given (0: any), the CONNECT proxier on `udsPath`, and the
+ * master and meta ports on free ports (their numbers are in the "started" line).
+ */
+export function localServerFlags(opts: { certDir: string; agentPort?: number; udsPath: string }): string[] {
+  // prettier-ignore
+  return [
+    '--cert-dir', opts.certDir,
+    '--bind-address', '127.0.0.1',
+    '--tunnel-agent-connect-port', String(opts.agentPort ?? 0),
+    '--interceptor-proxier-uds', opts.udsPath,
+    '--secure-port', '0',
+    '--insecure-port', '0',
+    '--meta-port', '0',
+  ];
+}
+
+/** The agent's command line in local mode on loopback, with the certificate files `issue-agent-cert` wrote to `agentDir`. */
+export function localAgentFlags(opts: { nodeName: string; nodeIP?: string; serverPort: number; agentDir: string }): string[] {
+  // prettier-ignore
+  return [
+    '--node-name', opts.nodeName,
+    '--node-ip', opts.nodeIP ?? '127.0.0.1',
+    '--tunnelserver-addr', `127.0.0.1:${opts.serverPort}`,
+    '--meta-port', '0',
+    '--ca-file', join(opts.agentDir, 'ca.crt'),
+    '--cert-file', join(opts.agentDir, 'tls.crt'),
+    '--key-file', join(opts.agentDir, 'tls.key'),
+  ];
 }
 
 export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<LocalTunnel> {
@@ -121,10 +157,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
     const started = await startProcess(
       children,
       SERVER_BIN,
-      [
-        '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-        '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', ...(opts.serverArgs ?? []),
-      ],
+      [...localServerFlags({ certDir, agentPort, udsPath }), ...(opts.serverArgs ?? [])],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
       { nodeArgs: opts.serverNodeArgs, env: opts.serverEnv },
@@ -138,11 +171,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       await startProcess(
         children,
         AGENT_BIN,
-        [
-          '--node-name', nodeName, '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
-          '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
-          ...(opts.agentArgs ?? []),
-        ],
+        [...localAgentFlags({ nodeName, serverPort: agentPort, agentDir }), ...(opts.agentArgs ?? [])],
         /connected to tunnel server/,
         (t) => opts.onOutput?.('agent', t),
         { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },

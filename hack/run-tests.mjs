@@ -31,7 +31,8 @@ const ALLOWED = [
   },
   {
     kind: 'control plane',
-    reason: /^needs a real control plane, not found here: (kube-apiserver|kube-controller-manager|etcd|kubectl)\b.* \((set KUBEBUILDER_ASSETS to their folder|apt-get install etcd-server|put it on PATH or in KUBEBUILDER_ASSETS)\)$/,
+    reason:
+      /^needs a real control plane, not found here: (kube-apiserver|kube-controller-manager|etcd|kubectl)\b.* \((set KUBEBUILDER_ASSETS to their folder|apt-get install etcd-server|put it on PATH or in KUBEBUILDER_ASSETS)\)$/,
   },
 ];
 
@@ -62,8 +63,10 @@ if (files.length === 0) {
 const reportDir = mkdtempSync(join(tmpdir(), 'yt-test-outcomes-'));
 const report = join(reportDir, 'outcomes.ndjson');
 const reporters = [
-  `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`, '--test-reporter-destination=stdout',
-  `--test-reporter=${join(root, 'hack', 'test-outcomes.mjs')}`, `--test-reporter-destination=${report}`,
+  `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
+  '--test-reporter-destination=stdout',
+  `--test-reporter=${join(root, 'hack', 'test-outcomes.mjs')}`,
+  `--test-reporter-destination=${report}`,
 ];
 // The runner applies the limit to each file as a whole too: it must not cut short the longest
 // limit a test sets itself (churn, 300 s), which it did on a loaded machine at 180 s.
@@ -71,7 +74,12 @@ const args = ['--test', '--test-timeout=300000', ...reporters, ...passOn, ...fil
 const started = Date.now();
 const r = spawnSync(process.execPath, args, { stdio: 'inherit', cwd: root });
 console.error(`\n${files.length} test files in ${((Date.now() - started) / 1000).toFixed(1)} s`);
-const lines = existsSync(report) ? readFileSync(report, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l)) : [];
+const lines = existsSync(report)
+  ? readFileSync(report, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l))
+  : [];
 rmSync(reportDir, { recursive: true, force: true });
 const status = r.status ?? 1;
 if (passOn.length > 0) process.exit(status);

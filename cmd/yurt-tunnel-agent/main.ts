@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
-import { onShutdownSignals } from '../common/signals.js';
+import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { durationOption, packageVersion, parseBool, parseIP, parseLogFormat, parseNonNegativeInt, parsePort, parsePositiveInt } from '../common/flags.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
@@ -42,19 +42,26 @@ const program = new Command('yurt-tunnel-agent')
       'connections the server asks for (kubelet logs, exec, port-forward, metrics) if its allow-list permits them.',
   )
   .version(packageVersion(), '--version', 'print the version and exit')
-  .option('--node-name <name>', 'this node\'s name, used as the agent ID (default: env NODE_NAME)')
-  .option('--node-ip <ip>', 'this node\'s IP, advertised and allowed by default (default: env NODE_IP)', parseIP)
+  .option('--node-name <name>', "this node's name, used as the agent ID (default: env NODE_NAME)")
+  .option('--node-ip <ip>', "this node's IP, advertised and allowed by default (default: env NODE_IP)", parseIP)
   .option(
     '--tunnelserver-addr <host:port>',
-    'address of yurt-tunnel-server\'s agent port (10262) (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: ' +
+    "address of yurt-tunnel-server's agent port (10262) (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: " +
       'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
   )
-  .option('--cert-dir <dir>', 'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster', DEFAULT_AGENT_CERT_DIR)
-  .option('--ca-file <path>', 'CA that signs the server\'s certificate (default: the cluster CA in cluster mode, else <cert-dir>/ca.crt)')
-  .option('--cert-file <path>', 'this agent\'s client certificate (default: <cert-dir>/tls.crt; without it and with a cluster, one is requested by CSR)')
-  .option('--key-file <path>', 'this agent\'s client key (default: <cert-dir>/tls.key)')
-  .option('--kube-config <path>', 'kubeconfig used to request the client certificate (default: --apiserver-addr, else the kubelet\'s /etc/kubernetes/kubelet.conf when present)')
-  .option('--apiserver-addr <host:port>', 'kube-apiserver address, used with this pod\'s service-account token when no kubeconfig is given')
+  .option(
+    '--cert-dir <dir>',
+    'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster',
+    DEFAULT_AGENT_CERT_DIR,
+  )
+  .option('--ca-file <path>', "CA that signs the server's certificate (default: the cluster CA in cluster mode, else <cert-dir>/ca.crt)")
+  .option('--cert-file <path>', "this agent's client certificate (default: <cert-dir>/tls.crt; without it and with a cluster, one is requested by CSR)")
+  .option('--key-file <path>', "this agent's client key (default: <cert-dir>/tls.key)")
+  .option(
+    '--kube-config <path>',
+    "kubeconfig used to request the client certificate (default: --apiserver-addr, else the kubelet's /etc/kubernetes/kubelet.conf when present)",
+  )
+  .option('--apiserver-addr <host:port>', "kube-apiserver address, used with this pod's service-account token when no kubeconfig is given")
   .option(
     '--agent-identifiers <query>',
     'what this agent serves, URL-query syntax with keys ipv4, ipv6, host, cidr, default-route (default: ipv4=<node-ip>&host=<node-name>)',
@@ -82,12 +89,22 @@ const program = new Command('yurt-tunnel-agent')
     parsePositiveInt,
     DEFAULT_MAX_CONCURRENT_DIALS,
   )
-  .option('--meta-host <ip>', 'address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip\'s family)', parseIP)
+  .option(
+    '--meta-host <ip>',
+    "address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip's family)",
+    parseIP,
+  )
   .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266)
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
+  .option(
+    '-v, --v <level>',
+    'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
+    parseNonNegativeInt,
+    0,
+  )
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: AgentFlags) => {
+    holdProcessOpen();
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const agent = await TunnelAgent.start({
       nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',

@@ -10,15 +10,15 @@ import {
   DEFAULT_EGRESS_SELECTOR_UDS,
   DEFAULT_PROXIER_UDS,
   EGRESS_SELECTOR_MODES,
-  TunnelServer,
   type EgressSelectorMode,
-} from '../../pkg/server/app.js';
-import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/tunnel/agent-identity.js';
-import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/tunnel/agent-endpoint.js';
-import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/tunnel.js';
+} from '../../pkg/server/options.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/endpoint/agent-identity.js';
+import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/endpoint/agent-endpoint.js';
+import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
-import { onShutdownSignals } from '../common/signals.js';
+import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import {
   packageVersion,
   parseBool,
@@ -33,6 +33,7 @@ import {
   parsePositiveInt,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
+import { errorMessage } from '../../pkg/protocol/errors.js';
 
 interface ServerFlags {
   bindAddress: string;
@@ -84,7 +85,7 @@ function strategies(text: string): ReturnType<typeof parseProxyStrategies> {
   try {
     return parseProxyStrategies(text);
   } catch (err: unknown) {
-    throw new InvalidArgumentError((err as Error).message);
+    throw new InvalidArgumentError(errorMessage(err));
   }
 }
 
@@ -97,25 +98,26 @@ const program = new Command('yurt-tunnel-server')
   // Options after a subcommand belong to it (issue-agent-cert has its own --cert-dir).
   .enablePositionalOptions()
   .option('--bind-address <ip>', 'IP the agent port and the HTTPS master port listen on', parseIP, '0.0.0.0')
-  .option('--insecure-bind-address <ip>', 'IP the HTTP master port listens on (default: the loopback of --bind-address\'s family)', parseIP)
+  .option('--insecure-bind-address <ip>', "IP the HTTP master port listens on (default: the loopback of --bind-address's family)", parseIP)
   .option('--tunnel-agent-connect-port <port>', 'port for agents (gRPC AgentService over mutual TLS)', parsePort, 10262)
   .option('--secure-port <port>', 'HTTPS master port: callers with a client certificate reach kubelets here', parsePort, 10263)
   .option('--insecure-port <port>', 'HTTP master port', parsePort, 10264)
-  .option('--client-ca-file <path>', 'CA of callers\' client certificates on the secure port (default in local mode: the local CA)')
+  .option('--client-ca-file <path>', "CA of callers' client certificates on the secure port (default in local mode: the local CA)")
   .option('--proxy-client-cert-file <path>', 'certificate presented to kubelets (default in local mode: issued from the local CA)')
   .option('--proxy-client-key-file <path>', 'key of --proxy-client-cert-file')
   .option('--kubelet-ca-file <path>', 'CA of kubelet serving certificates; without it they are not verified')
-  .option('--localhost-proxy-ports <list>', 'comma list of ports reached on the edge node\'s loopback, e.g. 10266,10267', parsePortList, [])
+  .option('--localhost-proxy-ports <list>', "comma list of ports reached on the edge node's loopback, e.g. 10266,10267", parsePortList, [])
+  .option('--interceptor-proxier-uds <path>', 'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)', DEFAULT_PROXIER_UDS)
   .option(
-    '--interceptor-proxier-uds <path>',
-    'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)',
-    DEFAULT_PROXIER_UDS,
+    '--egress-selector-enable [bool]',
+    "serve kube-apiserver's egress selector (EgressSelectorConfiguration, transport.uds) on --egress-selector-uds",
+    parseBool,
+    false,
   )
-  .option('--egress-selector-enable [bool]', 'serve kube-apiserver\'s egress selector (EgressSelectorConfiguration, transport.uds) on --egress-selector-uds', parseBool, false)
-  .option('--egress-selector-uds <path>', 'Unix socket kube-apiserver\'s egress selector dials (its udsName)', DEFAULT_EGRESS_SELECTOR_UDS)
+  .option('--egress-selector-uds <path>', "Unix socket kube-apiserver's egress selector dials (its udsName)", DEFAULT_EGRESS_SELECTOR_UDS)
   .option(
     '--egress-selector-mode <mode>',
-    'the egress selector\'s proxyProtocol: http-connect (HTTPConnect) or grpc (GRPC, Konnectivity\'s ProxyService)',
+    "the egress selector's proxyProtocol: http-connect (HTTPConnect) or grpc (GRPC, Konnectivity's ProxyService)",
     parseEgressMode,
     'http-connect' as EgressSelectorMode,
   )
@@ -130,7 +132,7 @@ const program = new Command('yurt-tunnel-server')
     durationOption(
       '--stalled-connection-timeout <duration>',
       'with agents that lack per-connection flow control (upstream Go agents): how long one connection whose reader stopped ' +
-        'may hold the agent\'s whole stream paused before that connection is closed (YT_ERR_CONN_STALLED)',
+        "may hold the agent's whole stream paused before that connection is closed (YT_ERR_CONN_STALLED)",
       '5s',
     ),
   )
@@ -145,8 +147,7 @@ const program = new Command('yurt-tunnel-server')
   .addOption(
     durationOption(
       '--tls-handshake-timeout <duration>',
-      'how long a caller on --secure-port or an agent on --tunnel-agent-connect-port may take to finish its TLS handshake ' +
-        'before its connection is closed',
+      'how long a caller on --secure-port or an agent on --tunnel-agent-connect-port may take to finish its TLS handshake ' + 'before its connection is closed',
       '10s',
       { positive: true },
     ),
@@ -184,7 +185,7 @@ const program = new Command('yurt-tunnel-server')
   )
   .option(
     '--agent-identity-check <mode>',
-    'what an agent\'s client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every ' +
+    "what an agent's client certificate must name: strict (its agentid as a DNS SAN or CN system:node:<id>, and every " +
       'host= identifier as a DNS SAN and ipv4=/ipv6= identifier as an IP SAN), agent-id (only the agentid), ' +
       'none (trust the metadata, as upstream does; for Go agents whose certificates do not name them)',
     parseIdentityCheck,
@@ -203,28 +204,34 @@ const program = new Command('yurt-tunnel-server')
     parseNonNegativeInt,
     DEFAULT_MAX_CONNECT_RATE,
   )
-  .option('--server-id <id>', 'this server\'s ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)')
+  .option('--server-id <id>', "this server's ID sent to agents (default: env PROXY_SERVER_ID, else a random UUID)")
   .option('--cert-dir <dir>', 'where the CA and certificates are kept (local mode creates them)', DEFAULT_CERT_DIR)
   .option('--cert-ips <list>', 'comma list of IPs added to the serving certificate', parseIPList, [])
   .option('--cert-dns-names <list>', 'comma list of DNS names added to the serving certificate', parseList, [])
   .option('--kube-config <path>', 'kubeconfig of the cluster (empty: in-cluster config if present, else local mode)')
   .option(
     '--enable-iptables [bool]',
-    'cluster mode: DNAT this host\'s TCP connections to nodes\' kubelet ports (10250, 10255) and the ConfigMap\'s proxy ports ' +
+    "cluster mode: DNAT this host's TCP connections to nodes' kubelet ports (10250, 10255) and the ConfigMap's proxy ports " +
       'to the master ports (nat OUTPUT, chains TUNNEL-PORT*), except towards cloud nodes; for a kube-apiserver on this host; needs NET_ADMIN',
     parseBool,
     true,
   )
-  .addOption(durationOption('--iptables-sync-period <duration>', 'how often the iptables rules are checked against the nat table (at least 15s; changes of nodes and the ConfigMap apply at once)', '60s'))
+  .addOption(
+    durationOption(
+      '--iptables-sync-period <duration>',
+      'how often the iptables rules are checked against the nat table (at least 15s; changes of nodes and the ConfigMap apply at once)',
+      '60s',
+    ),
+  )
   .option(
     '--enable-dns-controller [bool]',
     'run the DNS controller (cluster mode only): node names → addresses in ConfigMap kube-system/yurt-tunnel-nodes (edge nodes → ' +
-      'the ClusterIP of x-tunnel-server-internal-svc) for CoreDNS\'s hosts plugin, and that Service\'s dnat-<port> ports; ' +
+      "the ClusterIP of x-tunnel-server-internal-svc) for CoreDNS's hosts plugin, and that Service's dnat-<port> ports; " +
       'leader-elected (Lease kube-system/tunnel-dns-controller)',
     parseBool,
     true,
   )
-  .addOption(durationOption('--dns-sync-period <duration>', 'the DNS controller\'s full resync besides every change (at least 30s)', '1800s'))
+  .addOption(durationOption('--dns-sync-period <duration>', "the DNS controller's full resync besides every change (at least 30s)", '1800s'))
   .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
   .addOption(
@@ -234,11 +241,22 @@ const program = new Command('yurt-tunnel-server')
       '25s',
     ),
   )
-  .option('--meta-port <port>', 'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one', parsePort, 10265)
+  .option(
+    '--meta-port <port>',
+    'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one',
+    parsePort,
+    10265,
+  )
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option('-v, --v <level>', 'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet', parseNonNegativeInt, 0)
+  .option(
+    '-v, --v <level>',
+    'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
+    parseNonNegativeInt,
+    0,
+  )
   .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
   .action(async (flags: ServerFlags) => {
+    holdProcessOpen();
     const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
     const server = await TunnelServer.start({
       bindAddress: flags.bindAddress,
@@ -302,10 +320,15 @@ function parseIdentityCheck(text: string): AgentIdentityCheck {
 program
   .command('issue-agent-cert')
   .description('write ca.crt, tls.crt and tls.key for an agent, issued by the local CA in --cert-dir')
-  .requiredOption('--node-name <name>', 'the agent\'s node name (its agent ID; goes into a DNS SAN)')
+  .requiredOption('--node-name <name>', "the agent's node name (its agent ID; goes into a DNS SAN)")
   .requiredOption('--out <dir>', 'directory to write the files to')
-  .option('--cert-dir <dir>', 'the server\'s certificate directory holding ca.crt and ca.key', DEFAULT_CERT_DIR)
-  .option('--node-ip <list>', 'comma list of the node\'s IPs, written as IP SANs (the server\'s identity check compares ipv4=/ipv6= identifiers with them)', parseIPList, [])
+  .option('--cert-dir <dir>', "the server's certificate directory holding ca.crt and ca.key", DEFAULT_CERT_DIR)
+  .option(
+    '--node-ip <list>',
+    "comma list of the node's IPs, written as IP SANs (the server's identity check compares ipv4=/ipv6= identifiers with them)",
+    parseIPList,
+    [],
+  )
   .action(async (flags: { nodeName: string; out: string; certDir: string; nodeIp: string[] }) => {
     const files = await writeAgentCertificate({
       certDir: flags.certDir,
@@ -319,7 +342,7 @@ program
 program
   .command('agents')
   .description('list the agents connected to a running server, from its meta port')
-  .option('--meta-addr <host:port>', 'the server\'s meta server', '127.0.0.1:10265')
+  .option('--meta-addr <host:port>', "the server's meta server", '127.0.0.1:10265')
   .option('-o, --output <format>', 'table, wide or json', parseAgentsOutput, 'table' as AgentsOutput)
   .action(async (flags: { metaAddr: string; output: AgentsOutput }) => {
     process.stdout.write(formatAgents(await fetchAgents(flags.metaAddr), flags.output));

@@ -1,9 +1,9 @@
 // yurt-tunnel-agent's run sequence: read the certificates, build the dial
 // policy and identifiers, keep links to the servers; drain on shutdown.
 
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
+import { readPemFile } from '../certs/read-pem.js';
 import type { KubeConfigSource } from '../kube/config-source.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
@@ -81,14 +81,6 @@ export function checkIdentifiers(text: string): void {
 
 export const DEFAULT_AGENT_CERT_DIR = '/var/lib/yurttunnel-agent/pki';
 
-async function readFlagFile(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8');
-  } catch (err: unknown) {
-    throw new Error(`cannot read ${path}: ${(err as Error).message}`, { cause: err });
-  }
-}
-
 /**
  * The agent's TLS material: files when a certificate file is given or no
  * cluster is configured; otherwise a certificate requested from the cluster
@@ -99,9 +91,9 @@ async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; ma
   const fileMode = opts.certFile !== undefined || opts.keyFile !== undefined || opts.kubeSource === undefined;
   if (fileMode) {
     const [ca, cert, key] = await Promise.all([
-      readFlagFile(opts.caFile ?? join(certDir, 'ca.crt')),
-      readFlagFile(opts.certFile ?? join(certDir, 'tls.crt')),
-      readFlagFile(opts.keyFile ?? join(certDir, 'tls.key')),
+      readPemFile(opts.caFile ?? join(certDir, 'ca.crt')),
+      readPemFile(opts.certFile ?? join(certDir, 'tls.crt')),
+      readPemFile(opts.keyFile ?? join(certDir, 'tls.key')),
     ]);
     return { tls: { ca, cert, key } };
   }
@@ -143,7 +135,7 @@ export class TunnelAgent {
     if (opts.nodeName === '') throw new TypeError('a node name is required (--node-name or env NODE_NAME)');
     if (opts.tunnelServerAddr === '' && opts.kubeSource === undefined) {
       throw new TypeError(
-        '--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server\'s agent port, 10262); ' +
+        "--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server's agent port, 10262); " +
           `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
       );
     }
@@ -153,9 +145,7 @@ export class TunnelAgent {
     const identifiers = opts.agentIdentifiers ?? defaultIdentifiers(opts.nodeName, opts.nodeIP);
     checkIdentifiers(identifiers);
     const allowList =
-      opts.allowedDestinations !== undefined
-        ? AllowList.parse(opts.allowedDestinations)
-        : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
+      opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
     const credentials = await agentCredentials(opts);
     const metrics = new AgentMetrics();
     const clients = new ClientSet({
@@ -249,12 +239,9 @@ export class TunnelAgent {
    */
   async drainAndStop(): Promise<void> {
     this.clients.drain();
-    const deadline = Date.now() + this.opts.drainTimeoutMs;
-    while (this.clients.connCount > 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 100));
+    if (!(await this.clients.whenIdle(this.opts.drainTimeoutMs))) {
+      this.opts.logger.warn('drain timeout passed; closing remaining connections', { connections: this.clients.connCount });
     }
-    const left = this.clients.connCount;
-    if (left > 0) this.opts.logger.warn('drain timeout passed; closing remaining connections', { connections: left });
     await this.stop();
   }
 

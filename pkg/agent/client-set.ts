@@ -6,7 +6,9 @@
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
-import { Backoff } from './backoff.js';
+import { Backoff } from '../timers/backoff.js';
+import { IdleWaiters } from '../timers/idle.js';
+import { sleep } from '../timers/sleep.js';
 import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
 
 export interface ClientSetOptions {
@@ -38,9 +40,12 @@ export class ClientSet {
   private lastProbe = 0;
   private draining = false;
   private stopped = false;
+  private closing: Promise<void> | undefined;
+  /** Whoever waits for the last connection to end (a drain). */
+  private readonly idle = new IdleWaiters(() => this.connCount);
   private loop: Promise<void> | undefined;
-  private sleepTimer: NodeJS.Timeout | undefined;
-  private wake: (() => void) | undefined;
+  /** Cuts the current pause between syncs short (a link dropped, or close()). */
+  private wake: AbortController | undefined;
 
   constructor(opts: ClientSetOptions) {
     this.opts = opts;
@@ -96,6 +101,11 @@ export class ClientSet {
     return n;
   }
 
+  /** Resolves true once no tunnelled connection is open, false if `ms` passes first. */
+  whenIdle(ms: number): Promise<boolean> {
+    return this.idle.wait(ms);
+  }
+
   private async run(): Promise<void> {
     while (!this.stopped) {
       let delay: number;
@@ -111,7 +121,7 @@ export class ClientSet {
           error: errorMessage(err),
         });
       }
-      await this.sleep(delay);
+      await this.pause(delay);
     }
   }
 
@@ -123,7 +133,7 @@ export class ClientSet {
       if (!(every > 0) || Date.now() - this.lastProbe < every) return;
       this.lastProbe = Date.now();
     }
-    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive });
+    const conn = new ServerConnection({ ...this.opts.connection, keepalive: this.keepalive, onConnectionClosed: () => this.idle.check() });
     this.dialing = conn;
     let identity;
     try {
@@ -131,6 +141,7 @@ export class ClientSet {
     } finally {
       this.dialing = undefined;
     }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the dial
     if (this.stopped) {
       conn.close('agent is stopping');
       return;
@@ -164,20 +175,16 @@ export class ClientSet {
     });
   }
 
-  private sleep(ms: number): Promise<void> {
-    if (this.stopped) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      this.wake = resolve;
-      this.sleepTimer = setTimeout(resolve, ms);
-    }).then(() => {
-      clearTimeout(this.sleepTimer);
-      this.sleepTimer = undefined;
-      this.wake = undefined;
-    });
+  private async pause(ms: number): Promise<void> {
+    if (this.stopped) return;
+    const wake = new AbortController();
+    this.wake = wake;
+    await sleep(ms, wake.signal);
+    this.wake = undefined;
   }
 
   private wakeUp(): void {
-    this.wake?.();
+    this.wake?.abort();
   }
 
   /** Stops making links and sends DRAIN on every link (connections keep flowing). */
@@ -188,8 +195,13 @@ export class ClientSet {
     this.log.info('draining: told every server to send new connections elsewhere', { servers: this.clients.size });
   }
 
-  /** Closes every link and stops the loop. Idempotent. */
-  async close(): Promise<void> {
+  /** Closes every link and stops the loop. Idempotent: a second call waits for the first. */
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
     this.stopped = true;
     this.wakeUp();
     this.dialing?.close('agent is stopping');

@@ -5,10 +5,11 @@
 // by `kubernetes.io/kube-apiserver-client`, kept in --cert-dir and renewed
 // before it expires. The server's certificate is checked against the cluster CA.
 
-import { readFile } from 'node:fs/promises';
 import { CertificateManager, CLIENT_USAGES, KUBE_APISERVER_CLIENT_SIGNER } from '../certs/certificate-manager.js';
 import { AGENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
 import { PemFileStore } from '../certs/pem-file-store.js';
+import { readPemFile } from '../certs/read-pem.js';
+import { ConfigError } from '../protocol/errors.js';
 import type { Logger } from '../log/logger.js';
 import { createKubeClient, describeSource, type KubeConfigSource } from '../kube/client.js';
 import { CsrSigner } from '../kube/csr-signer.js';
@@ -37,15 +38,11 @@ export async function startClusterCertificate(opts: ClusterCertificateOptions): 
   let ca: string;
   const caFile = opts.caFile ?? (cluster?.caData ? undefined : cluster?.caFile);
   if (caFile !== undefined && caFile !== '') {
-    try {
-      ca = await readFile(caFile, 'utf8');
-    } catch (err: unknown) {
-      throw new Error(`cannot read the CA ${caFile}: ${(err as Error).message}`, { cause: err });
-    }
+    ca = await readPemFile(caFile, { namedBy: 'the CA' });
   } else if (cluster?.caData) {
     ca = Buffer.from(cluster.caData, 'base64').toString('utf8');
   } else {
-    throw new Error(`${describeSource(opts.source)} has no certificate-authority; give the server's CA with --ca-file`);
+    throw new ConfigError('YT_ERR_KUBECONFIG', `${describeSource(opts.source)} has no certificate-authority; give the server's CA with --ca-file`);
   }
   opts.logger.info('client certificate from the cluster', { apiServer: client.server, config: describeSource(opts.source), certDir: opts.certDir });
   const manager = new CertificateManager({

@@ -89,6 +89,7 @@ export class Dialer {
       };
       const onCancel = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
       const timer = setTimeout(() => done(new AgentDialError('YT_ERR_DIAL_TIMEOUT', timeoutMessage(address, this.timeoutMs))), timeoutMs);
+      timer.unref();
       socket.once('connect', onConnect);
       socket.once('error', onError);
       cancel?.listen(onCancel);

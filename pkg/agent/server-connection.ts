@@ -1,6 +1,7 @@
 // One agent ↔ server link: its own HTTP/2 connection over mutual TLS and one
-// `AgentService/Connect` call. It answers the server's dials and carries the
-// connections made through it.
+// `AgentService/Connect` call, its keepalive, and the switch of the packets
+// the server sends. The dials it answers and the connections made through it
+// are link-connections.ts's.
 //
 // The call is plain gRPC on the wire; we speak it with node:http2 and the
 // shared framing (pkg/grpc) rather than grpc-js, which
@@ -12,16 +13,14 @@ import { isIP } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { ConnTable } from '../mux/conn-table.js';
-import { Cancel } from '../mux/cancel.js';
-import { ConnectionClosedError, errorMessage } from '../protocol/errors.js';
+import { ConnectionClosedError, errorMessage, ServerConnectionError } from '../protocol/errors.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
-import { describePacket, type DialRequestPacket, type KnownPacket, type Packet } from '../protocol/packet.js';
+import { describePacket, unhandledPacketType, type KnownPacket, type Packet } from '../protocol/packet.js';
 import { splitHostPort, type Dialer } from './dialer.js';
 import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
-import { EndpointConn } from './endpoint-conn.js';
+import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { metadataValues } from '../grpc/metadata.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -30,17 +29,6 @@ import { Keepalive } from '../grpc/keepalive.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
-
-/**
- * Default of connSendHighWaterMark: two socket reads (128 KiB). Whatever the
- * target sends beyond it waits in the kernel's socket buffer rather than in
- * the agent's memory, and is not read at all if the connection closes first.
- * Under churn (bench/agent-memory) 64 KiB took the peak of live and garbage
- * Buffers from ~44 to ~25 MB against 256 KiB; but at exactly one read every
- * 64 KiB write returns false and the target socket is paused and resumed per
- * read even when the link takes it at once, so one read of slack is left.
- */
-export const CONN_SEND_HIGH_WATER_MARK = 128 * 1024;
 
 /** SNI sent when the server is addressed by IP (servers select no certificate by it). */
 const IP_TARGET_SNI = 'yurt-tunnel-server';
@@ -95,6 +83,8 @@ export interface ServerConnectionOptions {
   dialLimit?: DialLimit;
   /** Counts dials and packets; shared by every link of a client set. */
   metrics?: AgentMetrics;
+  /** Told whenever a connection through this link has closed (a drain waits on it). */
+  onConnectionClosed?: () => void;
   logger?: Logger;
 }
 
@@ -108,16 +98,6 @@ export interface ServerIdentity {
   halfClose: boolean;
 }
 
-export class ServerConnectionError extends Error {
-  override readonly name = 'ServerConnectionError';
-  constructor(
-    readonly code: 'YT_ERR_CONNECT_FAILED' | 'YT_ERR_BAD_HEADERS' | 'YT_ERR_HANDSHAKE_TIMEOUT',
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 export class ServerConnection {
   readonly address: string;
   identity: ServerIdentity | undefined;
@@ -127,20 +107,28 @@ export class ServerConnection {
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
   private link: ClientPacketCall | undefined;
-  private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new Map<bigint, Cancel>();
-  private nextConnectID = 1n;
+  private readonly conns: LinkConnections;
   private closedReason: string | undefined;
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
   private keepaliveLoop: Keepalive | undefined;
 
-  private readonly dialLimit: DialLimit;
   constructor(opts: ServerConnectionOptions) {
-    this.dialLimit = opts.dialLimit ?? new DialLimit();
     this.opts = opts;
     this.address = opts.address;
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
+    this.conns = new LinkConnections(
+      {
+        dialer: opts.dialer,
+        dialLimit: opts.dialLimit ?? new DialLimit(),
+        connHighWaterMark: opts.connHighWaterMark,
+        connSendHighWaterMark: opts.connSendHighWaterMark,
+        metrics: opts.metrics,
+        onConnectionClosed: opts.onConnectionClosed,
+        log: this.log,
+      },
+      (p) => this.send(p),
+    );
     // The server certificate is checked against serverName, or the address's host (an IP SAN for an IP).
     this.verifyName = opts.serverName ?? splitHostPort(opts.address)?.host ?? opts.address;
     this.keepalive = opts.keepalive ?? { timeMs: opts.keepaliveTimeMs ?? 35_000 };
@@ -155,7 +143,7 @@ export class ServerConnection {
   }
 
   get pendingDialCount(): number {
-    return this.dials.size;
+    return this.conns.pendingDialCount;
   }
 
   /** Connects and opens the call; resolves with the server's identity once its headers arrive. */
@@ -217,6 +205,7 @@ export class ServerConnection {
           ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
         });
         this.link = link;
+        this.conns.linkUp({ link, flow: identity.flow, halfClose: identity.halfClose });
         link.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.close(reason) });
         this.sweepTimer = setInterval(() => this.conns.sweep(), 10_000);
         this.sweepTimer.unref();
@@ -327,14 +316,8 @@ export class ServerConnection {
   }
 
   /** The open connections, for /debug/connections. */
-  connections(): { connectID: string; address: string; openedSince: string; bytesToDestination: number; bytesFromDestination: number }[] {
-    return [...this.conns.values()].map((c) => ({
-      connectID: String(c.connectID),
-      address: c.address,
-      openedSince: new Date(c.openedAt).toISOString(),
-      bytesToDestination: c.bytesReceived,
-      bytesFromDestination: c.bytesSent,
-    }));
+  connections(): ReturnType<LinkConnections['list']> {
+    return this.conns.list();
   }
 
   private send(p: KnownPacket): void {
@@ -345,9 +328,10 @@ export class ServerConnection {
     if (this.closed) return;
     this.opts.metrics?.packetReceived(p.type);
     if (this.log.enabled(4)) this.log.verbose(4, 'packet from server', describePacket(p));
-    switch (p.type) {
+    const type = p.type;
+    switch (type) {
       case 'DIAL_REQ':
-        this.onDialRequest(p);
+        this.conns.dial(p);
         return;
       case 'DATA': {
         const conn = this.conns.get(p.connectID);
@@ -367,14 +351,9 @@ export class ServerConnection {
         }
         return;
       }
-      case 'DIAL_CLS': {
-        const dial = this.dials.get(p.random);
-        if (dial !== undefined) {
-          this.log.verbose(3, 'server cancelled a dial', { dialID: p.random.toString() });
-          dial.cancel();
-        }
+      case 'DIAL_CLS':
+        this.conns.cancel(p.random);
         return;
-      }
       case 'WINDOW_UPDATE':
         if (this.identity?.flow !== undefined) this.conns.get(p.connectID)?.grantCredit(Number(p.bytes));
         else this.log.warn('ignoring WINDOW_UPDATE: flow control was not negotiated', describePacket(p));
@@ -389,83 +368,9 @@ export class ServerConnection {
       case 'UNKNOWN':
         this.log.warn('ignoring a packet servers do not send', describePacket(p));
         return;
+      default:
+        this.log.warn('ignoring a packet of a type the agent does not know', { packetType: unhandledPacketType(type) });
     }
-  }
-
-  private onDialRequest(p: DialRequestPacket): void {
-    const { random, address } = p;
-    const fail = (error: string): void => {
-      this.log.verbose(1, 'dial failed', { dialID: random.toString(), dialAddress: address, error });
-      this.send({ type: 'DIAL_RSP', random, connectID: 0n, error });
-    };
-    if (p.protocol !== 'tcp' && p.protocol !== '') {
-      fail(`dial ${p.protocol} ${address}: unsupported protocol; only tcp is supported`);
-      return;
-    }
-    if (this.dials.has(random)) {
-      fail(`dial ${address}: dial ID ${random} is already in progress`);
-      return;
-    }
-    const limit = this.dialLimit;
-    if (!limit.tryTake()) {
-      fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
-      return;
-    }
-    const cancel = new Cancel();
-    this.dials.set(random, cancel);
-    const started = performance.now();
-    this.opts.dialer.dial(address, cancel).then(
-      (socket) => {
-        this.dials.delete(random);
-        limit.release();
-        this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
-        if (cancel.isCancelled || this.closed || this.link === undefined) {
-          socket.destroy();
-          return;
-        }
-        const connectID = this.nextConnectID++;
-        const conn = new EndpointConn(this.link, connectID, address, {
-          highWaterMark: this.opts.connHighWaterMark,
-          sendHighWaterMark: this.opts.connSendHighWaterMark ?? CONN_SEND_HIGH_WATER_MARK,
-          flow: this.identity?.flow,
-          halfClose: this.identity?.halfClose === true,
-        });
-        this.conns.add(conn);
-        conn.onClose = (err) => {
-          this.conns.remove(conn);
-          // The access line: one per tunnelled connection, when it ends.
-          if (this.log.enabled(2)) {
-            this.log.verbose(2, 'connection ended', {
-              connectID: connectID.toString(),
-              dialAddress: address,
-              bytesToDestination: conn.bytesReceived,
-              bytesFromDestination: conn.bytesSent,
-              durationMs: Date.now() - conn.openedAt,
-              ended: err === undefined ? 'closed' : ((err as { code?: string }).code ?? 'error'),
-              ...(err !== undefined ? { error: err.message } : {}),
-            });
-          }
-        };
-        // DIAL_RSP goes out before any DATA of this connection.
-        this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
-        if (this.log.enabled(3)) {
-          this.log.verbose(3, 'connection established', {
-            dialID: random.toString(),
-            connectID: connectID.toString(),
-            dialAddress: address,
-          });
-        }
-        conn.attach(socket);
-      },
-      (err: unknown) => {
-        this.dials.delete(random);
-        limit.release();
-        this.opts.metrics?.dialFailed((err as { code?: string }).code);
-        // A cancelled dial needs no answer: the server has forgotten it.
-        if (cancel.isCancelled || this.closed) return;
-        fail(errorMessage(err));
-      },
-    );
   }
 
   /** Tells the server this agent is going away (DRAIN). */
@@ -486,10 +391,8 @@ export class ServerConnection {
     clearInterval(this.sweepTimer);
     this.keepaliveLoop?.stop();
     this.link?.cancel(reason);
-    for (const d of this.dials.values()) d.cancel();
-    this.dials.clear();
     // A failure for every connection on the link: their targets are reset.
-    for (const c of this.conns.takeAll()) c.destroy(new ConnectionClosedError(`connection to tunnel server ${this.address} closed: ${reason}`));
+    this.conns.closeAll(`connection to tunnel server ${this.address} closed: ${reason}`);
     this.session?.destroy();
     for (const w of this.closeWaiters.splice(0)) w(reason);
   }

@@ -4,7 +4,8 @@
 // (jittered, so replicas do not all renew at once). Whoever serves or dials
 // with it subscribes to onRotated and swaps it in without a restart.
 
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { PemFileStore } from './pem-file-store.js';
@@ -30,10 +31,7 @@ export interface CertificateTemplate {
 /** Where new certificates come from (pkg/kube's CsrSigner). */
 export interface CertificateSource {
   readonly description: string;
-  sign(
-    req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number },
-    signal?: AbortSignal,
-  ): Promise<string>;
+  sign(req: { namePrefix: string; csr: string; signerName: string; usages: KeyUsage[]; expirationSeconds?: number }, signal?: AbortSignal): Promise<string>;
 }
 
 export interface CertificateManagerOptions {
@@ -71,6 +69,7 @@ export function templateMismatch(have: CertificateSummary, want: CertificateTemp
 }
 
 export class CertificateManager {
+  private stopping: Promise<void> | undefined;
   private pair: CertKeyPair | undefined;
   private summary: CertificateSummary | undefined;
   private deadline: Date | undefined;
@@ -133,7 +132,13 @@ export class CertificateManager {
     if (reason !== undefined) this.renew(`${reason} (${trigger})`);
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.abort.abort(new Error('certificate manager stopped'));
@@ -180,6 +185,7 @@ export class CertificateManager {
           },
           this.abort.signal,
         );
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run while we waited
         if (this.stopped) return;
         const pair = { cert, key };
         const path = await this.opts.store.save(pair);
@@ -196,27 +202,13 @@ export class CertificateManager {
         // The wanted names may have changed while we waited for the signer.
         if (templateMismatch(summary, this.opts.template()) === undefined) return;
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run while we waited
         if (this.stopped) return;
         const delay = this.backoff.next();
         this.log.warn('could not obtain a certificate; retrying', { error: errorMessage(err), retryInMs: Math.round(delay) });
-        await this.pause(delay);
+        await sleep(delay, this.abort.signal);
       }
     }
-  }
-
-  private pause(ms: number): Promise<void> {
-    const signal = this.abort.signal;
-    return new Promise((resolve) => {
-      const onAbort = (): void => {
-        clearTimeout(timer);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
   }
 
   private install(pair: CertKeyPair, summary: CertificateSummary): void {
@@ -236,5 +228,6 @@ export class CertificateManager {
       if (Date.now() >= this.deadline!.getTime()) this.check('rotation deadline');
       else this.schedule();
     }, wait);
+    this.timer.unref();
   }
 }

@@ -6,6 +6,7 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
+import { ConfigError, errorCode } from '../protocol/errors.js';
 import { createCA, describeCertificate, invalidPrintableStrings, issueCertificate, sameAddressSet, type CertKeyPair } from './pki.js';
 
 export const CA_CERT_FILE = 'ca.crt';
@@ -48,7 +49,7 @@ async function readIfExists(path: string): Promise<string | undefined> {
   try {
     return await readFile(path, 'utf8');
   } catch (err: unknown) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if (errorCode(err) === 'ENOENT') return undefined;
     throw err;
   }
 }
@@ -64,7 +65,8 @@ async function readPair(dir: string, certFile: string, keyFile: string): Promise
   const [cert, key] = await Promise.all([readIfExists(join(dir, certFile)), readIfExists(join(dir, keyFile))]);
   if (cert === undefined && key === undefined) return undefined;
   if (cert === undefined || key === undefined) {
-    throw new Error(
+    throw new ConfigError(
+      'YT_ERR_CERT_DIR',
       `${join(dir, cert === undefined ? certFile : keyFile)} is missing but its pair exists; ` +
         `remove ${join(dir, certFile)} and ${join(dir, keyFile)} to have them created again`,
     );
@@ -177,14 +179,16 @@ export async function writeAgentCertificate(opts: {
   if (opts.nodeName.length === 0) throw new TypeError('a node name is required for an agent certificate');
   const ca = await readPair(opts.certDir, CA_CERT_FILE, CA_KEY_FILE);
   if (ca === undefined) {
-    throw new Error(
+    throw new ConfigError(
+      'YT_ERR_CERT_DIR',
       `no CA in ${opts.certDir} (${CA_CERT_FILE}, ${CA_KEY_FILE}); start yurt-tunnel-server with --cert-dir ${opts.certDir} once, ` +
-        'or point --cert-dir at the server\'s certificate directory',
+        "or point --cert-dir at the server's certificate directory",
     );
   }
   const unreadable = unreadableByGo(ca.cert);
   if (unreadable !== undefined) {
-    throw new Error(
+    throw new ConfigError(
+      'YT_ERR_CERT_DIR',
       `the CA in ${join(opts.certDir, CA_CERT_FILE)} was written by an older version: ${unreadable}. ` +
         `Start yurt-tunnel-server with --cert-dir ${opts.certDir} once to replace it, then issue agent certificates again`,
     );

@@ -6,6 +6,7 @@
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { mkdir, readFile, readlink, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { CertKeyPair } from './pki.js';
 
 export type StoredCertificate =
@@ -37,8 +38,8 @@ export class PemFileStore {
     try {
       text = await readFile(path, 'utf8');
     } catch (err: unknown) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'missing', path };
-      return { kind: 'unusable', path, problem: `cannot read: ${(err as Error).message}` };
+      if (errorCode(err) === 'ENOENT') return { kind: 'missing', path };
+      return { kind: 'unusable', path, problem: `cannot read: ${errorMessage(err)}` };
     }
     const certs = text.match(CERT_BLOCK);
     const key = KEY_BLOCK.exec(text)?.[0];
@@ -46,10 +47,10 @@ export class PemFileStore {
       return { kind: 'unusable', path, problem: 'does not hold a PEM certificate and a PEM private key' };
     }
     try {
-      const x509 = new X509Certificate(certs[0]!);
+      const x509 = new X509Certificate(certs[0]);
       if (!x509.checkPrivateKey(createPrivateKey(key))) return { kind: 'unusable', path, problem: 'the private key does not match the certificate' };
     } catch (err: unknown) {
-      return { kind: 'unusable', path, problem: `cannot parse: ${(err as Error).message}` };
+      return { kind: 'unusable', path, problem: `cannot parse: ${errorMessage(err)}` };
     }
     return { kind: 'found', pair: { cert: certs.join(''), key }, path };
   }

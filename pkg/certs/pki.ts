@@ -6,6 +6,7 @@
 import { generateKeyPairSync, randomBytes, X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import forge from 'node-forge';
+import { CertificateRequestError } from '../protocol/errors.js';
 
 export interface CertKeyPair {
   /** PEM certificate (or chain). */
@@ -79,7 +80,10 @@ function subject(commonName: string, organizations: readonly string[] = []): for
 export function invalidPrintableStrings(certPem: string): string[] {
   const cert = forge.pki.certificateFromPem(certPem);
   const bad: string[] = [];
-  for (const [where, name] of [['subject', cert.subject], ['issuer', cert.issuer]] as const) {
+  for (const [where, name] of [
+    ['subject', cert.subject],
+    ['issuer', cert.issuer],
+  ] as const) {
     for (const a of name.attributes) {
       const tag = (a as { valueTagClass?: number }).valueTagClass;
       if (tag === forge.asn1.Type.PRINTABLESTRING && typeof a.value === 'string' && !PRINTABLE.test(a.value)) {
@@ -220,13 +224,9 @@ export function createSigningRequest(req: SigningRequest): { csr: string; key: s
  * Signs a PKCS#10 request with `ca`, keeping its subject and SANs: what a
  * cluster signer does, for a local CA.
  */
-export function signRequest(
-  ca: CertKeyPair,
-  csrPem: string,
-  opts: { usages: readonly ExtendedKeyUsage[]; lifetimeMs: number; notBefore?: Date },
-): string {
+export function signRequest(ca: CertKeyPair, csrPem: string, opts: { usages: readonly ExtendedKeyUsage[]; lifetimeMs: number; notBefore?: Date }): string {
   const csr = forge.pki.certificationRequestFromPem(csrPem);
-  if (!csr.verify()) throw new Error('the certificate request is not signed by its own key');
+  if (!csr.verify()) throw new CertificateRequestError('YT_ERR_CSR_INVALID', 'the certificate request is not signed by its own key');
   const caCert = forge.pki.certificateFromPem(ca.cert);
   const cert = forge.pki.createCertificate();
   cert.publicKey = csr.publicKey!;

@@ -15,6 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
 import type { KubeClient } from '../kube/client.js';
 import { configMapInformer } from '../kube/config-map-informer.js';
 import { ensureConfigMapData, updateService } from '../kube/ensure.js';
@@ -102,8 +103,8 @@ export class DnsController {
       ...(opts.lease?.durationMs !== undefined ? { leaseDurationMs: opts.lease.durationMs } : {}),
       ...(opts.lease?.renewDeadlineMs !== undefined ? { renewDeadlineMs: opts.lease.renewDeadlineMs } : {}),
       ...(opts.lease?.retryPeriodMs !== undefined ? { retryPeriodMs: opts.lease.retryPeriodMs } : {}),
-      onStartedLeading: () => (this.transition = this.transition.then(() => this.lead())),
-      onStoppedLeading: () => (this.transition = this.transition.then(() => this.unlead())),
+      onStartedLeading: () => this.queueTransition('lead', () => this.lead()),
+      onStoppedLeading: () => this.queueTransition('unlead', () => this.unlead()),
       logger: this.log,
     });
     opts.nodes.addHandler({
@@ -163,6 +164,15 @@ export class DnsController {
     if (this.leading?.ready === true) this.leading.queue.add(key);
   }
 
+  /** Runs a leadership change after the ones before it; one that fails is logged, and later ones still run. */
+  private queueTransition(what: 'lead' | 'unlead', run: () => Promise<void>): void {
+    this.transition = this.transition.then(run).catch((err: unknown) => {
+      this.log.error(`DNS controller could not ${what === 'lead' ? 'start syncing as leader' : 'stop syncing on losing the lease'}`, {
+        error: errorMessage(err),
+      });
+    });
+  }
+
   private async lead(): Promise<void> {
     if (this.stopping !== undefined || this.leading !== undefined) return;
     const queue = new WorkQueue({ name: 'dns', sync: (key) => this.sync(key), logger: this.log });
@@ -201,7 +211,7 @@ export class DnsController {
     if (leading === undefined) return Promise.resolve();
     const deadline = requestDeadline(leading.abort.signal, SYNC_TIMEOUT_MS);
     const synced = key === RECORDS_KEY ? this.syncRecords(deadline.signal) : this.syncServicePorts(deadline.signal);
-    return synced.finally(deadline.dispose);
+    return synced.finally(() => deadline.dispose());
   }
 
   private async syncRecords(signal: AbortSignal): Promise<void> {
@@ -253,13 +263,18 @@ export class DnsController {
     if (report !== this.reportedPorts) {
       this.reportedPorts = report;
       if (outcome === 'missing') {
-        this.log.warn(`Service ${PORTS_KEY} not found: no dnat-<port> ports kept and edge nodes get no DNS record until it exists (with the label name=yurt-tunnel-server)`);
+        this.log.warn(
+          `Service ${PORTS_KEY} not found: no dnat-<port> ports kept and edge nodes get no DNS record until it exists (with the label name=yurt-tunnel-server)`,
+        );
       } else if (report !== '') {
         this.log.warn(`Service ${PORTS_KEY}: proxy ports not added: ${report}`);
       }
     }
     if (outcome === 'updated') {
-      this.log.info('dnat ports of the internal Service updated', { service: PORTS_KEY, ports: [...wanted].map(([port, kind]) => `${port}→${kind}`).join(',') || 'none' });
+      this.log.info('dnat ports of the internal Service updated', {
+        service: PORTS_KEY,
+        ports: [...wanted].map(([port, kind]) => `${port}→${kind}`).join(',') || 'none',
+      });
     }
   }
 }

@@ -29,11 +29,7 @@ export interface ServicePortsPlan {
   conflicts: string[];
 }
 
-export function planServicePorts(
-  current: readonly V1ServicePort[],
-  wanted: ReadonlyMap<number, MasterPortKind>,
-  master: MasterPorts,
-): ServicePortsPlan {
+export function planServicePorts(current: readonly V1ServicePort[], wanted: ReadonlyMap<number, MasterPortKind>, master: MasterPorts): ServicePortsPlan {
   const kept = current.filter((p) => !isManaged(p));
   const have = current.filter(isManaged);
   const conflicts: string[] = [];

@@ -14,7 +14,7 @@ import type { Logger } from '../log/logger.js';
 import { GrpcStatus } from '../grpc/status.js';
 import type { ServerPacketCall } from '../grpc/server-call.js';
 import { ConnectionClosedError, DialError, errorMessage } from '../protocol/errors.js';
-import type { DialRequestPacket, Packet } from '../protocol/packet.js';
+import { unhandledPacketType, type DialRequestPacket, type Packet } from '../protocol/packet.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
@@ -33,6 +33,17 @@ export interface EgressStreamOptions {
 }
 
 type State = 'awaiting-dial' | 'dialing' | 'open' | 'closed';
+
+/** How a stream ends; close() takes one and does what it asks after the common steps. */
+type Ending =
+  /** The client broke the protocol or took too long: the stream ends with `code`. */
+  | { kind: 'refused'; code: number; message: string }
+  /** The dial failed: DIAL_RSP carries the reason, and the stream ends OK. */
+  | { kind: 'dial-failed'; req: DialRequestPacket; reason: string }
+  /** The connection ended (asked for or not): CLOSE_RSP, with `error` for a failure. */
+  | { kind: 'closed'; why: string; error: string }
+  /** The client's stream ended without CLOSE_REQ: the target is reset. */
+  | { kind: 'client-gone'; reason: string };
 
 export class EgressStream {
   private state: State = 'awaiting-dial';
@@ -60,23 +71,25 @@ export class EgressStream {
     this.call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.onCallClosed(reason) });
     const timeoutMs = this.opts.dialRequestTimeoutMs ?? DIAL_REQUEST_TIMEOUT_MS;
     this.dialRequestTimer = setTimeout(() => {
-      if (this.state === 'awaiting-dial') this.fail(GrpcStatus.DEADLINE_EXCEEDED, `no DIAL_REQ within ${timeoutMs} ms of the stream opening`);
+      if (this.state === 'awaiting-dial')
+        this.close({ kind: 'refused', code: GrpcStatus.DEADLINE_EXCEEDED, message: `no DIAL_REQ within ${timeoutMs} ms of the stream opening` });
     }, timeoutMs);
     this.dialRequestTimer.unref();
   }
 
   private onPacket(p: Packet): void {
-    switch (p.type) {
+    const type = p.type;
+    switch (type) {
       case 'DIAL_REQ':
         if (this.state !== 'awaiting-dial') {
-          this.fail(GrpcStatus.INVALID_ARGUMENT, 'a second DIAL_REQ on one stream; each stream carries one connection');
+          this.close({ kind: 'refused', code: GrpcStatus.INVALID_ARGUMENT, message: 'a second DIAL_REQ on one stream; each stream carries one connection' });
           return;
         }
         void this.dial(p);
         return;
       case 'DATA':
         if (this.state !== 'open' || this.conn === undefined || p.connectID !== this.conn.connectID) {
-          this.fail(GrpcStatus.INVALID_ARGUMENT, `DATA for connectID ${p.connectID} which this stream does not carry`);
+          this.close({ kind: 'refused', code: GrpcStatus.INVALID_ARGUMENT, message: `DATA for connectID ${p.connectID} which this stream does not carry` });
           return;
         }
         this.bytesOut += p.data.length;
@@ -87,16 +100,28 @@ export class EgressStream {
         return;
       case 'CLOSE_REQ':
         if (this.conn !== undefined && p.connectID !== this.conn.connectID) {
-          this.fail(GrpcStatus.INVALID_ARGUMENT, `CLOSE_REQ for connectID ${p.connectID} which this stream does not carry`);
+          this.close({
+            kind: 'refused',
+            code: GrpcStatus.INVALID_ARGUMENT,
+            message: `CLOSE_REQ for connectID ${p.connectID} which this stream does not carry`,
+          });
           return;
         }
-        this.closeConnection('the client asked (CLOSE_REQ)', '');
+        this.close({ kind: 'closed', why: 'the client asked (CLOSE_REQ)', error: '' });
         return;
       case 'DIAL_CLS':
         this.abort.abort();
         return;
+      case 'DIAL_RSP':
+      case 'CLOSE_RSP':
+      case 'DRAIN':
+      case 'WINDOW_UPDATE':
+      case 'CLOSE_WRITE':
+      case 'UNKNOWN':
+        this.log.verbose(2, 'egress stream: ignoring a packet a client does not send', { packetType: type });
+        return;
       default:
-        this.log.verbose(2, 'egress stream: ignoring a packet a client does not send', { packetType: p.type });
+        this.log.warn('egress stream: ignoring a packet of a type the server does not know', { packetType: unhandledPacketType(type) });
     }
   }
 
@@ -104,7 +129,7 @@ export class EgressStream {
     this.state = 'dialing';
     clearTimeout(this.dialRequestTimer);
     if (req.protocol !== 'tcp') {
-      this.answerDialError(req, `protocol ${JSON.stringify(req.protocol)} is not supported; only tcp`);
+      this.close({ kind: 'dial-failed', req, reason: `protocol ${JSON.stringify(req.protocol)} is not supported; only tcp` });
       return;
     }
     let conn: TunnelConn;
@@ -114,7 +139,7 @@ export class EgressStream {
       if (this.closed) return;
       const reason = dialFailureReason(err, removePortFromHost(req.address), this.opts.nodeNameOf);
       this.log.warn('egress dial failed', { dialAddress: req.address, reason: err instanceof DialError ? err.code : 'unknown', error: reason });
-      this.answerDialError(req, reason);
+      this.close({ kind: 'dial-failed', req, reason });
       return;
     }
     if (this.closed) {
@@ -134,24 +159,46 @@ export class EgressStream {
         else conn.resume();
       });
     });
-    conn.once('end', () => this.closeConnection('the far end closed', ''));
-    conn.on('error', (err: Error) => this.closeConnection('the tunnel connection failed', errorMessage(err)));
-    conn.once('close', () => this.closeConnection('the tunnel connection closed', conn.readableEnded ? '' : 'closed before its end'));
+    conn.once('end', () => this.close({ kind: 'closed', why: 'the far end closed', error: '' }));
+    conn.on('error', (err: Error) => this.close({ kind: 'closed', why: 'the tunnel connection failed', error: errorMessage(err) }));
+    conn.once('close', () => this.close({ kind: 'closed', why: 'the tunnel connection closed', error: conn.readableEnded ? '' : 'closed before its end' }));
   }
 
-  private answerDialError(req: DialRequestPacket, reason: string): void {
+  /**
+   * The one close path: the stream is closed once, its timer cleared and its
+   * dial abandoned; then what `end` asks (answer the dial, CLOSE_RSP, a status,
+   * a reset of the target).
+   */
+  private close(end: Ending): void {
+    if (this.state === 'closed') return;
     this.state = 'closed';
     clearTimeout(this.dialRequestTimer);
-    this.call.sendControl({ type: 'DIAL_RSP', random: req.random, connectID: 0n, error: reason });
-    this.call.end(GrpcStatus.OK, '', `dial failed: ${reason}`);
+    this.abort.abort();
+    const conn = this.conn;
+    switch (end.kind) {
+      case 'refused':
+        this.log.warn('egress stream ended', { error: end.message });
+        conn?.destroy();
+        this.call.end(end.code, end.message);
+        return;
+      case 'dial-failed':
+        this.call.sendControl({ type: 'DIAL_RSP', random: end.req.random, connectID: 0n, error: end.reason });
+        this.call.end(GrpcStatus.OK, '', `dial failed: ${end.reason}`);
+        return;
+      case 'closed':
+        this.connectionClosed(end.why, end.error);
+        return;
+      case 'client-gone':
+        // No CLOSE_REQ came first: the client went away abruptly, and the target is reset.
+        conn?.destroy(new ConnectionClosedError(`the egress client's stream ended without CLOSE_REQ: ${end.reason}`));
+        this.log.verbose(2, 'egress stream ended by the client', { reason: end.reason });
+        return;
+    }
   }
 
   /** Ends the connection and the stream, answering CLOSE_RSP (asked for or not); an `error` is a failure. */
-  private closeConnection(why: string, error: string): void {
-    if (this.state === 'closed') return;
+  private connectionClosed(why: string, error: string): void {
     const conn = this.conn;
-    this.state = 'closed';
-    this.abort.abort();
     if (conn !== undefined) {
       conn.destroy();
       this.call.sendControl({ type: 'CLOSE_RSP', connectID: conn.connectID, error });
@@ -167,25 +214,14 @@ export class EgressStream {
       });
     }
     if (error === '') this.call.end(GrpcStatus.OK, '', why);
-    else this.call.end(GrpcStatus.UNAVAILABLE, `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`);
-  }
-
-  private fail(code: number, message: string): void {
-    this.log.warn('egress stream ended', { error: message });
-    this.state = 'closed';
-    clearTimeout(this.dialRequestTimer);
-    this.abort.abort();
-    this.conn?.destroy();
-    this.call.end(code, message);
+    else
+      this.call.end(
+        GrpcStatus.UNAVAILABLE,
+        `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`,
+      );
   }
 
   private onCallClosed(reason: string): void {
-    clearTimeout(this.dialRequestTimer);
-    if (this.state === 'closed') return;
-    this.state = 'closed';
-    this.abort.abort();
-    // No CLOSE_REQ came first: the client went away abruptly, and the target is reset.
-    this.conn?.destroy(new ConnectionClosedError(`the egress client's stream ended without CLOSE_REQ: ${reason}`));
-    this.log.verbose(2, 'egress stream ended by the client', { reason });
+    this.close({ kind: 'client-gone', reason });
   }
 }

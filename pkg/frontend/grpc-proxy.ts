@@ -6,17 +6,21 @@
 
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import { createServer, type Server, type Socket } from 'node:net';
+import type { Registry } from 'prom-client';
 import { withAuthorityRewrite } from '../grpc/authority-filter.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { PROXY_PATH } from '../grpc/services.js';
 import { LogLimiter } from '../log/log-limiter.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { CallerRefusals } from '../net/caller-refusals.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { stopListening } from '../net/listen.js';
+import { asError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { EgressStream } from './grpc-proxy-stream.js';
 import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
-import { listenUnix } from './unix-listener.js';
+import { listenUnix } from '../net/unix-listener.js';
 
 export interface GrpcProxyServerOptions {
   path: string;
@@ -31,18 +35,20 @@ export interface GrpcProxyServerOptions {
    */
   headTimeoutMs?: number;
   logger?: Logger;
+  /** Where it counts the clients it closed before their first call (as listener `egress`). */
+  metricsRegistry?: Registry;
 }
 
 export class GrpcProxyServer {
   private readonly server: Server;
   private readonly http2: http2.Http2Server;
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets = new ConnectionSet();
   private readonly sessions = new Set<Http2Session>();
   private readonly log: Logger;
   private readonly limited: LogLimiter;
   private readonly headTimeoutMs: number;
-  /** Clients closed before their first call, by why (for metrics). */
-  readonly refusedCallers = { head_timeout: 0 };
+  /** Clients closed before their first call, by why. */
+  private readonly refusedCallers: CallerRefusals;
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -52,6 +58,7 @@ export class GrpcProxyServer {
     this.log = (opts.logger ?? silentLogger()).child({ component: 'egress-grpc' });
     this.limited = new LogLimiter(this.log);
     this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_CONNECT_HEAD_TIMEOUT_MS;
+    this.refusedCallers = new CallerRefusals('egress', ['head_timeout'], opts.metricsRegistry);
     this.http2 = http2.createServer({ maxSessionMemory: 64 });
     this.http2.on('session', (session: Http2Session) => {
       this.sessions.add(session);
@@ -69,7 +76,7 @@ export class GrpcProxyServer {
       try {
         this.onStream(stream, headers, rawHeaders);
       } catch (err: unknown) {
-        this.log.error('internal error serving an egress stream; it was reset', { error: errorMessage(err), stack: (err as Error).stack });
+        this.log.error('internal error serving an egress stream; it was reset', { error: errorMessage(err), stack: asError(err).stack });
         stream.destroy();
       }
     });
@@ -87,18 +94,16 @@ export class GrpcProxyServer {
   }
 
   private headTimedOut(session: Http2Session): void {
-    this.refusedCallers.head_timeout++;
     this.limited.warn('egress client opened no call in time; closed', {
       socket: this.opts.path,
       timeoutMs: this.headTimeoutMs,
-      closedSoFar: this.refusedCallers.head_timeout,
+      closedSoFar: this.refusedCallers.add('head_timeout'),
     });
     session.destroy();
   }
 
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
-    socket.once('close', () => this.sockets.delete(socket));
     const filtered = withAuthorityRewrite(socket, (err) =>
       this.limited.warn('egress client sent an HTTP/2 header block that cannot be decoded; connection closed', { error: err.message }),
     );
@@ -130,14 +135,14 @@ export class GrpcProxyServer {
     if (this.server.listening) this.server.close();
   }
 
-  /** Stops listening and closes every client connection. Idempotent. */
+  /** Stops listening and closes every client connection. Idempotent: a second call waits for the first. */
   close(): Promise<void> {
-    this.closing ??= new Promise<void>((resolve) => {
+    if (this.closing === undefined) {
       this.limited.flush();
-      this.server.close(() => resolve());
+      this.closing = stopListening(this.server);
       for (const session of this.sessions) session.destroy();
-      for (const socket of this.sockets) socket.destroy();
-    });
+      this.sockets.destroyAll();
+    }
     return this.closing;
   }
 }

@@ -4,17 +4,21 @@
 // or a complete 502/503/504 response naming the host and the cause.
 
 import { createServer, type Server, type Socket } from 'node:net';
+import type { Registry } from 'prom-client';
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { Cancel } from '../mux/cancel.js';
-import { DialError, errorMessage } from '../protocol/errors.js';
+import { CallerRefusals } from '../net/caller-refusals.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { stopListening } from '../net/listen.js';
+import { asError, DialError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
-import { listenUnix } from './unix-listener.js';
+import { listenUnix } from '../net/unix-listener.js';
 
 export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
 /** Default time a client has to send its CONNECT head (kube-apiserver sends it at once). */
@@ -29,6 +33,10 @@ export interface HttpConnectServerOptions {
   maxHeadBytes?: number;
   /** How long a client may take to send its request head. Default DEFAULT_CONNECT_HEAD_TIMEOUT_MS. */
   headTimeoutMs?: number;
+  /** The listener's name in yurttunnel_server_refused_callers_total. Default `proxier`. */
+  name?: string;
+  /** Where it counts the clients it closed before their request. */
+  metricsRegistry?: Registry;
   /** The node an address belongs to, so that a failed dial's answer names it. */
   nodeNameOf?: NodeNameOf;
   logger?: Logger;
@@ -36,13 +44,13 @@ export interface HttpConnectServerOptions {
 
 export class HttpConnectServer {
   private readonly server: Server;
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets = new ConnectionSet();
   private readonly log: Logger;
   private readonly maxHeadBytes: number;
   private readonly headTimeoutMs: number;
   private readonly limited: LogLimiter;
-  /** Clients closed before their request, by why (for metrics). */
-  readonly refusedCallers = { head_timeout: 0 };
+  /** Clients closed before their request, by why. */
+  private readonly refusedCallers: CallerRefusals;
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -53,6 +61,7 @@ export class HttpConnectServer {
     this.maxHeadBytes = opts.maxHeadBytes ?? 64 * 1024;
     this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_CONNECT_HEAD_TIMEOUT_MS;
     this.limited = new LogLimiter(this.log);
+    this.refusedCallers = new CallerRefusals(opts.name ?? 'proxier', ['head_timeout'], opts.metricsRegistry);
     // Half-open: a client that finishes sending still gets the rest of the answer.
     this.server = createServer({ allowHalfOpen: true }, (socket) => this.onConnection(socket));
   }
@@ -70,16 +79,14 @@ export class HttpConnectServer {
 
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
-    socket.once('close', () => this.sockets.delete(socket));
     socket.on('error', (err) => this.log.verbose(3, 'client socket error', { error: errorMessage(err) }));
 
     let buffered: Buffer = Buffer.alloc(0);
     const timer = setTimeout(() => {
-      this.refusedCallers.head_timeout++;
       this.limited.warn('client sent no complete CONNECT request in time; closed', {
         socket: this.opts.path,
         timeoutMs: this.headTimeoutMs,
-        closedSoFar: this.refusedCallers.head_timeout,
+        closedSoFar: this.refusedCallers.add('head_timeout'),
       });
       stopReading();
       answerAndClose(socket, errorResponse(408, `no complete request head within ${this.headTimeoutMs} ms`));
@@ -192,7 +199,7 @@ export class HttpConnectServer {
       conn.attach(socket, pendingChunks);
     } catch (err: unknown) {
       // Not left in the agent's table, holding its target open.
-      conn.destroy(err instanceof Error ? err : new Error(String(err)));
+      conn.destroy(asError(err));
       throw err;
     }
   }
@@ -202,13 +209,13 @@ export class HttpConnectServer {
     if (this.server.listening) this.server.close();
   }
 
-  /** Stops listening and closes every client connection. Idempotent. */
+  /** Stops listening and closes every client connection. Idempotent: a second call waits for the first. */
   close(): Promise<void> {
-    this.closing ??= new Promise<void>((resolve) => {
+    if (this.closing === undefined) {
       this.limited.flush();
-      this.server.close(() => resolve());
-      for (const s of this.sockets) s.destroy();
-    });
+      this.closing = stopListening(this.server);
+      this.sockets.destroyAll();
+    }
     return this.closing;
   }
 }

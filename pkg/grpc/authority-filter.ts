@@ -9,7 +9,8 @@
 
 import { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
-import { encodeHeaderBlock, HpackDecoder, HpackError, type HeaderField } from './hpack/hpack.js';
+import { HpackError, Http2FrameError } from '../protocol/errors.js';
+import { encodeHeaderBlock, HpackDecoder, type HeaderField } from './hpack/hpack.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const FRAME_HEADER = 9;
@@ -28,10 +29,6 @@ const MAX_FRAME_READ = 16 * 1024 * 1024;
 /** What nghttp2 accepts in `:authority` (RFC 3986 authority characters). */
 const VALID_AUTHORITY = /^[A-Za-z0-9\-._~!$&'()*+,;=:%[\]@]*$/;
 export const REPLACEMENT_AUTHORITY = 'localhost';
-
-export class Http2FrameError extends Error {
-  override readonly name = 'Http2FrameError';
-}
 
 function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
   const head = Buffer.alloc(FRAME_HEADER);

@@ -2,7 +2,7 @@
 // `AgentService/Connect`): the shared packet framing plus what a gRPC client
 // reads, the call's status in the trailers, and cancellation.
 
-import { constants, type ClientHttp2Stream } from 'node:http2';
+import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
 import { describeGrpcStatus } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
@@ -18,13 +18,14 @@ export class ClientPacketCall extends GrpcPacketStream {
   override start(handlers: GrpcPacketStreamHandlers): void {
     super.start(handlers);
     const stream = this.clientStream;
-    stream.on('trailers', (trailers) => {
+    stream.on('trailers', (trailers: IncomingHttpHeaders) => {
       const status = trailers['grpc-status'] as string | undefined;
       this.finish(`server ended the stream (${describeGrpcStatus(status, trailers['grpc-message'] as string | undefined)})`);
     });
     stream.on('end', () => this.finish('server ended the stream'));
     stream.on('close', () => {
       const code = stream.rstCode;
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when the stream closed without a reset, whatever @types/node says
       this.finish(code !== undefined && code !== 0 ? `stream reset by the server (HTTP/2 error code ${code})` : 'connection closed');
     });
     stream.on('error', () => {

@@ -106,10 +106,7 @@ export class GrpcDeframer {
     }
     if (flag !== 0) throw new ProtocolError('YT_ERR_PROTOCOL_FRAME', `malformed gRPC frame: flag byte ${flag}`);
     if (len > this.maxMessageSize) {
-      throw new ProtocolError(
-        'YT_ERR_PROTOCOL_TOO_LARGE',
-        `gRPC message of ${len} bytes exceeds the limit of ${this.maxMessageSize} bytes`,
-      );
+      throw new ProtocolError('YT_ERR_PROTOCOL_TOO_LARGE', `gRPC message of ${len} bytes exceeds the limit of ${this.maxMessageSize} bytes`);
     }
     return len;
   }

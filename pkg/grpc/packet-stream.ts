@@ -68,8 +68,6 @@ export abstract class GrpcPacketStream implements PacketLink {
   private readonly onPacketSent: ((type: KnownPacket['type']) => void) | undefined;
   /** Control bytes handed to HTTP/2 and not yet written out. */
   private controlQueued = 0;
-  /** Control packets refused because the peer did not read. */
-  refusedControlPackets = 0;
   private ended = false;
 
   constructor(
@@ -174,12 +172,9 @@ export abstract class GrpcPacketStream implements PacketLink {
     const message = encodePacket(packet, GRPC_FRAME_HEADER_SIZE);
     const size = message.length;
     if (this.controlQueued + size > this.controlBufferLimit) {
-      this.refusedControlPackets++;
       this.onControlRefused?.();
       this.log?.warn('the peer does not read its call; cutting it off', { queuedControlBytes: this.controlQueued, packetType: packet.type });
-      this.onOverloaded(
-        `the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`,
-      );
+      this.onOverloaded(`the peer does not read: ${this.controlQueued} bytes of control packets wait to be written (limit ${this.controlBufferLimit})`);
       return false;
     }
     this.controlQueued += size;

@@ -38,8 +38,14 @@ export class ServerPacketCall extends GrpcPacketStream {
     });
   }
 
+  /** The status the call ended with, once it has one (a call that broke has none). */
+  get endStatus(): { readonly code: number; readonly message: string } | undefined {
+    return this.status;
+  }
+
   private closeReason(): string {
     const code = this.serverStream.rstCode;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when the stream closed without a reset, whatever @types/node says
     if (code !== undefined && code !== 0) return `stream reset (HTTP/2 error code ${code})`;
     return this.serverStream.session?.destroyed ? 'connection closed' : 'stream closed';
   }

@@ -38,7 +38,6 @@ export interface KubeletTLSMaterial {
   kubeletCA: string | undefined;
 }
 
-
 export interface KubeletConnectorOptions {
   dial: TunnelDialer;
   /** Read for every new connection, so rotated certificates apply without a restart. */

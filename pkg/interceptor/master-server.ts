@@ -22,7 +22,10 @@ import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
 import { LogLimiter } from '../log/log-limiter.js';
 import { abortsThrough } from '../mux/abort.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage, HttpError } from '../protocol/errors.js';
+import { CallerRefusals, tlsRefusal, type RefusalReason } from '../net/caller-refusals.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { listen, stopListening } from '../net/listen.js';
+import { errorCode, errorMessage, HttpError } from '../protocol/errors.js';
 import type { Middleware } from './middleware/middleware.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
 import type { RequestInterceptor } from './request-interceptor.js';
@@ -40,14 +43,6 @@ export interface SecurePortOptions {
 export const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 /** Default time a caller has to send its request head (after its TLS handshake, on the secure port). */
 export const DEFAULT_REQUEST_HEAD_TIMEOUT_MS = 30_000;
-
-/** Callers a master port closed before their request, by why: the label values of yurttunnel_server_refused_callers_total. */
-export type MasterPortRefusals = {
-  tls_handshake_timeout: number;
-  /** The TLS handshake failed: no or a bad client certificate, not TLS at all. */
-  tls_error: number;
-  head_timeout: number;
-};
 
 export interface MasterServerOptions {
   secure?: SecurePortOptions;
@@ -75,7 +70,7 @@ function servernameOf(req: IncomingMessage): string | undefined {
 
 export class MasterServer {
   private readonly servers: Array<{ server: Server; name: 'secure' | 'insecure'; host: string; port: number }> = [];
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets = new ConnectionSet();
   private readonly inFlight: Gauge<'verb' | 'path'>;
   private readonly total: Counter<'verb' | 'path'>;
   private readonly limited: LogLimiter;
@@ -87,10 +82,8 @@ export class MasterServer {
   private readonly responding = new WeakSet<object>();
   /** Sockets already being closed after a client error. */
   private readonly answered = new WeakSet<object>();
-  readonly refused: Record<'secure' | 'insecure', MasterPortRefusals> = {
-    secure: { tls_handshake_timeout: 0, tls_error: 0, head_timeout: 0 },
-    insecure: { tls_handshake_timeout: 0, tls_error: 0, head_timeout: 0 },
-  };
+  /** Callers each port closed before their request, by why. */
+  private readonly refused: Record<'secure' | 'insecure', CallerRefusals>;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: MasterServerOptions) {
@@ -98,6 +91,11 @@ export class MasterServer {
     this.tlsHandshakeTimeoutMs = opts.tlsHandshakeTimeoutMs ?? DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS;
     this.requestHeadTimeoutMs = opts.requestHeadTimeoutMs ?? DEFAULT_REQUEST_HEAD_TIMEOUT_MS;
     const registers = opts.metricsRegistry ? [opts.metricsRegistry] : [];
+    const reasons = ['tls_handshake_timeout', 'tls_error', 'head_timeout'] as const;
+    this.refused = {
+      secure: new CallerRefusals('secure', reasons, opts.metricsRegistry),
+      insecure: new CallerRefusals('insecure', reasons, opts.metricsRegistry),
+    };
     this.inFlight = new Gauge({
       name: 'yurttunnel_server_in_proxy_requests',
       help: 'Requests to kubelets in flight through the master ports, by verb and path class.',
@@ -177,20 +175,15 @@ export class MasterServer {
    * ended would stay open (CLOSE-WAIT) after the caller went away.
    */
   private onTLSError(err: Error, socket: TLSSocket): void {
-    const counts = this.refused.secure;
-    if ((err as { code?: unknown }).code === 'ERR_TLS_HANDSHAKE_TIMEOUT') {
-      counts.tls_handshake_timeout++;
+    const refusal = tlsRefusal(err, socket);
+    const soFar = this.refused.secure.add(refusal.reason);
+    if (refusal.reason === 'tls_handshake_timeout') {
       this.limited.warn('caller did not finish its TLS handshake in time on the secure master port; closed', {
         timeoutMs: this.tlsHandshakeTimeoutMs,
-        closedSoFar: counts.tls_handshake_timeout,
+        closedSoFar: soFar,
       });
     } else {
-      counts.tls_error++;
-      const why = socket.authorizationError;
-      this.limited.warn('caller refused on the secure master port', {
-        error: why !== undefined && why !== null ? `client certificate rejected: ${String(why)}` : errorMessage(err),
-        refusedSoFar: counts.tls_error,
-      });
+      this.limited.warn('caller refused on the secure master port', { error: refusal.error, refusedSoFar: soFar });
     }
     socket.destroy();
   }
@@ -199,7 +192,6 @@ export class MasterServer {
     // Raw connections, so that one still in its TLS handshake is closed on close() too.
     server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
       // Beneath a TLS session nobody else listens: a failed reset must not end the process.
       socket.on('error', (err) => this.opts.logger.verbose(3, 'caller connection error', { port: name, error: errorMessage(err) }));
     });
@@ -217,16 +209,14 @@ export class MasterServer {
       socket.destroy();
       return;
     }
-    const code = (err as { code?: unknown }).code;
+    const code = errorCode(err);
     let status = 400;
     let message = `malformed request: ${errorMessage(err)}`;
     if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-      const counts = this.refused[name];
-      counts.head_timeout++;
       this.limited.warn('caller sent no complete request head in time; closed', {
         port: name,
         timeoutMs: this.requestHeadTimeoutMs,
-        closedSoFar: counts.head_timeout,
+        closedSoFar: this.refused[name].add('head_timeout'),
       });
       status = 408;
       message = `no complete request head within ${this.requestHeadTimeoutMs} ms`;
@@ -248,13 +238,7 @@ export class MasterServer {
 
   async start(): Promise<void> {
     for (const s of this.servers) {
-      await new Promise<void>((resolve, reject) => {
-        s.server.once('error', reject);
-        s.server.listen(s.port, s.host, () => {
-          s.server.off('error', reject);
-          resolve();
-        });
-      });
+      await listen(s.server, { port: s.port, host: s.host });
       this.opts.logger.info(`master server listening (${s.name})`, { address: this.addressText(s.server) });
     }
   }
@@ -262,6 +246,11 @@ export class MasterServer {
   private addressText(server: Server): string {
     const a = server.address() as AddressInfo;
     return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+  }
+
+  /** Callers `port` closed before their request so far, by why. */
+  refusedCallers(port: 'secure' | 'insecure'): Readonly<Partial<Record<RefusalReason, number>>> {
+    return this.refused[port].counts;
   }
 
   /** Connections open on both ports, handshaking ones included. */
@@ -272,7 +261,7 @@ export class MasterServer {
   /** Bound address of the secure (or insecure) port. */
   address(name: 'secure' | 'insecure'): AddressInfo {
     const s = this.servers.find((x) => x.name === name);
-    if (s === undefined) throw new Error(`the ${name} master port is not configured`);
+    if (s === undefined) throw new TypeError(`the ${name} master port is not configured`);
     return s.server.address() as AddressInfo;
   }
 
@@ -333,21 +322,31 @@ export class MasterServer {
     const socket = req.socket;
     this.responding.add(socket);
     res.once('close', () => this.responding.delete(socket));
-    this.guarded('request', req, (message) => {
-      if (res.headersSent) {
-        res.destroy();
-        return;
-      }
-      res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
-      res.end(message + '\n');
-    }, () => this.handleRequest(req, res, tls));
+    this.guarded(
+      'request',
+      req,
+      (message) => {
+        if (res.headersSent) {
+          res.destroy();
+          return;
+        }
+        res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+        res.end(message + '\n');
+      },
+      () => this.handleRequest(req, res, tls),
+    );
   }
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
-    this.guarded('upgrade', req, (message) => {
-      if (socket.destroyed) return;
-      socket.end(errorResponse(500, message));
-    }, () => this.handleUpgrade(req, socket, head, tls));
+    this.guarded(
+      'upgrade',
+      req,
+      (message) => {
+        if (socket.destroyed) return;
+        socket.end(errorResponse(500, message));
+      },
+      () => this.handleUpgrade(req, socket, head, tls),
+    );
   }
 
   private handleRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
@@ -373,7 +372,6 @@ export class MasterServer {
     this.opts.interceptor.handleUpgrade(ctx, req, socket, head);
   }
 
-  /** Stops listening and closes every caller's connection. Idempotent. */
   /** Takes no new callers and drops idle keep-alive connections (callers then go elsewhere); requests in flight go on. */
   stopAccepting(): void {
     for (const { server } of this.servers) {
@@ -382,11 +380,12 @@ export class MasterServer {
     }
   }
 
+  /** Stops listening and closes every caller's connection. Idempotent: a second call waits for the first. */
   close(): Promise<void> {
     this.closing ??= (async () => {
       this.limited.flush();
-      const closed = this.servers.map((s) => new Promise<void>((resolve) => s.server.close(() => resolve())));
-      for (const socket of this.sockets) socket.destroy();
+      const closed = this.servers.map((s) => stopListening(s.server));
+      this.sockets.destroyAll();
       await Promise.all(closed);
     })();
     return this.closing;

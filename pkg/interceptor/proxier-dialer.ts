@@ -4,11 +4,12 @@
 // and reason. Our master ports dial the tunnel in-process and no longer use
 // it; the demo and the bench do, as a local caller of the proxier.
 
+import { addAbortListener } from 'node:events';
 import { connect, type Socket } from 'node:net';
-import { ProxierError } from '../protocol/errors.js';
+import { DialError, errorMessage, ProxierError } from '../protocol/errors.js';
+import { readResponseHead, type RawResponseHead } from './response-head.js';
 
 const MAX_ANSWER_BYTES = 64 * 1024;
-
 
 export interface ProxierDialOptions {
   /** The proxier's Unix socket. */
@@ -29,70 +30,52 @@ export function connectRequest(address: string, proxyHost?: string, userAgent?: 
   return req + '\r\n\r\n';
 }
 
-/** Resolves with the tunnelled socket once the proxier answered 200. */
-export function dialThroughProxier(opts: ProxierDialOptions): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(opts.udsPath);
-    let buf = Buffer.alloc(0);
-    let headEnd = -1;
-    let status = 0;
-    let settled = false;
-    const settle = (err?: Error): void => {
-      if (settled) return;
-      settled = true;
-      socket.off('readable', onReadable);
-      socket.off('end', onEnd);
-      socket.off('error', onError);
-      opts.signal?.removeEventListener('abort', onAbort);
-      if (err !== undefined) {
-        socket.destroy();
-        reject(err);
-        return;
-      }
-      // With the 'readable' listener gone the socket is back in its initial
-      // mode: the caller's first 'data' listener or pipe() starts the flow.
-      const rest = buf.subarray(headEnd + 4);
-      if (rest.length > 0) socket.unshift(rest);
-      resolve(socket);
-    };
-    const failWithBody = (): void => {
-      const body = buf.subarray(headEnd + 4).toString('utf8').trim().split('\n')[0] ?? '';
-      settle(new ProxierError(status, body, opts.address));
-    };
-    const onReadable = (): void => {
-      let chunk: Buffer | null;
-      while (!settled && (chunk = socket.read() as Buffer | null) !== null) {
-        buf = Buffer.concat([buf, chunk]);
-        if (headEnd < 0) {
-          headEnd = buf.indexOf('\r\n\r\n');
-          if (headEnd < 0) {
-            if (buf.length > MAX_ANSWER_BYTES) settle(new ProxierError(0, 'answer head too large', opts.address));
-            continue;
-          }
-          const m = /^HTTP\/1\.[01] (\d{3})/.exec(buf.toString('latin1', 0, headEnd));
-          status = m === null ? 0 : Number(m[1]);
-          if (status === 200) {
-            settle();
-            return;
-          }
-        }
-        if (buf.length > MAX_ANSWER_BYTES) failWithBody();
-      }
-    };
-    const onEnd = (): void => {
-      if (headEnd >= 0) failWithBody();
-      else settle(new ProxierError(0, `connection closed after ${buf.length} bytes`, opts.address));
-    };
-    const onError = (err: Error): void => settle(new ProxierError(0, err.message, opts.address));
-    const onAbort = (): void => settle(new Error(`dial to ${opts.address} through the proxier was aborted`));
-    if (opts.signal?.aborted) {
-      onAbort();
-      return;
+/**
+ * Resolves with the tunnelled socket once the proxier answered 200, in its
+ * initial mode: the caller's first 'data' listener or pipe() starts the flow.
+ */
+export async function dialThroughProxier(opts: ProxierDialOptions): Promise<Socket> {
+  const cancelled = (): DialError => new DialError('YT_ERR_DIAL_CANCELLED', `dial to ${opts.address} through the proxier was aborted`);
+  if (opts.signal?.aborted === true) throw cancelled();
+  const socket = connect(opts.udsPath);
+  socket.once('connect', () => socket.write(connectRequest(opts.address, opts.proxyHost, opts.userAgent)));
+  const onAbort = opts.signal === undefined ? undefined : addAbortListener(opts.signal, () => socket.destroy(cancelled()));
+  try {
+    let head: RawResponseHead;
+    try {
+      head = await readResponseHead(socket, MAX_ANSWER_BYTES);
+    } catch (err: unknown) {
+      if (err instanceof DialError) throw err;
+      throw new ProxierError(0, errorMessage(err), opts.address, { cause: err });
     }
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-    socket.on('readable', onReadable);
-    socket.once('end', onEnd);
-    socket.once('error', onError);
-    socket.once('connect', () => socket.write(connectRequest(opts.address, opts.proxyHost, opts.userAgent)));
+    if (head.status !== 200) throw new ProxierError(head.status, await firstLineOfBody(socket, head.rest), opts.address);
+    if (head.rest.length > 0) socket.unshift(head.rest);
+    return socket;
+  } catch (err: unknown) {
+    socket.destroy();
+    throw err;
+  } finally {
+    onAbort?.[Symbol.dispose]();
+  }
+}
+
+/** The first line of a refusal's body (the proxier's reason), read until the proxier closes or MAX_ANSWER_BYTES. */
+function firstLineOfBody(socket: Socket, start: Buffer): Promise<string> {
+  return new Promise((resolve) => {
+    let body = start;
+    const done = (): void => {
+      socket.off('data', onData);
+      socket.off('end', done);
+      socket.off('error', done);
+      resolve(body.toString('utf8').trim().split('\n')[0] ?? '');
+    };
+    const onData = (chunk: Buffer): void => {
+      body = Buffer.concat([body, chunk]);
+      if (body.length > MAX_ANSWER_BYTES) done();
+    };
+    if (socket.readableEnded) return done();
+    socket.on('data', onData);
+    socket.once('end', done);
+    socket.once('error', done);
   });
 }

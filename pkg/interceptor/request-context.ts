@@ -4,7 +4,6 @@
 
 import { isIP } from 'node:net';
 
-
 export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
 export const PROXY_DEST_HEADER = 'x-tunnel-proxy-dest';
 

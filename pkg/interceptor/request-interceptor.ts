@@ -111,7 +111,7 @@ export class RequestInterceptor {
       method: req.method,
       path: req.url,
       // An array keeps the caller's header names and order (node ≥ 18.16 accepts rawHeaders form).
-      headers: forwardedHeaders(req.rawHeaders, upgrade) as unknown as RequestOptions['headers'],
+      headers: forwardedHeaders(req.rawHeaders, upgrade),
       setHost: false,
       tunnel: this.target(ctx),
       tunnelSignal: signal,

@@ -62,7 +62,9 @@ export interface SyncReport {
 
 /** What of a node the rules depend on. */
 function nodeFacts(node: V1Node): string {
-  const addresses = (node.status?.addresses ?? []).filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP').map((a) => canonicalIP(a.address)?.address ?? '');
+  const addresses = (node.status?.addresses ?? [])
+    .filter((a) => a.type === 'InternalIP' || a.type === 'ExternalIP')
+    .map((a) => canonicalIP(a.address)?.address ?? '');
   return `${isEdgeNode(node)} ${addresses.sort().join(',')}`;
 }
 
@@ -180,20 +182,25 @@ export class IptablesManager {
     this.cloudNodes.set(targets.cloudNodes);
     for (const u of targets.unreachable) {
       if (u.family === 4 || targets.nodesHaveIPv6) {
-        this.warnOnce(`unreachable ${u.family} ${u.port}`, `port ${u.port} is not redirected for IPv${u.family}: the ${u.masterPort} master port does not listen on that family`, {
-          port: u.port,
-          masterPort: u.masterPort,
-        });
+        this.warnOnce(
+          `unreachable ${u.family} ${u.port}`,
+          `port ${u.port} is not redirected for IPv${u.family}: the ${u.masterPort} master port does not listen on that family`,
+          {
+            port: u.port,
+            masterPort: u.masterPort,
+          },
+        );
       }
     }
     const restored: Family[] = [];
     try {
       for (const family of FAMILIES) {
         if (family === 6 && !this.ipv6) {
-          if (targets.nodesHaveIPv6) this.warnOnce('no ip6tables', `nodes have IPv6 addresses but ${b.restore[6]} is not on the PATH: IPv6 connections are not redirected`, {});
+          if (targets.nodesHaveIPv6)
+            this.warnOnce('no ip6tables', `nodes have IPv6 addresses but ${b.restore[6]} is not on the PATH: IPv6 connections are not redirected`, {});
           continue;
         }
-        const desired: Chains = family === 4 || targets.nodesHaveIPv6 ? desiredChains(targets.families[family]) : new Map();
+        const desired: Chains = family === 4 || targets.nodesHaveIPv6 ? desiredChains(targets.families[family]) : new Map<string, string[]>();
         const key = chainsKey(desired);
         if (!full && this.applied.get(family) === key) continue;
         this.applied.delete(family);
@@ -240,7 +247,11 @@ export class IptablesManager {
       this.log.warn('conntrack could not delete stale entries', { args: args.join(' '), error: r.stderr.trim() });
     } catch (err: unknown) {
       if (err instanceof IptablesError && err.code === 'YT_ERR_IPTABLES_MISSING') {
-        this.warnOnce('no conntrack', 'conntrack is not on the PATH: connections already redirected (or not) keep their old path until they end; install conntrack', {});
+        this.warnOnce(
+          'no conntrack',
+          'conntrack is not on the PATH: connections already redirected (or not) keep their old path until they end; install conntrack',
+          {},
+        );
       } else {
         this.log.warn('conntrack failed', { args: args.join(' '), error: errorMessage(err) });
       }

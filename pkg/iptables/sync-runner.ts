@@ -14,6 +14,7 @@ export interface SyncRunnerOptions {
 export type SyncFn = (full: boolean) => Promise<void>;
 
 export class SyncRunner {
+  private stopping: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private periodTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -78,8 +79,13 @@ export class SyncRunner {
     });
   }
 
-  /** No more syncs; waits for one that is running. */
-  async stop(): Promise<void> {
+  /** No more syncs; waits for one that is running. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     clearInterval(this.periodTimer);

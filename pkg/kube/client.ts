@@ -3,14 +3,9 @@
 // --apiserver-addr); the in-cluster environment; and, for the agent, the
 // kubelet's own kubeconfig. Everything else in pkg/kube takes a KubeClient.
 
-import {
-  CertificatesV1Api,
-  CoordinationV1Api,
-  CoreV1Api,
-  KubeConfig,
-  Watch,
-} from '@kubernetes/client-node';
+import { CertificatesV1Api, CoordinationV1Api, CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { describeSource, type KubeConfigSource } from './config-source.js';
+import { ConfigError, errorMessage } from '../protocol/errors.js';
 
 // Where the configuration comes from lives in config-source.ts, which does not
 // load @kubernetes/client-node (~75 MB of RSS): processes that run without a
@@ -59,11 +54,10 @@ function loadConfig(source: KubeConfigSource): KubeConfig {
     }
   }
   if (kc.getCurrentCluster() === null) {
-    throw new Error(`${describeSource(source)} names no current cluster (set current-context)`);
+    throw new ConfigError('YT_ERR_KUBECONFIG', `${describeSource(source)} names no current cluster (set current-context)`);
   }
   return kc;
 }
-
 
 /** Builds the clients; throws naming the source when the configuration cannot be read. */
 export function createKubeClient(source: KubeConfigSource): KubeClient {
@@ -71,7 +65,7 @@ export function createKubeClient(source: KubeConfigSource): KubeClient {
   try {
     config = loadConfig(source);
   } catch (err: unknown) {
-    throw new Error(`cannot load the Kubernetes client configuration from ${describeSource(source)}: ${(err as Error).message}`, {
+    throw new ConfigError('YT_ERR_KUBECONFIG', `cannot load the Kubernetes client configuration from ${describeSource(source)}: ${errorMessage(err)}`, {
       cause: err,
     });
   }

@@ -11,9 +11,7 @@ export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccoun
 export const KUBELET_KUBECONFIG = '/etc/kubernetes/kubelet.conf';
 
 export type KubeConfigSource =
-  | { kind: 'kubeconfig'; path: string }
-  | { kind: 'apiserver-addr'; address: string; serviceAccountDir: string }
-  | { kind: 'in-cluster' };
+  { kind: 'kubeconfig'; path: string } | { kind: 'apiserver-addr'; address: string; serviceAccountDir: string } | { kind: 'in-cluster' };
 
 /** True when running in a pod that has a service account mounted. */
 export function inCluster(serviceAccountDir = SERVICE_ACCOUNT_DIR): boolean {

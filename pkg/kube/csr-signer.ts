@@ -8,6 +8,8 @@ import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { apiErrorMessage } from './errors.js';
+import { CertificateRequestError } from '../protocol/errors.js';
+import { sleep } from '../timers/sleep.js';
 
 import type { KeyUsage } from '../certs/certificate-manager.js';
 
@@ -30,10 +32,6 @@ export interface CsrSignerOptions {
   /** How often the "still waiting" line is logged. */
   remindMs?: number;
   logger: Logger;
-}
-
-export class CertificateRequestDenied extends Error {
-  override readonly name = 'CertificateRequestDenied';
 }
 
 export class CsrSigner {
@@ -80,7 +78,7 @@ export class CsrSigner {
         log.info('certificate issued', { afterMs: Date.now() - started });
         return outcome;
       }
-      await this.sleep(this.pollMs, signal);
+      if (!(await sleep(this.pollMs, signal))) signal?.throwIfAborted();
       try {
         csr = await this.client.certificates.readCertificateSigningRequest({ name });
       } catch (err: unknown) {
@@ -104,7 +102,8 @@ export class CsrSigner {
     for (const type of ['Denied', 'Failed']) {
       const c = this.condition(csr, type);
       if (c !== undefined) {
-        throw new CertificateRequestDenied(
+        throw new CertificateRequestError(
+          'YT_ERR_CSR_DENIED',
           `certificate signing request ${name} was ${type.toLowerCase()}: ${c.reason ?? ''}${c.message ? ` (${c.message})` : ''}`,
         );
       }
@@ -117,23 +116,5 @@ export class CsrSigner {
 
   private condition(csr: V1CertificateSigningRequest, type: string): { reason?: string; message?: string } | undefined {
     return csr.status?.conditions?.find((c) => c.type === type && c.status !== 'False');
-  }
-
-  private sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-    return new Promise((resolve, reject) => {
-      if (signal?.aborted) {
-        reject(signal.reason);
-        return;
-      }
-      const onAbort = (): void => {
-        clearTimeout(timer);
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
   }
 }

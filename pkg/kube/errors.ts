@@ -47,6 +47,7 @@ export function apiErrorMessage(err: unknown): string {
         ? body
         : undefined;
   const status = apiStatusCode(err);
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- an object thrown without a message: its own toString(), if any, is all it says
   const base = serverMessage ?? (typeof e.message === 'string' ? e.message : String(err));
   return status === undefined ? base : `HTTP ${status}: ${base}`;
 }

@@ -4,9 +4,11 @@
 // lookups once the first list is in. stop() ends the watch and every timer.
 
 import type { Watch } from '@kubernetes/client-node';
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
-import { apiErrorMessage, isGone } from './errors.js';
+import { apiErrorMessage, HTTP_GONE, isGone } from './errors.js';
+import { asError, WatchError } from '../protocol/errors.js';
 
 export interface ObjectMeta {
   name?: string;
@@ -59,16 +61,13 @@ const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 800, factor: 2, jitter: 1, 
 /** Watches are asked to end after 5–10 minutes, as client-go's reflector does, so a silently dead one is replaced. */
 const WATCH_TIMEOUT_MIN_S = 300;
 
-class WatchExpired extends Error {
-  readonly code = 410;
-}
-
 export function objectKey(obj: KubeObject): string {
   const meta = obj.metadata ?? {};
-  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : meta.name ?? '';
+  return meta.namespace !== undefined && meta.namespace !== '' ? `${meta.namespace}/${meta.name ?? ''}` : (meta.name ?? '');
 }
 
 export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
+  private stopDone: Promise<void> | undefined;
   private readonly store = new Map<string, T>();
   private readonly handlers: InformerHandler<T>[] = [];
   private readonly backoff: Backoff;
@@ -79,7 +78,8 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
   private stopped = false;
   private running: Promise<void> | undefined;
   private abortWatch: (() => void) | undefined;
-  private wakeSleep: (() => void) | undefined;
+  /** Aborted by stop(): ends a pause between retries at once. */
+  private readonly stopping = new AbortController();
   private resyncTimer: NodeJS.Timeout | undefined;
 
   private readonly transform: (raw: Raw) => T;
@@ -104,6 +104,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     this.running = this.run();
     if ((this.opts.resyncMs ?? 0) > 0) {
       this.resyncTimer = setInterval(() => this.resync(), this.opts.resyncMs);
+      this.resyncTimer.unref();
     }
   }
 
@@ -127,11 +128,17 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     return [...this.store.values()];
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopDone ??= this.doStop();
+    return this.stopDone;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.resyncTimer);
     this.abortWatch?.();
-    this.wakeSleep?.();
+    this.stopping.abort();
     await this.running;
     // Whoever waits for a sync that will never come is released; synced() stays false.
     for (const wake of this.syncWaiters.splice(0)) wake();
@@ -142,10 +149,12 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
     while (!this.stopped) {
       try {
         if (this.resourceVersion === undefined) await this.relist();
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         const sawEvents = await this.watchOnce();
         if (sawEvents) failures = 0;
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the await
         if (this.stopped) return;
         if (isGone(err)) {
           this.log.verbose(2, 'watch expired (410 Gone): listing again', { resourceVersion: this.resourceVersion });
@@ -164,7 +173,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
             retryInMs: Math.round(delay),
           });
         }
-        await this.sleep(delay);
+        await sleep(delay, this.stopping.signal);
       }
     }
   }
@@ -204,6 +213,7 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         settled = true;
         this.abortWatch = undefined;
         if (err === null || err === undefined || this.stopped) resolve(sawEvents);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the watch's own error, passed on as it came
         else reject(err);
       };
       const query = {
@@ -224,19 +234,20 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
         if (type === 'ERROR') {
           const status = obj as { code?: number; message?: string };
           // Settle first: aborting reports an abort error through the watch's done callback.
-          finish(status.code === 410 ? new WatchExpired(status.message ?? 'too old resource version') : Object.assign(new Error(status.message ?? 'watch error'), { code: status.code }));
+          finish(
+            status.code === HTTP_GONE
+              ? new WatchError('YT_ERR_WATCH_EXPIRED', status.code, status.message ?? 'too old resource version')
+              : new WatchError('YT_ERR_WATCH_FAILED', status.code, status.message ?? 'watch error'),
+          );
           controller?.abort();
           return;
         }
         this.apply(type, obj as Raw);
       };
-      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then(
-        (c) => {
-          controller = c;
-          if (settled || this.stopped) c.abort();
-        },
-        finish,
-      );
+      this.opts.watch.watch(this.opts.watchPath, query, onEvent, finish).then((c) => {
+        controller = c;
+        if (settled || this.stopped) c.abort();
+      }, finish);
     });
   }
 
@@ -293,23 +304,9 @@ export class Informer<T extends KubeObject, Raw extends KubeObject = T> {
       try {
         call(handler);
       } catch (err: unknown) {
-        this.log.error('informer event handler failed', { error: (err as Error).stack ?? String(err) });
+        this.log.error('informer event handler failed', { error: asError(err).stack ?? String(err) });
       }
     }
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done(): void {
-        clearTimeout(timer);
-        resolve();
-      }
-      this.wakeSleep = () => {
-        this.wakeSleep = undefined;
-        done();
-      };
-    });
   }
 }
 

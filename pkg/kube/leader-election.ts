@@ -26,6 +26,7 @@ export interface LeaderElectionOptions {
 const DEFAULTS = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
 export class LeaderElector {
+  private stopping: Promise<void> | undefined;
   private readonly leaseDurationMs: number;
   private readonly renewDeadlineMs: number;
   private readonly retryPeriodMs: number;
@@ -65,8 +66,13 @@ export class LeaderElector {
     this.tick();
   }
 
-  /** Stops trying; a leader releases the lease so another replica takes over at once. */
-  async stop(): Promise<void> {
+  /** Stops trying; a leader releases the lease so another replica takes over at once. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
     this.stopRequests.abort();
@@ -81,7 +87,9 @@ export class LeaderElector {
     this.timer = undefined;
     this.inFlight = this.attempt().finally(() => {
       this.inFlight = undefined;
-      if (!this.stopped) this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      if (this.stopped) return;
+      this.timer = setTimeout(() => this.tick(), this.retryPeriodMs);
+      this.timer.unref();
     });
   }
 
@@ -126,19 +134,22 @@ export class LeaderElector {
       lease = await api.readNamespacedLease({ namespace, name }, options);
     } catch (err: unknown) {
       if (!isNotFound(err)) throw err;
-      const created = await api.createNamespacedLease({
-        namespace,
-        body: {
-          metadata: { namespace, name },
-          spec: {
-            holderIdentity: identity,
-            leaseDurationSeconds: Math.ceil(this.leaseDurationMs / 1000),
-            acquireTime: now,
-            renewTime: now,
-            leaseTransitions: 0,
+      const created = await api.createNamespacedLease(
+        {
+          namespace,
+          body: {
+            metadata: { namespace, name },
+            spec: {
+              holderIdentity: identity,
+              leaseDurationSeconds: Math.ceil(this.leaseDurationMs / 1000),
+              acquireTime: now,
+              renewTime: now,
+              leaseTransitions: 0,
+            },
           },
         },
-      }, options);
+        options,
+      );
       this.observe(created);
       return true;
     }
@@ -170,10 +181,7 @@ export class LeaderElector {
   private observe(lease: V1Lease): void {
     const prev = this.observed?.lease.spec;
     const next = lease.spec;
-    const changed =
-      prev === undefined ||
-      prev.holderIdentity !== next?.holderIdentity ||
-      String(prev.renewTime) !== String(next?.renewTime);
+    const changed = prev === undefined || prev.holderIdentity !== next?.holderIdentity || String(prev.renewTime) !== String(next?.renewTime);
     this.observed = { lease, at: changed ? Date.now() : this.observed!.at };
   }
 
@@ -184,11 +192,14 @@ export class LeaderElector {
     const { namespace, name } = this.opts;
     const deadline = requestDeadline(undefined, this.requestTimeoutMs);
     try {
-      await this.client.coordination.replaceNamespacedLease({
-        namespace,
-        name,
-        body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } },
-      }, abortable(deadline.signal));
+      await this.client.coordination.replaceNamespacedLease(
+        {
+          namespace,
+          name,
+          body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } },
+        },
+        abortable(deadline.signal),
+      );
     } catch (err: unknown) {
       this.log.warn('could not release the lease; the next leader waits for it to expire', { error: apiErrorMessage(err) });
     } finally {

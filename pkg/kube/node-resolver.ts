@@ -5,7 +5,7 @@
 // a few hundred bytes each, not their whole spec.
 
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
-import type { NodeInfo, NodeResolver } from '../interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../nodes/node-resolver.js';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { Informer } from './informer.js';

@@ -2,6 +2,7 @@
 // when someone else wrote in between, read again, a bounded number of times.
 
 import { isConflict } from './errors.js';
+import { sleep } from '../timers/sleep.js';
 
 export interface RetryOnConflictOptions {
   attempts?: number;
@@ -17,7 +18,7 @@ export async function retryOnConflict<T>(update: () => Promise<T>, opts: RetryOn
       return await update();
     } catch (err: unknown) {
       if (!isConflict(err) || attempt >= attempts) throw err;
-      await new Promise((resolve) => setTimeout(resolve, delay * (1 + Math.random())));
+      await sleep(delay * (1 + Math.random()));
       delay *= 2;
     }
   }

@@ -25,6 +25,7 @@ export interface ServerConfigSourceOptions extends ServerConfigDefaults {
 }
 
 export class ServerConfigSource {
+  private stopping: Promise<void> | undefined;
   private readonly informer: Informer<V1ConfigMap>;
   private readonly listeners = new Set<ServerConfigListener>();
   private readonly log: Logger;
@@ -48,6 +49,7 @@ export class ServerConfigSource {
     this.informer.addHandler({
       add: (cm) => this.apply(cm.data ?? {}, 'added'),
       update: (_old, cm) => this.apply(cm.data ?? {}, 'updated'),
+      // eslint-disable-next-line prefer-spread -- our apply(), not Function.prototype.apply
       delete: () => this.apply(undefined, 'deleted'),
     });
   }
@@ -56,7 +58,13 @@ export class ServerConfigSource {
     this.informer.start();
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.listeners.clear();
     await this.informer.stop();
   }

@@ -44,11 +44,7 @@ export function defaultServerConfig(defaults: ServerConfigDefaults): ServerConfi
 
 /** Every port sent to a master port: 10250 → secure, 10255 → insecure, then the ConfigMap's, in port order. */
 export function masterPortMappings(config: ServerConfig): Map<number, MasterPort> {
-  const all = new Map<number, MasterPort>([
-    [KUBELET_SECURE_PORT, 'secure'],
-    [KUBELET_READ_ONLY_PORT, 'insecure'],
-    ...config.proxyPorts,
-  ]);
+  const all = new Map<number, MasterPort>([[KUBELET_SECURE_PORT, 'secure'], [KUBELET_READ_ONLY_PORT, 'insecure'], ...config.proxyPorts]);
   return new Map([...all].sort(([a], [b]) => a - b));
 }
 
@@ -107,7 +103,9 @@ export function parseServerConfig(data: Readonly<Record<string, string>> | undef
       if (p === undefined || sides.length !== 2) {
         problems.push(`${DNAT_PORTS_PAIR_KEY}: ${JSON.stringify(entry)} is not <port>=${defaults.insecurePort}; skipped`);
       } else if (port(right!) !== defaults.insecurePort) {
-        problems.push(`${DNAT_PORTS_PAIR_KEY}: ${JSON.stringify(entry)}: only pairs to the insecure port ${defaults.insecurePort} are honoured; use ${HTTPS_PROXY_PORTS_KEY} for the secure one; skipped`);
+        problems.push(
+          `${DNAT_PORTS_PAIR_KEY}: ${JSON.stringify(entry)}: only pairs to the insecure port ${defaults.insecurePort} are honoured; use ${HTTPS_PROXY_PORTS_KEY} for the secure one; skipped`,
+        );
       } else {
         add(DNAT_PORTS_PAIR_KEY, entry, p, 'insecure');
       }

@@ -56,7 +56,7 @@ export function servingNames(
     else dnsNames.push(value);
   };
   const byName = (name: string): V1Service | undefined =>
-    services.find((s) => s.metadata?.name === name && (s.metadata?.namespace ?? TUNNEL_NAMESPACE) === TUNNEL_NAMESPACE);
+    services.find((s) => s.metadata?.name === name && (s.metadata.namespace ?? TUNNEL_NAMESPACE) === TUNNEL_NAMESPACE);
 
   const svc = byName(TUNNEL_SERVICE);
   if (svc !== undefined) {

@@ -66,19 +66,24 @@ export function tunnelServerAddress(svc: V1Service | undefined, cloudNodes: read
   const ports = svc.spec?.ports ?? [];
   const port: V1ServicePort | undefined = ports.find((p) => p.name === TUNNEL_SERVICE_PORT_NAME) ?? (ports.length === 1 ? ports[0] : undefined);
   if (port === undefined) {
-    return { problem: `Service ${SERVICE} has no port named "${TUNNEL_SERVICE_PORT_NAME}" (the server's agent port, 10262): add it, or start the agent with --tunnelserver-addr=<host>:<port>` };
+    return {
+      problem: `Service ${SERVICE} has no port named "${TUNNEL_SERVICE_PORT_NAME}" (the server's agent port, 10262): add it, or start the agent with --tunnelserver-addr=<host>:<port>`,
+    };
   }
   switch (type) {
     case 'LoadBalancer': {
       const ingress = (svc.status?.loadBalancer?.ingress ?? []).find((i) => (i.ip ?? i.hostname ?? '') !== '');
       if (ingress === undefined) {
-        return { problem: `Service ${SERVICE} is a LoadBalancer without an ingress address yet (status.loadBalancer.ingress is empty); waiting for the load balancer, or ${REMEDY}` };
+        return {
+          problem: `Service ${SERVICE} is a LoadBalancer without an ingress address yet (status.loadBalancer.ingress is empty); waiting for the load balancer, or ${REMEDY}`,
+        };
       }
       const host = ingress.ip !== undefined && ingress.ip !== '' ? ingress.ip : ingress.hostname!;
       return { address: joinHostPort(host, port.port), from: `the ingress of LoadBalancer Service ${SERVICE}` };
     }
     case 'NodePort': {
-      if (port.nodePort === undefined || port.nodePort === 0) return { problem: `Service ${SERVICE} is a NodePort Service whose port "${port.name ?? ''}" has no nodePort yet` };
+      if (port.nodePort === undefined || port.nodePort === 0)
+        return { problem: `Service ${SERVICE} is a NodePort Service whose port "${port.name ?? ''}" has no nodePort yet` };
       const candidates = [...cloudNodes]
         .sort((a, b) => Number(isReady(b)) - Number(isReady(a)) || (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''))
         .map((n) => ({ name: n.metadata?.name ?? '', ip: n.status?.addresses?.find((a) => a.type === 'InternalIP' && a.address !== '')?.address }))
@@ -105,11 +110,15 @@ export function tunnelServerAddress(svc: V1Service | undefined, cloudNodes: read
       }
       const parsed = splitAnnotation(annotation);
       if (parsed === undefined) {
-        return { problem: `Service ${SERVICE}: annotation ${EXTERNAL_ADDR_ANNOTATION}=${JSON.stringify(annotation)} is not <host>:<port>; fix it, or start the agent with --tunnelserver-addr=<host>:<port>` };
+        return {
+          problem: `Service ${SERVICE}: annotation ${EXTERNAL_ADDR_ANNOTATION}=${JSON.stringify(annotation)} is not <host>:<port>; fix it, or start the agent with --tunnelserver-addr=<host>:<port>`,
+        };
       }
       return { address: joinHostPort(parsed.host, parsed.port ?? port.port), from: `annotation ${EXTERNAL_ADDR_ANNOTATION} of Service ${SERVICE}` };
     }
     default:
-      return { problem: `Service ${SERVICE} has type ${type}, by which agents cannot reach the server: make it NodePort, LoadBalancer, or ClusterIP with the ${EXTERNAL_ADDR_ANNOTATION} annotation, or start the agent with --tunnelserver-addr=<host>:<port>` };
+      return {
+        problem: `Service ${SERVICE} has type ${type}, by which agents cannot reach the server: make it NodePort, LoadBalancer, or ClusterIP with the ${EXTERNAL_ADDR_ANNOTATION} annotation, or start the agent with --tunnelserver-addr=<host>:<port>`,
+      };
   }
 }

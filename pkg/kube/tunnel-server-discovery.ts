@@ -4,7 +4,8 @@
 // what to set, and the search goes on with backoff.
 
 import type { ConfigurationOptions, V1Node, V1Service } from '@kubernetes/client-node';
-import { Backoff } from '../agent/backoff.js';
+import { Backoff } from '../timers/backoff.js';
+import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { describeSource, type KubeClient } from './client.js';
 import { apiErrorMessage, apiStatusCode, isNotFound } from './errors.js';
@@ -38,7 +39,7 @@ async function readService(client: KubeClient, options: ConfigurationOptions): P
   const forbidden = (what: string, err: unknown): ServerAddressResult => ({
     problem:
       `the agent's identity (${describeSource(client.source)}) may not ${what} (${apiErrorMessage(err)}): ` +
-      'grant it (the manifests\' yurt-tunnel-agent RBAC), or start the agent with --tunnelserver-addr=<host>:<port>',
+      "grant it (the manifests' yurt-tunnel-agent RBAC), or start the agent with --tunnelserver-addr=<host>:<port>",
   });
   let svc: V1Service | undefined;
   try {
@@ -85,20 +86,6 @@ export async function discoverTunnelServer(opts: DiscoveryOptions): Promise<stri
     // A new problem is logged at once; the same one again every tenth try, so a long wait does not flood the log.
     if (repeats % 10 === 0) log.warn(`no tunnel server address yet: ${result.problem}`, { retryInMs: Math.round(delay) });
     reported = result.problem;
-    await sleep(delay, opts.signal);
+    if (!(await sleep(delay, opts.signal))) opts.signal.throwIfAborted();
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }

@@ -3,7 +3,7 @@
 // while it is being synced is synced again afterwards. A failed sync is
 // retried with backoff, up to a bound; the next event or resync brings it back.
 
-import { Backoff, type BackoffOptions } from '../agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../timers/backoff.js';
 import type { Logger } from '../log/logger.js';
 import { apiErrorMessage } from './errors.js';
 
@@ -21,6 +21,7 @@ export interface WorkQueueOptions {
 const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 50, factor: 2, jitter: 0.2, capMs: 30_000 };
 
 export class WorkQueue {
+  private stopping: Promise<void> | undefined;
   private readonly pending = new Set<string>();
   private readonly retryTimers = new Map<string, NodeJS.Timeout>();
   private readonly failures = new Map<string, { count: number; backoff: Backoff }>();
@@ -47,8 +48,13 @@ export class WorkQueue {
     return this.pending.size;
   }
 
-  /** Drops what is queued and waits for the sync in progress. Final. */
-  async stop(): Promise<void> {
+  /** Drops what is queued and waits for the sync in progress. Final. Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     this.stopped = true;
     this.pending.clear();
     for (const timer of this.retryTimers.values()) clearTimeout(timer);
@@ -66,6 +72,7 @@ export class WorkQueue {
         await this.opts.sync(key);
         this.failures.delete(key);
       } catch (err: unknown) {
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the sync
         if (!this.stopped) this.retry(key, err);
       }
     }

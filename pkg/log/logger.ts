@@ -36,6 +36,7 @@ function renderValue(v: unknown): string {
   if (typeof v === 'string') return /[\s"=]/.test(v) || v === '' ? JSON.stringify(v) : v;
   if (typeof v === 'bigint') return v.toString();
   if (v instanceof Error) return JSON.stringify(v.message);
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined for a function or a symbol, whatever lib.d.ts says
   return JSON.stringify(v) ?? String(v);
 }
 
@@ -59,9 +60,7 @@ const textFormat = winston.format.printf((info) => {
 
 const jsonFormat = winston.format.combine(
   winston.format.timestamp(),
-  winston.format.printf((info) =>
-    JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v)),
-  ),
+  winston.format.printf((info) => JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v))),
 );
 
 class WinstonLogger implements Logger {

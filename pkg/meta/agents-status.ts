@@ -2,6 +2,7 @@
 // port, as a table (as `kubectl get` prints), wide, or JSON.
 
 import { request } from 'node:http';
+import { errorMessage } from '../protocol/errors.js';
 import type { AgentStatus } from '../tunnel/debug.js';
 
 export type AgentsOutput = 'table' | 'wide' | 'json';
@@ -21,7 +22,7 @@ export function fetchAgents(metaAddr: string, timeoutMs = 5000): Promise<AgentSt
         try {
           resolve(JSON.parse(body) as AgentStatus[]);
         } catch (err: unknown) {
-          reject(new Error(`${url.href} did not answer JSON: ${(err as Error).message}`));
+          reject(new Error(`${url.href} did not answer JSON: ${errorMessage(err)}`));
         }
       });
     });

@@ -7,13 +7,15 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { listen, stopListening } from '../net/listen.js';
+import { asError, errorMessage } from '../protocol/errors.js';
 
 /** A readiness check: undefined when ready, else why not. */
 export type ReadyCheck = () => string | undefined;
 
-/** A debug route: the query, and what to answer as JSON (or an error status). */
-export type DebugRoute = (query: URLSearchParams) => unknown | Promise<unknown>;
+/** A debug route: the query, and what to answer as JSON, or a promise of it (or an error status). */
+export type DebugRoute = (query: URLSearchParams) => unknown;
 
 /** A route that writes its own answer (profiles, heap snapshots). */
 export type RawRoute = (req: IncomingMessage, res: ServerResponse, query: URLSearchParams) => void | Promise<void>;
@@ -30,21 +32,18 @@ export interface MetaServerOptions {
 
 export class MetaServer {
   private readonly server: Server;
-  private readonly sockets = new Set<Socket>();
+  private readonly sockets = new ConnectionSet();
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: MetaServerOptions) {
     this.server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
       this.handle(req, res).catch((err: unknown) => {
-        opts.logger.error('meta server: internal error', { url: req.url, error: errorMessage(err), stack: (err as Error).stack });
+        opts.logger.error('meta server: internal error', { url: req.url, error: errorMessage(err), stack: asError(err).stack });
         if (!res.headersSent) res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
         res.end(`internal error: ${errorMessage(err)}\n`);
       });
     });
-    this.server.on('connection', (s: Socket) => {
-      this.sockets.add(s);
-      s.once('close', () => this.sockets.delete(s));
-    });
+    this.server.on('connection', (s: Socket) => this.sockets.add(s));
     this.server.on('clientError', (_err: Error, socket) => {
       if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
       else socket.destroy();
@@ -52,13 +51,7 @@ export class MetaServer {
   }
 
   async start(): Promise<void> {
-    await new Promise<void>((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(this.opts.port, this.opts.host, () => {
-        this.server.off('error', reject);
-        resolve();
-      });
-    });
+    await listen(this.server, { port: this.opts.port, host: this.opts.host });
   }
 
   get address(): AddressInfo {
@@ -124,12 +117,12 @@ export class MetaServer {
     text(res, ready ? 200 : 503, `${lines.join('\n')}\n`);
   }
 
-  /** Stops listening and closes every connection. Idempotent. */
+  /** Stops listening and closes every connection. Idempotent: a second call waits for the first. */
   close(): Promise<void> {
-    this.closing ??= new Promise<void>((resolve) => {
-      this.server.close(() => resolve());
-      for (const s of this.sockets) s.destroy();
-    });
+    if (this.closing === undefined) {
+      this.closing = stopListening(this.server);
+      this.sockets.destroyAll();
+    }
     return this.closing;
   }
 }

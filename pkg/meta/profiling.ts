@@ -5,6 +5,7 @@
 import { Session } from 'node:inspector';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RawRoute } from './meta-server.js';
+import { sleep } from '../timers/sleep.js';
 
 const MAX_SECONDS = 300;
 let busy = false;
@@ -46,13 +47,10 @@ export const cpuProfile: RawRoute = (req: IncomingMessage, res: ServerResponse, 
     try {
       await post(session, 'Profiler.enable');
       await post(session, 'Profiler.start');
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, seconds * 1000);
-        req.socket.once('close', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      // A caller that leaves ends the profile early.
+      const left = new AbortController();
+      req.socket.once('close', () => left.abort());
+      await sleep(seconds * 1000, left.signal);
       const { profile } = await post<{ profile: unknown }>(session, 'Profiler.stop');
       if (res.destroyed) return;
       res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Disposition': 'attachment; filename="yurt-tunnel.cpuprofile"' });
@@ -69,7 +67,7 @@ export const heapSnapshot: RawRoute = (_req: IncomingMessage, res: ServerRespons
     session.connect();
     try {
       res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Disposition': 'attachment; filename="yurt-tunnel.heapsnapshot"' });
-      session.on('HeapProfiler.addHeapSnapshotChunk', (m) => res.write((m.params as { chunk: string }).chunk));
+      session.on('HeapProfiler.addHeapSnapshotChunk', (m) => res.write(m.params.chunk));
       await post(session, 'HeapProfiler.takeHeapSnapshot', { reportProgress: false });
       res.end();
     } finally {

@@ -12,6 +12,7 @@ export class PacketCounter<Segment extends string> {
   private readonly reported = new Map<string, number>();
 
   constructor(name: string, help: string, registry: Registry) {
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- prom-client calls collect() with the Counter as this
     const self = this;
     new Counter({
       name,

@@ -16,7 +16,7 @@
 //   error); a clean end (EOF) stays an end, after the last bytes.
 
 import type { Socket } from 'node:net';
-import { ConnectionClosedError, ConnectionStalledError } from '../protocol/errors.js';
+import { ConnectionClosedError, ConnectionStalledError, InternalError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { abortStream } from './abort.js';
@@ -147,7 +147,7 @@ export abstract class SocketRelay implements MuxConn {
    * already read counts as ended.
    */
   attach(socket: Socket, pending: readonly Buffer[] = []): void {
-    if (this.socket !== undefined) throw new Error(`connection ${this.connectID} is already attached to a socket`);
+    if (this.socket !== undefined) throw new InternalError(`connection ${this.connectID} is already attached to a socket`);
     this.socket = socket;
     if (this.done) {
       abortStream(socket, this.failure ?? new ConnectionClosedError(CUT));
@@ -311,6 +311,7 @@ export abstract class SocketRelay implements MuxConn {
     this.queued += chunk.length;
     this.queue.push(chunk);
     if (!this.inLink) this.pump();
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- pump() may end the connection (the link's callback runs synchronously)
     if (this.queued >= this.sendHighWaterMark && !this.socketPaused && !this.done) {
       this.socketPaused = true;
       this.socket!.pause();
@@ -343,6 +344,7 @@ export abstract class SocketRelay implements MuxConn {
       this.link.sendData(this.connectID, piece, this.onLinkTook);
       this.inSendCall = false;
       // The link calls back later, when it has room again.
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- onLinkTook clears it when the link calls back within sendData()
       if (this.inLink) return;
     }
     this.sendQueueEmpty();

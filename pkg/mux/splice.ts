@@ -56,10 +56,7 @@ function closePeer(closed: Duplex, peer: Duplex, firstError: Error | undefined):
     return;
   }
   peer.end();
-  const timer = setTimeout(
-    () => abortStream(peer, new ConnectionClosedError(`the last bytes were not taken within ${FLUSH_TIMEOUT_MS} ms`)),
-    FLUSH_TIMEOUT_MS,
-  );
+  const timer = setTimeout(() => abortStream(peer, new ConnectionClosedError(`the last bytes were not taken within ${FLUSH_TIMEOUT_MS} ms`)), FLUSH_TIMEOUT_MS);
   timer.unref();
   peer.once('finish', () => peer.destroy());
   peer.once('close', () => clearTimeout(timer));

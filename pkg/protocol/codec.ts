@@ -10,14 +10,8 @@
 // unknown fields (and known fields with an unexpected wire type, as Go does)
 // are skipped, and the payload used is the one that matches `type`.
 
-import { ProtocolError } from './errors.js';
-import {
-  PACKET_TYPE_NUMBERS,
-  packetTypeName,
-  type DataPacket,
-  type KnownPacket,
-  type Packet,
-} from './packet.js';
+import { InternalError, ProtocolError } from './errors.js';
+import { PACKET_TYPE_NUMBERS, packetTypeName, type DataPacket, type KnownPacket, type Packet } from './packet.js';
 
 const WIRE_VARINT = 0;
 const WIRE_FIXED64 = 1;
@@ -55,10 +49,7 @@ const INT64_MAX = (1n << 63n) - 1n;
 // ---------------------------------------------------------------- encoding
 
 /** A field to write: varint (int64/enum), string or bytes. Defaults are omitted, as proto3 does. */
-type Field =
-  | { no: number; kind: 'int64'; value: bigint }
-  | { no: number; kind: 'string'; value: string }
-  | { no: number; kind: 'bytes'; value: Buffer };
+type Field = { no: number; kind: 'int64'; value: bigint } | { no: number; kind: 'string'; value: string } | { no: number; kind: 'bytes'; value: Buffer };
 
 function varintSize(v: bigint): number {
   let u = BigInt.asUintN(64, v);
@@ -223,7 +214,7 @@ export function encodePacket(p: KnownPacket, reserve = 0): Buffer {
   pos = writeSmallVarint(buf, pos, payloadTag);
   pos = writeSmallVarint(buf, pos, payloadLen);
   for (const f of fields) pos = writeField(buf, pos, f);
-  if (pos !== total) throw new Error(`codec bug: wrote ${pos} of ${total} bytes`);
+  if (pos !== total) throw new InternalError(`codec bug: wrote ${pos} of ${total} bytes`);
   return buf;
 }
 

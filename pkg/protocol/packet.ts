@@ -98,9 +98,7 @@ export type KnownPacket =
 
 export type Packet = KnownPacket | UnknownPacket;
 
-const NAMES_BY_NUMBER: ReadonlyMap<number, PacketTypeName> = new Map(
-  Object.entries(PACKET_TYPE_NUMBERS).map(([name, n]) => [n, name as PacketTypeName]),
-);
+const NAMES_BY_NUMBER: ReadonlyMap<number, PacketTypeName> = new Map(Object.entries(PACKET_TYPE_NUMBERS).map(([name, n]) => [n, name as PacketTypeName]));
 
 export function packetTypeName(typeNumber: number): PacketTypeName | undefined {
   return NAMES_BY_NUMBER.get(typeNumber);
@@ -130,4 +128,14 @@ export function describePacket(p: Packet): Record<string, string | number> {
     case 'UNKNOWN':
       return { type: p.type, typeNumber: p.typeNumber };
   }
+}
+
+/**
+ * The `default` of a switch on a packet's type: it does not compile while a
+ * type of the union has no case of its own, so a new packet type cannot pass
+ * through a switch unnoticed. Should one get here at run time (a bug), its
+ * name is returned for the log line that ignores it.
+ */
+export function unhandledPacketType(type: never): string {
+  return String(type);
 }

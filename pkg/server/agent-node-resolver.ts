@@ -2,7 +2,7 @@
 // name its node and its `ipv4`/`ipv6` identifiers are the node's addresses.
 // Pods are unknown. This is local mode's only source and cluster mode's fallback.
 
-import type { NodeInfo, NodeResolver } from '../interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../nodes/node-resolver.js';
 import type { BackendRegistry } from '../tunnel/backend-registry.js';
 
 export class AgentNodeResolver implements NodeResolver {

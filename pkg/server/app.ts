@@ -1,308 +1,34 @@
 // yurt-tunnel-server's run sequence: certificates, the tunnel core, the agent
 // endpoint and the CONNECT proxier, in that order; stop() undoes all of it.
+// The parts are built in components.ts; the options are options.ts's.
 
-import { X509Certificate, createPrivateKey, randomUUID } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { isIP } from 'node:net';
-import { Counter, Registry } from 'prom-client';
-import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
-import { MetaServer } from '../meta/meta-server.js';
-import { PROFILING_ROUTES } from '../meta/profiling.js';
-import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
-import { ensureLocalServerCertificates } from '../certs/local-store.js';
-import type { CertKeyPair } from '../certs/pki.js';
-import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
-import { HttpConnectServer } from '../frontend/http-connect.js';
-import { KubeletConnector } from '../interceptor/kubelet-connector.js';
-import { MasterServer } from '../interceptor/master-server.js';
-import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
-import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
-import { traceRequest } from '../interceptor/middleware/trace-request.js';
-import { NodeResolverChain } from '../interceptor/node-resolver.js';
+import { randomUUID } from 'node:crypto';
+import { Registry } from 'prom-client';
+import type { AgentEndpoint } from '../endpoint/agent-endpoint.js';
+import type { HttpConnectServer } from '../frontend/http-connect.js';
+import type { KubeletConnector } from '../interceptor/kubelet-connector.js';
+import type { MasterServer } from '../interceptor/master-server.js';
+import type { IptablesManager } from '../iptables/manager.js';
 import { serverKubeConfigSource } from '../kube/config-source.js';
-import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
-import { AgentNodeResolver } from './agent-node-resolver.js';
-import type { ClusterServices } from './cluster.js';
-import { RequestInterceptor } from '../interceptor/request-interceptor.js';
-import { IptablesManager, MIN_SYNC_PERIOD_MS, DEFAULT_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import type { Logger } from '../log/logger.js';
-import { errorMessage, IptablesError } from '../protocol/errors.js';
-import { AgentEndpoint } from '../tunnel/agent-endpoint.js';
-import type { AgentIdentityCheck } from '../tunnel/agent-identity.js';
-import type { ProxyStrategy } from '../tunnel/backend-registry.js';
+import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
+import type { MetaServer } from '../meta/meta-server.js';
 import { Tunnel } from '../tunnel/tunnel.js';
-
-export const DEFAULT_CERT_DIR = '/var/lib/yurttunnel-server/pki';
-export const DEFAULT_PROXIER_UDS = '/tmp/interceptor-proxier.sock';
-export const DEFAULT_EGRESS_SELECTOR_UDS = '/tmp/yurt-tunnel-egress-selector.sock';
-
-/** How kube-apiserver's egress selector speaks to us (its proxyProtocol). */
-export type EgressSelectorMode = 'http-connect' | 'grpc';
-export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-connect', 'grpc'];
-
-/** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
-interface EgressFrontend {
-  /** Clients closed before their request, by why. */
-  readonly refusedCallers: Readonly<Record<string, number>>;
-  readonly connectionCount: number;
-  start(): Promise<void>;
-  stopAccepting(): void;
-  close(): Promise<void>;
-}
-
-export interface ServerOptions {
-  bindAddress: string;
-  /** HTTP master port's address; default the loopback of the bind address's family. */
-  insecureBindAddress?: string;
-  tunnelAgentConnectPort: number;
-  securePort: number;
-  insecurePort: number;
-  /** CA of callers' client certificates on the secure port; default (local mode) the local CA. */
-  clientCAFile?: string;
-  /** Certificate presented to kubelets; default (local mode) issued from the local CA. */
-  proxyClientCertFile?: string;
-  proxyClientKeyFile?: string;
-  /** CA of kubelet serving certificates; without it they are not verified (logged once per node). */
-  kubeletCAFile?: string;
-  /** Ports served on the edge node's loopback (localhost-proxy-ports). */
-  localhostProxyPorts: number[];
-  interceptorProxierUDS: string;
-  /** Serve kube-apiserver's egress selector on egressSelectorUDS, in egressSelectorMode. */
-  egressSelector?: { uds: string; mode: EgressSelectorMode };
-  proxyStrategies: ProxyStrategy[];
-  dialTimeoutMs: number;
-  /** See TunnelOptions.stalledConnectionTimeoutMs. */
-  stalledConnectionTimeoutMs?: number;
-  /** See TunnelOptions.lingerAfterEndMs (agents that cannot half-close). */
-  halfClosedLingerMs?: number;
-  /** What an agent's certificate must name; default `strict`. */
-  agentIdentityCheck?: AgentIdentityCheck;
-  /** Time a caller on the secure master port, or an agent, has for its TLS handshake. Default 10 s. */
-  tlsHandshakeTimeoutMs?: number;
-  /** Time a caller on a master port has for its request head. Default 30 s. */
-  requestHeadTimeoutMs?: number;
-  /** Time a client of the proxier or egress socket has for its CONNECT head (or its first gRPC call). Default 10 s. */
-  connectHeadTimeoutMs?: number;
-  /** See TunnelOptions.maxPendingDialsPerAgent. */
-  maxPendingDialsPerAgent?: number;
-  /** See TunnelOptions.maxUnknownPacketsPerAgent. */
-  maxUnknownPacketsPerAgent?: number;
-  serverCount: number;
-  /** Default: a random UUID. */
-  serverID?: string;
-  certDir: string;
-  certIPs: string[];
-  certDNSNames: string[];
-  kubeConfig?: string;
-  /** Cluster mode: run the iptables manager (DNAT of this host's connections to nodes' kubelet ports to the master ports). */
-  enableIptables: boolean;
-  /** Its full check against the nat table; default 60 s, at least 15 s. */
-  iptablesSyncPeriodMs?: number;
-  enableDNSController: boolean;
-  /** The DNS controller's full resync (--dns-sync-period); default 1800 s, at least 30 s. */
-  dnsSyncPeriodMs?: number;
-  keepaliveTimeMs: number;
-  keepaliveTimeoutMs: number;
-  /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
-  maxAgentStreams?: number;
-  /** New agent streams admitted per second; 0 admits all. Default 100. */
-  maxAgentConnectRate?: number;
-  /** The meta server (/healthz, /readyz, /metrics, /debug/*): port (10265; 0 picks one) on insecureBindAddress. */
-  metaPort?: number;
-  /** Serve CPU profiles and heap snapshots on the meta port. */
-  enableProfiling?: boolean;
-  logger: Logger;
-  metricsRegistry?: Registry;
-  /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */
-  csrPollMs?: number;
-}
-
-/** The loopback address of `ip`'s family (the insecure port's default, as OpenYurt). */
-export function loopbackFor(ip: string): string {
-  return isIP(ip) === 6 ? '::1' : '127.0.0.1';
-}
-
-/** The files a server reads besides its own certificates, read and parsed before anything is built. */
-interface ServerFiles {
-  clientCA: string | undefined;
-  proxyClient: { cert: string; key: string } | undefined;
-  kubeletCA: string | undefined;
-}
-
-async function readOptional(flag: string, path: string | undefined, kind: 'certificate' | 'key'): Promise<string | undefined> {
-  if (path === undefined || path === '') return undefined;
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err: unknown) {
-    throw new Error(`${flag}: cannot read ${path}: ${errorMessage(err)}`, { cause: err });
-  }
-  try {
-    if (kind === 'certificate') new X509Certificate(text);
-    else createPrivateKey(text);
-  } catch (err: unknown) {
-    throw new Error(`${flag}: ${path} does not hold a PEM ${kind}: ${errorMessage(err)}`, { cause: err });
-  }
-  return text;
-}
-
-/** Reads and checks every file named by a flag; throws naming the flag and the file. */
-export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles> {
-  if (opts.egressSelector !== undefined && opts.egressSelector.uds === opts.interceptorProxierUDS) {
-    throw new TypeError(`--egress-selector-uds and --interceptor-proxier-uds are both ${opts.interceptorProxierUDS}; give each its own socket`);
-  }
-  if ((opts.proxyClientCertFile ?? '') === '' !== ((opts.proxyClientKeyFile ?? '') === '')) {
-    throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
-  }
-  const [clientCA, proxyCert, proxyKey, kubeletCA] = await Promise.all([
-    readOptional('--client-ca-file', opts.clientCAFile, 'certificate'),
-    readOptional('--proxy-client-cert-file', opts.proxyClientCertFile, 'certificate'),
-    readOptional('--proxy-client-key-file', opts.proxyClientKeyFile, 'key'),
-    readOptional('--kubelet-ca-file', opts.kubeletCAFile, 'certificate'),
-  ]);
-  const proxyClient = proxyCert !== undefined && proxyKey !== undefined ? { cert: proxyCert, key: proxyKey } : undefined;
-  return { clientCA, proxyClient, kubeletCA };
-}
-
-/** The agent endpoint's refusals as one counter, read at scrape time: `reason` is what limit refused the call. */
-function registerRefusalCounters(registry: Registry, endpoint: AgentEndpoint): void {
-  const reported: Record<string, number> = {};
-  new Counter({
-    name: 'yurttunnel_server_agent_refusals_total',
-    help: 'Agent calls and packets refused by a limit: stream_limit (--max-agent-streams), connect_rate (--max-agent-connect-rate), unread_control (an agent that does not read).',
-    labelNames: ['reason'],
-    registers: [registry],
-    collect() {
-      const now: Record<string, number> = {
-        stream_limit: endpoint.refusedForStreamLimit,
-        connect_rate: endpoint.refusedForConnectRate,
-        unread_control: endpoint.refusedControlPackets,
-      };
-      for (const [reason, value] of Object.entries(now)) {
-        const delta = value - (reported[reason] ?? 0);
-        this.inc({ reason }, delta > 0 ? delta : 0);
-        reported[reason] = value;
-      }
-    },
-  });
-}
-
-/**
- * Callers a listener closed before they made a request, read at scrape time:
- * `listener` is the port or socket, `reason` tls_handshake_timeout,
- * tls_error or head_timeout.
- */
-function registerCallerRefusals(registry: Registry, listeners: Record<string, () => Readonly<Record<string, number>>>): void {
-  const reported = new Map<string, number>();
-  new Counter({
-    name: 'yurttunnel_server_refused_callers_total',
-    help:
-      'Connections closed before their request: tls_handshake_timeout (--tls-handshake-timeout), tls_error (no or a bad client ' +
-      'certificate, not TLS), head_timeout (--request-head-timeout, --connect-head-timeout), by listener.',
-    labelNames: ['listener', 'reason'],
-    registers: [registry],
-    collect() {
-      for (const [listener, read] of Object.entries(listeners)) {
-        for (const [reason, value] of Object.entries(read())) {
-          const key = `${listener} ${reason}`;
-          const delta = value - (reported.get(key) ?? 0);
-          this.inc({ listener, reason }, delta > 0 ? delta : 0);
-          reported.set(key, value);
-        }
-      }
-    },
-  });
-}
-
-/** The certificates the listeners and the kubelet connector use, whichever mode made them. */
-interface ServerCertificates {
-  /** CA bundle of agents' client certificates (and, by default, of callers on the secure port). */
-  ca: string;
-  server: CertKeyPair;
-  proxyClient: CertKeyPair;
-}
-
-async function localCertificates(opts: ServerOptions): Promise<ServerCertificates> {
-  const log = opts.logger;
-  log.info('no cluster configured: running in local certificate mode', { certDir: opts.certDir });
-  const certs = await ensureLocalServerCertificates({
-    certDir: opts.certDir,
-    certIPs: opts.certIPs,
-    certDNSNames: opts.certDNSNames,
-  });
-  if (certs.caReplacedBecause !== undefined) {
-    log.warn(
-      'replaced the local CA: the one in --cert-dir was unreadable to Go clients (Go agents, kube-apiserver, kubectl); ' +
-        'every agent certificate it issued must be issued again with `yurt-tunnel-server issue-agent-cert`',
-      { certDir: opts.certDir, reason: certs.caReplacedBecause },
-    );
-  }
-  if (certs.changed.length > 0) log.info('certificates created', { certDir: opts.certDir, files: certs.changed.join(',') });
-  if (opts.enableDNSController) log.info('DNS controller skipped: local mode has no cluster');
-  if (opts.enableIptables) log.info('iptables manager skipped: local mode has no cluster');
-  return { ca: certs.ca, server: certs.server, proxyClient: certs.proxyClient };
-}
-
-async function clusterCertificates(cluster: ClusterServices, opts: ServerOptions): Promise<ServerCertificates> {
-  const log = opts.logger;
-  if (cluster.serving.current() === undefined || cluster.proxyClient.current() === undefined) {
-    log.info('waiting for the serving and proxy-client certificates (CertificateSigningRequests) before listening', {
-      certDir: opts.certDir,
-    });
-  }
-  const { serving, proxyClient } = await cluster.certificates();
-  return { ca: cluster.clusterCA, server: serving, proxyClient };
-}
-
-/**
- * The iptables manager on the master ports' bound addresses. A manager that
- * cannot start (no iptables, no NET_ADMIN) is one error in the log; the
- * server serves on without it.
- */
-async function startIptables(cluster: ClusterServices, master: MasterServer, opts: ServerOptions): Promise<IptablesManager | undefined> {
-  const log = opts.logger;
-  let syncPeriodMs = opts.iptablesSyncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
-  if (syncPeriodMs < MIN_SYNC_PERIOD_MS) {
-    log.info('--iptables-sync-period raised to its minimum', { requestedMs: syncPeriodMs, usedMs: MIN_SYNC_PERIOD_MS });
-    syncPeriodMs = MIN_SYNC_PERIOD_MS;
-  }
-  const manager = new IptablesManager({
-    nodes: cluster.nodes,
-    config: cluster.config,
-    master: {
-      secure: { host: opts.bindAddress, port: master.address('secure').port },
-      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: master.address('insecure').port },
-    },
-    syncPeriodMs,
-    logger: log,
-    metricsRegistry: opts.metricsRegistry,
-  });
-  try {
-    await manager.start();
-    return manager;
-  } catch (err: unknown) {
-    if (!(err instanceof IptablesError)) throw err;
-    log.error(`iptables manager not started: ${err.message}; the tunnel serves on, but this host's connections to nodes are not redirected to it`, {
-      code: err.code,
-    });
-    return undefined;
-  }
-}
-
-interface ServerSettings {
-  localhostProxyPorts: ReadonlySet<number>;
-  mappings: ReadonlyMap<number, 'secure' | 'insecure'>;
-}
-
-/** The current port settings, recomputed only when the server ConfigMap changes. */
-function serverSettings(opts: ServerOptions, cluster: ClusterServices | undefined): () => ServerSettings {
-  const of = (config: ServerConfig): ServerSettings => ({ localhostProxyPorts: config.localhostProxyPorts, mappings: masterPortMappings(config) });
-  let settings = of(cluster?.config.current() ?? defaultServerConfig({ insecurePort: opts.insecurePort, localhostProxyPorts: opts.localhostProxyPorts }));
-  cluster?.config.subscribe((config) => {
-    settings = of(config);
-  });
-  return () => settings;
-}
+import type { ClusterServices } from './cluster.js';
+import {
+  agentEndpointFor,
+  followServingRotations,
+  frontendsFor,
+  kubeletConnectorFor,
+  masterFor,
+  metaFor,
+  nodeNamer,
+  nodeResolverFor,
+  startIptables,
+  type EgressFrontend,
+} from './components.js';
+import type { ServerOptions } from './options.js';
+import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
 
 export class TunnelServer {
   private stopping: Promise<void> | undefined;
@@ -422,113 +148,31 @@ export class TunnelServer {
     opts: ServerOptions,
     cluster: ClusterServices | undefined,
   ): TunnelServer {
-    const log = opts.logger;
-    const agentEndpoint = new AgentEndpoint(tunnel, {
-      host: opts.bindAddress,
-      port: opts.tunnelAgentConnectPort,
-      tls: { cert: certs.server.cert, key: certs.server.key, ca: certs.ca },
-      serverID,
-      serverCount: opts.serverCount,
-      keepaliveTimeMs: opts.keepaliveTimeMs,
-      keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
-      identityCheck: opts.agentIdentityCheck,
-      maxStreamsPerAgent: opts.maxAgentStreams,
-      maxConnectRate: opts.maxAgentConnectRate,
-      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
-      logger: log,
-    });
-
-    let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
-    // The master ports dial the tunnel in this process: a failure of the
-    // tunnelled connection reaches them as an error, not as a Unix socket's EOF.
-    const connector = new KubeletConnector({
-      dial: (address, o) => tunnel.dial(address, o),
-      tls: () => kubeletTLS,
-      logger: log,
-    });
-    const agents = new AgentNodeResolver(tunnel.registry);
-    const resolver = cluster === undefined ? agents : new NodeResolverChain([cluster.resolver, agents]);
-    // A failed dial names the node of its address, when one node has it.
-    const nodeNameOf = (host: string): string | undefined => {
-      const nodes = resolver.nodesByIP(host);
-      return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
-    };
-    const headTimeoutMs = opts.connectHeadTimeoutMs;
-    const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, nodeNameOf, headTimeoutMs, logger: log });
-    const e = opts.egressSelector;
-    const egress =
-      e === undefined
-        ? undefined
-        : e.mode === 'grpc'
-          ? new GrpcProxyServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log })
-          : new HttpConnectServer(tunnel, { path: e.uds, nodeNameOf, headTimeoutMs, logger: log });
-    // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
-    const settings = serverSettings(opts, cluster);
-    const master = new MasterServer({
-      secure: { host: opts.bindAddress, port: opts.securePort, cert: certs.server.cert, key: certs.server.key, clientCA: files.clientCA ?? certs.ca },
-      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
-      middleware: [
-        traceRequest(resolver, log),
-        localhostProxy(() => settings().localhostProxyPorts, resolver),
-        masterPortTLS(() => settings().mappings),
-      ],
-      interceptor: new RequestInterceptor(connector, log, { nodeNameOf }),
-      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
-      requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
-      logger: log,
-      metricsRegistry: opts.metricsRegistry,
-    });
-    if (cluster !== undefined) {
-      // Rotated certificates go into the listeners and the connector in place: new handshakes use them, open connections stay.
-      const clientCA = files.clientCA ?? certs.ca;
-      cluster.serving.onRotated((pair) => {
-        agentEndpoint.setTLS({ cert: pair.cert, key: pair.key, ca: certs.ca });
-        master.setTLS({ cert: pair.cert, key: pair.key, clientCA });
-      });
-      if (files.proxyClient === undefined) {
-        cluster.proxyClient.onRotated((pair) => {
-          kubeletTLS = { ...pair, kubeletCA: files.kubeletCA };
-        });
-      }
-    }
-    registerRefusalCounters(opts.metricsRegistry!, agentEndpoint);
-    registerCallerRefusals(opts.metricsRegistry!, {
-      secure: () => master.refused.secure,
-      insecure: () => master.refused.insecure,
-      agent: () => agentEndpoint.refusedCallers,
-      proxier: () => proxier.refusedCallers,
-      ...(egress === undefined ? {} : { egress: () => egress.refusedCallers }),
-    });
+    const agentEndpoint = agentEndpointFor(tunnel, serverID, certs, opts);
+    const resolver = nodeResolverFor(tunnel, cluster);
+    const nodeNameOf = nodeNamer(resolver);
+    const { proxier, egress } = frontendsFor(tunnel, nodeNameOf, opts);
+    const connector = kubeletConnectorFor(tunnel, certs, files, cluster, opts);
+    const master = masterFor(opts, { certs, files, cluster, resolver, nodeNameOf, connector });
+    if (cluster !== undefined) followServingRotations(cluster, certs, files, agentEndpoint, master);
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
-    const meta: MetaServer | undefined =
-      opts.metaPort === undefined
-        ? undefined
-        : new MetaServer({
-            host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
-            port: opts.metaPort,
-            registry: opts.metricsRegistry!,
-            readyChecks: {
-              listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
-              certificates: () =>
-                cluster === undefined || (cluster.serving.current() !== undefined && cluster.proxyClient.current() !== undefined)
-                  ? undefined
-                  : 'waiting for the serving and proxy-client certificates',
-              shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
-            },
-            debug: {
-              '/debug/agents': () => agentStatuses(tunnel.registry, serverID),
-              '/debug/connections': (q) => connectionStatuses(tunnel.registry, q.get('agent') ?? undefined),
-            },
-            raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
-            logger: log,
-          });
+    const meta = metaFor(
+      tunnel,
+      serverID,
+      cluster,
+      {
+        listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
+        shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
+      },
+      opts,
+    );
     // After a flood of connections, their memory goes back at once instead of when V8 next needs room.
     const afterFlood = new GarbageAfterFlood({
       openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),
-      logger: log,
+      logger: opts.logger,
     });
-    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, log, cluster, afterFlood);
+    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, opts.logger, cluster, afterFlood);
     return server;
   }
 
@@ -565,11 +209,8 @@ export class TunnelServer {
     this.master.stopAccepting();
     const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount;
     this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
-    const deadline = Date.now() + graceMs;
-    while (open() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    const left = open();
-    if (left > 0) this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: left });
-    else this.log.info('every connection finished');
+    if (await this.tunnel.whenIdle(graceMs)) this.log.info('every connection finished');
+    else this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: open() });
     await this.stop();
   }
 

@@ -5,7 +5,6 @@
 // not wait for the informers; it waits only for its certificates, which come
 // from the stores in --cert-dir at once after the first run.
 
-import { readFile } from 'node:fs/promises';
 import type { V1Node, V1Pod, V1Service } from '../kube/types.js';
 import {
   CertificateManager,
@@ -17,8 +16,10 @@ import {
 } from '../certs/certificate-manager.js';
 import { SERVER_COMMON_NAME, SERVER_ORGANIZATION, PROXY_CLIENT_COMMON_NAME, YURTTUNNEL_ORGANIZATION } from '../certs/local-store.js';
 import { PemFileStore } from '../certs/pem-file-store.js';
+import { readPemFile } from '../certs/read-pem.js';
+import { ConfigError } from '../protocol/errors.js';
 import type { CertKeyPair } from '../certs/pki.js';
-import type { NodeResolver } from '../interceptor/node-resolver.js';
+import type { NodeResolver } from '../nodes/node-resolver.js';
 import type { Logger } from '../log/logger.js';
 import { createKubeClient, describeSource, type KubeClient, type KubeConfigSource } from '../kube/client.js';
 import { CsrSigner } from '../kube/csr-signer.js';
@@ -49,16 +50,16 @@ async function clusterCA(client: KubeClient): Promise<string> {
   const cluster = client.config.getCurrentCluster();
   if (cluster?.caData !== undefined && cluster.caData !== '') return Buffer.from(cluster.caData, 'base64').toString('utf8');
   if (cluster?.caFile !== undefined && cluster.caFile !== '') {
-    try {
-      return await readFile(cluster.caFile, 'utf8');
-    } catch (err: unknown) {
-      throw new Error(`cannot read the cluster CA ${cluster.caFile} named by ${describeSource(client.source)}: ${(err as Error).message}`, { cause: err });
-    }
+    return readPemFile(cluster.caFile, { namedBy: `the cluster CA named by ${describeSource(client.source)}` });
   }
-  throw new Error(`${describeSource(client.source)} has no certificate-authority for the cluster; agents and callers cannot be verified`);
+  throw new ConfigError(
+    'YT_ERR_KUBECONFIG',
+    `${describeSource(client.source)} has no certificate-authority for the cluster; agents and callers cannot be verified`,
+  );
 }
 
 export class ClusterServices {
+  private stopping: Promise<void> | undefined;
   private constructor(
     readonly client: KubeClient,
     readonly clusterCA: string,
@@ -154,7 +155,13 @@ export class ClusterServices {
     return { serving, proxyClient };
   }
 
-  async stop(): Promise<void> {
+  /** Idempotent: a second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.doStop();
+    return this.stopping;
+  }
+
+  private async doStop(): Promise<void> {
     await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop(), this.config.stop()]);
   }
 }

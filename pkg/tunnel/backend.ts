@@ -6,17 +6,10 @@ import type { FlowWindows } from '../protocol/flow-control.js';
 import type { AgentIdentifiers } from '../protocol/identifiers.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { ConnTable } from '../mux/conn-table.js';
-import type { PacketLink } from '../mux/packet-link.js';
+import type { AgentLink } from './agent-link.js';
 import type { TunnelConn } from './tunnel-conn.js';
 import type { TunnelRelay } from './tunnel-relay.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UnknownPackets } from './unknown-packets.js';
-
-export interface BackendLink extends PacketLink {
-  /** Ends the agent's call (with a gRPC status). */
-  end(code: number, message: string): void;
-  /** Ends the call of an agent we stop reading from: the status, then a reset. */
-  cutOff(code: number, message: string): void;
-}
 
 export interface BackendInfo {
   agentID: string;
@@ -42,7 +35,7 @@ export class Backend {
   readonly certSubject: string;
   readonly flow: FlowWindows | undefined;
   readonly halfClose: boolean;
-  readonly link: BackendLink;
+  readonly link: AgentLink;
   readonly connectedAt = Date.now();
   readonly roundTripMs: () => number | undefined;
   /** Distinguishes several streams of one agent in logs. */
@@ -57,7 +50,7 @@ export class Backend {
   /** Packets the agent sent for connections it does not hold here. */
   readonly unknownPackets: UnknownPackets;
 
-  constructor(info: BackendInfo, link: BackendLink, maxUnknownPackets = DEFAULT_MAX_UNKNOWN_PACKETS) {
+  constructor(info: BackendInfo, link: AgentLink, maxUnknownPackets = DEFAULT_MAX_UNKNOWN_PACKETS) {
     this.agentID = info.agentID;
     this.identifiers = info.identifiers;
     this.remoteAddress = info.remoteAddress;

@@ -48,7 +48,11 @@ export class TunnelMetrics {
   private closedBytes = { to_agent: 0, from_agent: 0 };
   private reportedBytes = { to_agent: 0, from_agent: 0 };
 
-  constructor(sizes: TunnelTableSizes, registry = new Registry(), openBytes: () => { to_agent: number; from_agent: number } = () => ({ to_agent: 0, from_agent: 0 })) {
+  constructor(
+    sizes: TunnelTableSizes,
+    registry = new Registry(),
+    openBytes: () => { to_agent: number; from_agent: number } = () => ({ to_agent: 0, from_agent: 0 }),
+  ) {
     this.registry = registry;
     const gauge = (name: string, help: string, read: () => number): void => {
       new Gauge({
@@ -73,7 +77,7 @@ export class TunnelMetrics {
     gauge(`${KONNECTIVITY}_established_connections`, 'Tunnelled connections currently open.', () => sizes.establishedConnections());
     this.konnectivityDialFailures = new Counter({
       name: `${KONNECTIVITY}_dial_failure_count`,
-      help: 'Dials that did not produce a connection, by Konnectivity\'s reason.',
+      help: "Dials that did not produce a connection, by Konnectivity's reason.",
       labelNames: ['reason'],
       registers: [registry],
     });
@@ -83,11 +87,7 @@ export class TunnelMetrics {
       buckets: [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5],
       registers: [registry],
     });
-    this.streamPackets = new PacketCounter(
-      `${KONNECTIVITY}_stream_packets_total`,
-      'Packets on agent streams, by direction (segment) and type.',
-      registry,
-    );
+    this.streamPackets = new PacketCounter(`${KONNECTIVITY}_stream_packets_total`, 'Packets on agent streams, by direction (segment) and type.', registry);
     this.closed = new Counter({
       name: 'yurttunnel_server_connections_closed_total',
       help: 'Tunnelled connections that ended, by how (closed, or the YT_ERR_* code of the error).',
@@ -106,6 +106,7 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- prom-client calls collect() with the Counter as this
     const metrics = this;
     new Counter({
       name: 'yurttunnel_server_tunnelled_bytes_total',

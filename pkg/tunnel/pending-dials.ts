@@ -4,6 +4,7 @@
 
 import type { Backend } from './backend.js';
 import type { Cancel } from '../mux/cancel.js';
+import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
 import type { TunnelRelay } from './tunnel-relay.js';
 
@@ -33,7 +34,7 @@ export class PendingDials {
   }
 
   add(dial: PendingDial): void {
-    if (this.dials.has(dial.random)) throw new Error(`dial ID ${dial.random} is already pending`);
+    if (this.dials.has(dial.random)) throw new InternalError(`dial ID ${dial.random} is already pending`);
     this.dials.set(dial.random, dial);
     dial.backend.pendingDials.add(dial.random);
   }

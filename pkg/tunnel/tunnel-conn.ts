@@ -4,8 +4,16 @@
 // half-close extension), so that the target is reset rather than closed.
 
 import { PacketConn, type PacketConnOptions } from '../mux/packet-conn.js';
+import type { PacketLink } from '../mux/packet-link.js';
 import type { KnownPacket } from '../protocol/packet.js';
-import type { Backend } from './backend.js';
+
+/** The agent stream a connection rides on: its link, and who is at the other end. */
+export interface TunnelConnAgent {
+  readonly agentID: string;
+  readonly link: PacketLink;
+  /** The agent negotiated half-close, and with it reads CLOSE_REQ's error. */
+  readonly halfClose: boolean;
+}
 
 export class TunnelConn extends PacketConn {
   readonly agentID: string;
@@ -14,11 +22,11 @@ export class TunnelConn extends PacketConn {
   /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
   private readonly closeWithError: boolean;
 
-  constructor(backend: Backend, connectID: bigint, address: string, opts?: PacketConnOptions) {
-    super(backend.link, connectID, opts);
-    this.agentID = backend.agentID;
+  constructor(agent: TunnelConnAgent, connectID: bigint, address: string, opts?: PacketConnOptions) {
+    super(agent.link, connectID, opts);
+    this.agentID = agent.agentID;
     this.address = address;
-    this.closeWithError = backend.halfClose;
+    this.closeWithError = agent.halfClose;
   }
 
   // node:http's Agent refs a pooled connection when it reuses it (as it

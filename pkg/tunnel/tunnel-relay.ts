@@ -5,8 +5,7 @@
 
 import { SocketRelay, type SocketRelayOptions } from '../mux/socket-relay.js';
 import type { KnownPacket } from '../protocol/packet.js';
-import type { Backend } from './backend.js';
-import { serverFinalPacket } from './tunnel-conn.js';
+import { serverFinalPacket, type TunnelConnAgent } from './tunnel-conn.js';
 
 export class TunnelRelay extends SocketRelay {
   readonly agentID: string;
@@ -15,11 +14,11 @@ export class TunnelRelay extends SocketRelay {
   /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
   private readonly closeWithError: boolean;
 
-  constructor(backend: Backend, connectID: bigint, address: string, opts?: SocketRelayOptions) {
-    super(backend.link, connectID, opts);
-    this.agentID = backend.agentID;
+  constructor(agent: TunnelConnAgent, connectID: bigint, address: string, opts?: SocketRelayOptions) {
+    super(agent.link, connectID, opts);
+    this.agentID = agent.agentID;
     this.address = address;
-    this.closeWithError = backend.halfClose;
+    this.closeWithError = agent.halfClose;
   }
 
   protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {

@@ -1,86 +1,29 @@
 // The tunnel server's core: the packet switch between callers of `dial()` and
-// agent streams. It knows nothing about HTTP, gRPC transport or Kubernetes.
+// agent streams. It knows nothing about HTTP, gRPC transport or Kubernetes:
+// an agent's stream is an AgentLink, and it ends with an AgentLinkEnd.
 
 import { addAbortListener } from 'node:events';
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
-import { GrpcStatus } from '../grpc/status.js';
-import { ConnectionClosedError, ConnectionStalledError, DialError, type DialFailureReason } from '../protocol/errors.js';
+import { ConnectionClosedError, DialError, type DialFailureReason } from '../protocol/errors.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
-import { describePacket, type Packet } from '../protocol/packet.js';
-import { Backend, type BackendInfo, type BackendLink } from './backend.js';
+import { describePacket, unhandledPacketType, type Packet } from '../protocol/packet.js';
+import { IdleWaiters } from '../timers/idle.js';
+import type { AgentLink, AgentLinkEnd } from './agent-link.js';
+import { Backend, type BackendInfo } from './backend.js';
 import { BackendRegistry, type ProxyStrategy } from './backend-registry.js';
+import { recordConnectionEnd } from './connection-end.js';
 import { TunnelMetrics } from './metrics.js';
 import { PendingDials, type PendingDial } from './pending-dials.js';
 import { TunnelConn } from './tunnel-conn.js';
 import { TunnelRelay } from './tunnel-relay.js';
-import type { Cancel } from '../mux/cancel.js';
+import { checkDialAddress, DEFAULT_MAX_PENDING_DIALS_PER_AGENT, type DialOptions, type TunnelOptions } from './options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
-import type { Registry } from 'prom-client';
-
-/** Dials one agent may have waiting for its DIAL_RSP by default; more are refused at once. */
-export const DEFAULT_MAX_PENDING_DIALS_PER_AGENT = 500;
-
-export interface TunnelOptions {
-  /** Tried in order; default `['destHost']`. */
-  strategies?: readonly ProxyStrategy[];
-  /** How long a dial may wait for the agent's DIAL_RSP. Default 10 s. */
-  dialTimeoutMs?: number;
-  /** Per-connection buffer each way before back-pressure. Default 256 KiB. */
-  connHighWaterMark?: number;
-  /**
-   * With agents that cannot half-close (upstream): how long a connection whose
-   * caller has ended its side keeps waiting for the rest of the answer while
-   * nothing arrives. Default 60 s.
-   */
-  lingerAfterEndMs?: number;
-  /**
-   * With agents that have no per-connection flow control: how long one
-   * connection's stopped reader may hold the agent's whole stream paused
-   * before that connection is closed. Default 5 s.
-   */
-  stalledConnectionTimeoutMs?: number;
-  /** Dials one agent (all its streams) may have pending; more get YT_ERR_TOO_MANY_DIALS at once. Default 500. */
-  maxPendingDialsPerAgent?: number;
-  /**
-   * Packets for connections it does not hold (DATA, DIAL_RSP, CLOSE_RSP) an
-   * agent may send in UNKNOWN_PACKET_WINDOW_MS before its stream is ended;
-   * 0 turns the limit off. Default 1000.
-   */
-  maxUnknownPacketsPerAgent?: number;
-  logger?: Logger;
-  /** Where metrics register; default a registry of the tunnel's own. */
-  metricsRegistry?: Registry;
-  /** Source of dial IDs; default random in [1, 2^63-1]. Tests use it to pin extreme values. */
-  newDialID?: () => bigint;
-}
-
-export interface DialOptions {
-  /**
-   * Chooses the agent instead of the address's host: the value of
-   * X-Tunnel-Proxy-Host (a port, if any, is ignored).
-   */
-  proxyHost?: string;
-  signal?: AbortSignal;
-  /** Cancels the dial, as `signal` does, for a caller that keeps no AbortController. */
-  cancel?: Cancel;
-  /** Overrides the tunnel's dial timeout for this dial. */
-  timeoutMs?: number;
-}
 
 const TOMBSTONE_SWEEP_MS = 10_000;
-
-/** Checks `host:port` (IPv6 in brackets) and returns an error message, or undefined if usable. */
-export function checkDialAddress(address: string): string | undefined {
-  const m = /^(\[[0-9A-Fa-f:.%\w]+\]|[^\s:[\]/]+):(\d{1,5})$/.exec(address);
-  if (m === null) return `dial address ${JSON.stringify(address)} is not host:port`;
-  const port = Number(m[2]);
-  if (port < 1 || port > 65535) return `dial address ${JSON.stringify(address)} has port ${port} out of range 1-65535`;
-  return undefined;
-}
 
 export class Tunnel {
   readonly registry = new BackendRegistry();
@@ -97,7 +40,10 @@ export class Tunnel {
   private readonly limited: LogLimiter;
   private readonly sweepTimer: NodeJS.Timeout;
   private readonly newDialID: () => bigint;
+  /** Whoever waits for the last connection and dial to end (a graceful shutdown). */
+  private readonly idle = new IdleWaiters(() => this.establishedCount() + this.pending.size);
   private closed = false;
+  private closing: Promise<void> | undefined;
 
   constructor(opts: TunnelOptions = {}) {
     this.strategies = opts.strategies ?? ['destHost'];
@@ -156,11 +102,7 @@ export class Tunnel {
   }
 
   private startDial(address: string, opts: DialOptions, relay: boolean): Promise<TunnelConn | TunnelRelay> {
-    const fail = (code: DialFailureReason, message: string): Promise<never> => {
-      this.metrics.dialFailed(code);
-      this.log.verbose(2, 'dial failed', { dialAddress: address, reason: code, error: message });
-      return Promise.reject(new DialError(code, message));
-    };
+    const fail = (code: DialFailureReason, message: string): Promise<never> => Promise.reject(this.dialFailure(code, message, 2, { dialAddress: address }));
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
@@ -224,15 +166,24 @@ export class Tunnel {
       dial.backend.send({ type: 'DIAL_CLS', random });
       dial.backend.unknownPackets.dialAbandoned();
     }
+    this.failPending(dial, code, message, code === 'YT_ERR_DIAL_CANCELLED' ? 3 : 1);
+  }
+
+  /**
+   * Settles a dial taken from the pending table as failed: counted by reason,
+   * logged at `verbosity` (none: the caller logs the whole batch), rejected.
+   */
+  private failPending(dial: PendingDial, code: DialFailureReason, message: string, verbosity?: number, fields: Record<string, unknown> = {}): void {
+    const where = { agentID: dial.backend.agentID, dialAddress: dial.address, dialID: dial.random.toString() };
+    dial.reject(this.dialFailure(code, message, verbosity, { ...where, ...fields }));
+    this.idle.check();
+  }
+
+  /** A dial that produced no connection: the metric, the log line, the error for its caller. */
+  private dialFailure(code: DialFailureReason, message: string, verbosity: number | undefined, fields: Record<string, unknown>): DialError {
     this.metrics.dialFailed(code);
-    this.log.verbose(code === 'YT_ERR_DIAL_CANCELLED' ? 3 : 1, 'dial failed', {
-      agentID: dial.backend.agentID,
-      dialAddress: dial.address,
-      dialID: random.toString(),
-      reason: code,
-      error: message,
-    });
-    dial.reject(new DialError(code, message));
+    if (verbosity !== undefined) this.log.verbose(verbosity, 'dial failed', { reason: code, error: message, ...fields });
+    return new DialError(code, message);
   }
 
   // ------------------------------------------------------------ agents
@@ -241,10 +192,10 @@ export class Tunnel {
    * Registers an agent stream. The caller wires the link's packets to
    * `handlePacket(backend, p)` and its end to `detachAgent(backend, reason)`.
    */
-  attachAgent(info: BackendInfo, link: BackendLink): Backend {
+  attachAgent(info: BackendInfo, link: AgentLink): Backend {
     const backend = new Backend(info, link, this.maxUnknownPacketsPerAgent);
     if (this.closed) {
-      link.end(GrpcStatus.UNAVAILABLE, 'tunnel server is shutting down');
+      link.close({ kind: 'shutdown', message: 'tunnel server is shutting down' });
       backend.closed = true;
       return backend;
     }
@@ -262,20 +213,19 @@ export class Tunnel {
   }
 
   /** The agent's stream ended: fail its pending dials and close its connections at once. */
-  detachAgent(backend: Backend, reason: string): void {
+  detachAgent(backend: Backend, end: AgentLinkEnd): void {
     if (backend.closed) return;
     backend.closed = true;
     this.registry.remove(backend);
+    const reason = end.message;
     const dials = this.pending.takeAllFor(backend);
-    for (const d of dials) {
-      this.metrics.dialFailed('YT_ERR_AGENT_GONE');
-      d.reject(new DialError('YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected while dialing ${d.address}: ${reason}`));
-    }
+    for (const d of dials) this.failPending(d, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected while dialing ${d.address}: ${reason}`);
     const conns = backend.conns.takeAll();
     for (const c of conns) c.remoteClose(new ConnectionClosedError(`agent ${backend.agentID} disconnected: ${reason}`));
     this.log.info('agent disconnected', {
       agentID: backend.agentID,
       stream: backend.serial,
+      ended: end.kind,
       reason,
       failedDials: dials.length,
       closedConnections: conns.length,
@@ -286,7 +236,8 @@ export class Tunnel {
     if (backend.closed) return;
     this.metrics.packetReceived(p.type);
     if (this.log.enabled(4)) this.log.verbose(4, 'packet from agent', { agentID: backend.agentID, ...describePacket(p) });
-    switch (p.type) {
+    const type = p.type;
+    switch (type) {
       case 'DATA': {
         const conn = backend.conns.get(p.connectID);
         if (conn !== undefined) {
@@ -347,6 +298,8 @@ export class Tunnel {
       case 'UNKNOWN':
         this.limited.warn('ignoring a packet agents do not send', { agentID: backend.agentID, ...describePacket(p) });
         return;
+      default:
+        this.limited.warn('ignoring a packet of a type the server does not know', { agentID: backend.agentID, packetType: unhandledPacketType(type) });
     }
   }
 
@@ -365,15 +318,7 @@ export class Tunnel {
       const reason = error === '' ? 'YT_ERR_DIAL_FAILED' : classifyAgentDialError(error);
       const verb = reason === 'YT_ERR_DIAL_DENIED' ? 'refused to dial' : 'could not dial';
       const message = `agent ${backend.agentID} ${verb} ${dial.address}: ${error === '' ? 'answered without a connection ID' : error}`;
-      this.metrics.dialFailed(reason);
-      this.log.verbose(1, 'dial failed', {
-        agentID: backend.agentID,
-        dialAddress: dial.address,
-        dialID: random.toString(),
-        reason,
-        error,
-      });
-      dial.reject(new DialError(reason, message));
+      this.failPending(dial, reason, message, 1, { error });
       return;
     }
     const connOpts = {
@@ -386,11 +331,11 @@ export class Tunnel {
     let conn: TunnelConn | TunnelRelay;
     if (dial.relay) {
       const relay = new TunnelRelay(backend, connectID, dial.address, connOpts);
-      relay.onClose = (err) => this.connectionClosed(backend, relay, err);
+      relay.onClose = (err) => this.connectionClosed(backend, relay, err ?? null);
       conn = relay;
     } else {
       const duplex = new TunnelConn(backend, connectID, dial.address, connOpts);
-      duplex.once('close', () => this.connectionClosed(backend, duplex, duplex.errored ?? undefined));
+      duplex.once('close', () => this.connectionClosed(backend, duplex, duplex.errored));
       conn = duplex;
     }
     backend.conns.add(conn);
@@ -406,33 +351,11 @@ export class Tunnel {
     dial.resolve(conn);
   }
 
-  /** A connection is over: out of the table, counted, and its access line logged. */
-  private connectionClosed(backend: Backend, conn: TunnelConn | TunnelRelay, err: Error | undefined): void {
+  /** A connection is over: out of the table, counted and logged. */
+  private connectionClosed(backend: Backend, conn: TunnelConn | TunnelRelay, err: Error | null): void {
     backend.conns.remove(conn);
-    if (err instanceof ConnectionStalledError) {
-      this.log.verbose(2, 'closed a stalled connection', {
-        agentID: backend.agentID,
-        dialAddress: conn.address,
-        connectID: conn.connectID.toString(),
-        reason: err.code,
-        error: err.message,
-      });
-    }
-    const ended = err === undefined ? 'closed' : (((err as { code?: unknown }).code as string | undefined) ?? 'error');
-    this.metrics.connectionClosed(typeof ended === 'string' && /^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
-    // The access line: one per tunnelled connection, when it ends.
-    if (this.log.enabled(2)) {
-      this.log.verbose(2, 'connection ended', {
-        agentID: backend.agentID,
-        dialAddress: conn.address,
-        connectID: conn.connectID.toString(),
-        bytesToAgent: conn.bytesSent,
-        bytesFromAgent: conn.bytesReceived,
-        durationMs: Date.now() - conn.openedAt,
-        ended,
-        ...(err !== undefined ? { error: err.message } : {}),
-      });
-    }
+    this.idle.check();
+    recordConnectionEnd(conn, err, this.metrics, this.log);
   }
 
   /**
@@ -457,8 +380,9 @@ export class Tunnel {
       windowMs: UNKNOWN_PACKET_WINDOW_MS,
       limit,
     });
-    this.detachAgent(backend, message);
-    backend.link.cutOff(GrpcStatus.RESOURCE_EXHAUSTED, message);
+    const end = { kind: 'cut-off', message } as const;
+    this.detachAgent(backend, end);
+    backend.link.close(end);
   }
 
   private failDialFromAgent(backend: Backend, random: bigint): void {
@@ -486,6 +410,11 @@ export class Tunnel {
     return n;
   }
 
+  /** Resolves true once no connection is open and no dial pending, false if `ms` passes first. */
+  whenIdle(ms: number): Promise<boolean> {
+    return this.idle.wait(ms);
+  }
+
   /** True when the first strategy can route somewhere (readiness, as upstream). */
   get ready(): boolean {
     return this.registry.readyFor(this.strategies[0]!);
@@ -493,20 +422,24 @@ export class Tunnel {
 
   /**
    * Fails every pending dial, closes every connection and ends every agent
-   * stream. Idempotent.
+   * stream. Idempotent: a second call waits for the first.
    */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweepTimer);
     this.limited.flush();
     for (const d of this.pending.takeAll()) {
-      this.metrics.dialFailed('YT_ERR_TUNNEL_CLOSED');
-      d.reject(new DialError('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; the dial to ${d.address} was abandoned`));
+      this.failPending(d, 'YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; the dial to ${d.address} was abandoned`);
     }
+    const end = { kind: 'shutdown', message: 'tunnel server is shutting down' } as const;
     for (const b of this.registry.all()) {
-      this.detachAgent(b, 'tunnel server is shutting down');
-      b.link.end(GrpcStatus.UNAVAILABLE, 'tunnel server is shutting down');
+      this.detachAgent(b, end);
+      b.link.close(end);
     }
   }
 }

@@ -21,7 +21,11 @@ import { once } from 'node:events';
 
 const skip = controlPlaneSkipReason();
 
-const SERVICE = { apiVersion: 'v1', kind: 'Service', metadata: { name: 'x-tunnel-server-svc', namespace: 'kube-system', labels: { name: 'yurt-tunnel-server' } } };
+const SERVICE = {
+  apiVersion: 'v1',
+  kind: 'Service',
+  metadata: { name: 'x-tunnel-server-svc', namespace: 'kube-system', labels: { name: 'yurt-tunnel-server' } },
+};
 
 /** kube-proxy's part for a node port: 127.0.0.1:<listenPort> forwards to the server; counts connections. */
 async function nodePortRelay(h: Harness, listenPort: number, targetPort: number): Promise<{ connections: () => number }> {
@@ -102,7 +106,7 @@ describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip },
   const registered = (node: string): boolean => server.tunnel.registry.all().some((b) => b.agentID === node);
   const found = (log: MemoryLogger): string | undefined => log.find('tunnel server address found')[0]?.fields.address as string | undefined;
 
-  test('NodePort: a cloud node\'s InternalIP on the nodePort', async (t) => {
+  test("NodePort: a cloud node's InternalIP on the nodePort", async (t) => {
     const h = harness(t, { leakCheck: false });
     await putService({ type: 'NodePort', selector: { 'k8s-app': 'yurt-tunnel-server' }, ports: [{ name: 'tcp', port: 10262, targetPort: 10262 }] });
     const nodePort = Number((await cp.kubectl(['get', 'svc', '-n', 'kube-system', 'x-tunnel-server-svc', '-o', 'jsonpath={.spec.ports[0].nodePort}'])).stdout);
@@ -120,8 +124,15 @@ describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip },
     const h = harness(t, { leakCheck: false });
     await putService({ type: 'LoadBalancer', selector: { 'k8s-app': 'yurt-tunnel-server' }, ports: [{ name: 'tcp', port: agentPort, targetPort: 10262 }] });
     const patched = await cp.kubectl([
-      'patch', 'svc', 'x-tunnel-server-svc', '-n', 'kube-system', '--subresource=status', '--type=merge',
-      '-p', JSON.stringify({ status: { loadBalancer: { ingress: [{ ip: '127.0.0.1' }] } } }),
+      'patch',
+      'svc',
+      'x-tunnel-server-svc',
+      '-n',
+      'kube-system',
+      '--subresource=status',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ status: { loadBalancer: { ingress: [{ ip: '127.0.0.1' }] } } }),
     ]);
     assert.equal(patched.code, 0, patched.stderr);
     const { log } = await discoveringAgent(h, 'edge-lb');
@@ -150,7 +161,7 @@ describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip },
     assert.equal(
       warning.message,
       `no tunnel server address yet: Service kube-system/x-tunnel-server-svc is a ClusterIP Service (${clusterIP}), which edge nodes cannot reach, ` +
-        'and has no x-tunnel-server-external-addr annotation: annotate the Service with the address edge nodes reach the server\'s agent port by ' +
+        "and has no x-tunnel-server-external-addr annotation: annotate the Service with the address edge nodes reach the server's agent port by " +
         '(kubectl -n kube-system annotate service x-tunnel-server-svc x-tunnel-server-external-addr=<host>:<port>), make it a NodePort or ' +
         'LoadBalancer Service, or start the agent with --tunnelserver-addr=<host>:<port>',
     );

@@ -10,7 +10,7 @@ import { connectVia, readExactly, startAgent, startEchoServer, startServer, wait
 
 const LIMIT = { timeout: 60_000 };
 
-test('an agent with edge-a\'s certificate claiming edge-b is refused and logged; edge-b\'s traffic is not routed to it', LIMIT, async (t) => {
+test("an agent with edge-a's certificate claiming edge-b is refused and logged; edge-b's traffic is not routed to it", LIMIT, async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const server = await startServer(h);
@@ -26,9 +26,14 @@ test('an agent with edge-a\'s certificate claiming edge-b is refused and logged;
   assert.equal(refused.fields.agentID, 'edge-b');
   assert.equal(refused.fields.identityCheck, 'strict');
   assert.equal(refused.fields.claim, 'agent-id=edge-b');
-  assert.match(String(refused.fields.reason), /^agent "edge-b" claims agentid=edge-b but its certificate \(CN=tunnel-agent-client, DNS:edge-a, IP:127\.0\.0\.2\) has no DNS SAN edge-b/);
+  assert.match(
+    String(refused.fields.reason),
+    /^agent "edge-b" claims agentid=edge-b but its certificate \(CN=tunnel-agent-client, DNS:edge-a, IP:127\.0\.0\.2\) has no DNS SAN edge-b/,
+  );
   assert.equal(server.tunnel.registry.agentCount, 0);
-  await waitFor('the agent to hear why', () => impostor.log.records.some((r) => /PERMISSION_DENIED: agent identity check \(strict\) failed/.test(JSON.stringify(r))));
+  await waitFor('the agent to hear why', () =>
+    impostor.log.records.some((r) => /PERMISSION_DENIED: agent identity check \(strict\) failed/.test(JSON.stringify(r))),
+  );
 
   const res = await connectVia(server.udsPath, `127.0.0.3:${echo.port}`);
   assert.equal(res.status, 503);
@@ -53,7 +58,10 @@ test('an address the certificate does not name is refused; with --agent-identity
   const plain = pki.agent('edge-a', 'host=edge-a');
   startAgent(h, strict.agentAddress, { nodeName: 'edge-a', identifiers: 'ipv4=127.0.0.5&host=edge-a', tls: { ca: pki.ca.cert, ...plain } });
   await waitFor('the refusal', () => strict.log.find('agent refused by the identity check').length >= 1);
-  assert.match(String(strict.log.find('agent refused by the identity check')[0]!.fields.reason), /claims ipv4=127\.0\.0\.5 but its certificate .* has no IP SAN 127\.0\.0\.5/);
+  assert.match(
+    String(strict.log.find('agent refused by the identity check')[0]!.fields.reason),
+    /claims ipv4=127\.0\.0\.5 but its certificate .* has no IP SAN 127\.0\.0\.5/,
+  );
 
   const trusting = await startServer(h, { endpoint: { identityCheck: 'none' } });
   startAgent(h, trusting.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.5&host=edge-b', tls: { ca: pki.ca.cert, ...plain } });

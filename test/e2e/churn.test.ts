@@ -92,12 +92,14 @@ test(`churn: ${TOTAL} connections ending every way leave every table empty and n
     }),
   );
   assert.deepEqual(counts, { normal: TOTAL / 4, targetFirst: TOTAL / 4, reset: TOTAL / 4, cancelled: TOTAL / 4 });
-  await waitFor('every table empty', () =>
-    server.tunnel.pendingDialCount === 0 &&
-    server.tunnel.establishedCount() === 0 &&
-    agent.clients.connCount === 0 &&
-    agent.clients.pendingDialCount === 0 &&
-    target.sockets.size === 0,
+  await waitFor(
+    'every table empty',
+    () =>
+      server.tunnel.pendingDialCount === 0 &&
+      server.tunnel.establishedCount() === 0 &&
+      agent.clients.connCount === 0 &&
+      agent.clients.pendingDialCount === 0 &&
+      target.sockets.size === 0,
     10_000,
   );
   // Normal ends stay normal under churn: no target of a normal close or of a target-first close saw a reset.

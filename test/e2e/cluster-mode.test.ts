@@ -21,6 +21,7 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { connectVia, roundTrip, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
 import { autoApprove, controlPlaneSkipReason, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -38,7 +39,7 @@ function peerCertificate(port: number, ca: string, alpn: string): Promise<X509Ce
 
 describe('cluster mode with a real kube-apiserver', { skip }, () => {
   let cp: ControlPlane;
-  let approver: ReturnType<typeof autoApprove>;
+  let approver: ReturnType<typeof autoApprove> | undefined;
 
   before(async () => {
     cp = await startControlPlane({ controllerManager: true });
@@ -47,6 +48,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
   });
   after(async () => {
     await approver?.stop();
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- unset if before() failed
     await cp?.stop();
   });
 
@@ -71,7 +73,10 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     assert.match(agentCert.subjectAltName ?? '', /IP Address:127\.0\.0\.1/);
 
     const echo = await startEchoServer(h);
-    assert.equal(await roundTrip(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`, 'hello through the cluster-mode tunnel'), 'hello through the cluster-mode tunnel');
+    assert.equal(
+      await roundTrip(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`, 'hello through the cluster-mode tunnel'),
+      'hello through the cluster-mode tunnel',
+    );
 
     // 64 MiB from the node, and a new wanted address (a tunnel Service) rotating the serving certificate meanwhile.
     const total = 64 * 1024 * 1024;
@@ -180,7 +185,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     assert.equal(await roundTrip(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`, 'still serving'), 'still serving');
   });
 
-  test('an agent using another node\'s CSR-issued certificate is refused', async (t) => {
+  test("an agent using another node's CSR-issued certificate is refused", async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
     const server = await startClusterServer(h, cp, dir);
@@ -199,17 +204,26 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     await startTestAgent(h, server, { nodeName: 'edge-4', certDir: impostorDir, logger: log });
     await waitFor('the refusal', () => log.records.some((r) => /agent identity check \(strict\) failed/.test(JSON.stringify(r.fields))), 10_000);
     assert.equal(server.tunnel.registry.agentCount, 1);
-    assert.deepEqual(server.tunnel.registry.all().map((b) => b.agentID), ['edge-3']);
+    assert.deepEqual(
+      server.tunnel.registry.all().map((b) => b.agentID),
+      ['edge-3'],
+    );
   });
   test('the CLIs in cluster mode: server and agent processes with kubeconfigs, kube-apiserver through the GRPC egress socket', async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
     const egress = join(dir, 'egress.sock');
     const server = startProcess(h, SERVER_BIN, [
-      '--kube-config', cp.adminKubeconfig, '--cert-dir', join(dir, 'server-pki'), '--bind-address', '127.0.0.1',
-      '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0',
-      '--interceptor-proxier-uds', join(dir, 'proxier.sock'),
-      '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egress, '--v', '2',
+      '--kube-config',
+      cp.adminKubeconfig,
+      ...localServerFlags({ certDir: join(dir, 'server-pki'), udsPath: join(dir, 'proxier.sock') }),
+      '--egress-selector-enable',
+      '--egress-selector-mode',
+      'grpc',
+      '--egress-selector-uds',
+      egress,
+      '--v',
+      '2',
       // The root network namespace: its iptables are never ours to change.
       '--enable-iptables=false',
     ]);
@@ -222,8 +236,20 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     h.defer(() => kubelet.close());
     await putNode(cp, 'edge-cli', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
     const agent = startProcess(h, AGENT_BIN, [
-      '--node-name', 'edge-cli', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
-      '--kube-config', await kubeletKubeconfig(cp, 'edge-cli'), '--cert-dir', join(dir, 'agent-pki'), '--v', '2',
+      '--node-name',
+      'edge-cli',
+      '--node-ip',
+      '127.0.0.1',
+      '--tunnelserver-addr',
+      `127.0.0.1:${agentPort}`,
+      '--meta-port',
+      '0',
+      '--kube-config',
+      await kubeletKubeconfig(cp, 'edge-cli'),
+      '--cert-dir',
+      join(dir, 'agent-pki'),
+      '--v',
+      '2',
     ]);
     await agent.waitForLine(/connected to tunnel server/, 30_000);
     await cp.restartAPIServer({ egressSelector: { mode: 'GRPC', udsPath: egress } });

@@ -60,20 +60,17 @@ test('503 when no agent serves the host, naming it; the server keeps serving', a
   ok.socket.destroy();
 });
 
-test('502 when the agent\'s dial is refused, with the agent\'s reason', async (t) => {
+test("502 when the agent's dial is refused, with the agent's reason", async (t) => {
   const h = harness(t);
   const port = await closedPort();
   const { server } = await startTunnel(h);
   const res = await connectVia(server.udsPath, `127.0.0.1:${port}`);
   assert.equal(res.status, 502);
-  assert.equal(
-    res.rest.toString(),
-    `agent edge-1 could not dial 127.0.0.1:${port}: dial tcp 127.0.0.1:${port}: connect: connection refused\n`,
-  );
+  assert.equal(res.rest.toString(), `agent edge-1 could not dial 127.0.0.1:${port}: dial tcp 127.0.0.1:${port}: connect: connection refused\n`);
   assert.equal(await server.tunnel.metrics.failures('YT_ERR_DIAL_FAILED'), 1);
 });
 
-test('502 when the agent\'s allow-list denies the address, saying so', async (t) => {
+test("502 when the agent's allow-list denies the address, saying so", async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const { server } = await startTunnel(h, { agent: { allowList: AllowList.parse(`127.0.0.1:${echo.port + 1}`) } });
@@ -84,7 +81,7 @@ test('502 when the agent\'s allow-list denies the address, saying so', async (t)
   assert.equal(await server.tunnel.metrics.failures('YT_ERR_DIAL_DENIED'), 1);
 });
 
-test('504 when the agent does not answer within the server\'s dial timeout; the agent is told to stop', async (t) => {
+test("504 when the agent does not answer within the server's dial timeout; the agent is told to stop", async (t) => {
   const h = harness(t);
   const port = await startHangingListener(h);
   const { server, agent } = await startTunnel(h, {
@@ -102,7 +99,7 @@ test('504 when the agent does not answer within the server\'s dial timeout; the 
   assert.equal(await server.tunnel.metrics.failures('YT_ERR_DIAL_TIMEOUT'), 1);
 });
 
-test('504 when the agent\'s own dial times out', async (t) => {
+test("504 when the agent's own dial times out", async (t) => {
   const h = harness(t);
   const port = await startHangingListener(h);
   const { server } = await startTunnel(h, { agent: { dialTimeoutMs: 200 } });

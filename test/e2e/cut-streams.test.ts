@@ -30,17 +30,7 @@ import { apiserverClientCert, startKubelet, startMaster } from '../support/maste
 import { testPKI, writePKIFiles } from '../support/pki.js';
 import { CHANNEL, SPDY_EXEC_PROTOCOLS, upgradeToChannelWebSocket, upgradeToSpdy } from '../support/standin-kubelet/index.js';
 import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
-import {
-  connectVia,
-  startFirehose,
-  startServer,
-  startTCPServer,
-  startTunnel,
-  tempDir,
-  waitFor,
-  waitForSteady,
-  type TestServer,
-} from '../support/tunnel.js';
+import { connectVia, startFirehose, startServer, startTCPServer, startTunnel, tempDir, waitFor, waitForSteady, type TestServer } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 60_000 };
 const RESET = /^(ECONNRESET|EPIPE)$/;
@@ -58,8 +48,22 @@ async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> 
   const pki = testPKI();
   const files = await writePKIFiles(await tempDir(h), pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', server.agentAddress, '--meta-port', '0',
-    '--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile, '--v', '2',
+    '--node-name',
+    'edge-1',
+    '--node-ip',
+    '127.0.0.1',
+    '--tunnelserver-addr',
+    server.agentAddress,
+    '--meta-port',
+    '0',
+    '--ca-file',
+    files.caFile,
+    '--cert-file',
+    files.certFile,
+    '--key-file',
+    files.keyFile,
+    '--v',
+    '2',
   ]);
   await agent.waitForLine(/connected to tunnel server/);
   await waitFor('the agent to register', () => server.tunnel.registry.agentCount === 1);
@@ -143,56 +147,66 @@ async function spdyExec(socket: Socket, host: string): Promise<void> {
   await echoed;
 }
 
-test('an agent killed mid-download: the egress caller gets the error and UNAVAILABLE, master-port responses are aborted; a download that finished before ended normally', LIMIT, async (t) => {
-  const h = harness(t);
-  const server = await startServer(h);
-  const egressPath = await startEgress(h, server);
-  const { securePort, insecurePort } = await startMaster(h, server);
-  const kubelet = await startKubelet(h, 'edge-1', { followIntervalMs: 20 });
-  const plainPort = await startStreamingHTTP(h);
-  const firehose = await startFirehose(h);
-  const complete = await startTCPServer(h, (s) => s.end('the whole answer'));
-  const agent = await startAgentProcess(h, server);
+test(
+  'an agent killed mid-download: the egress caller gets the error and UNAVAILABLE, master-port responses are aborted; a download that finished before ended normally',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const server = await startServer(h);
+    const egressPath = await startEgress(h, server);
+    const { securePort, insecurePort } = await startMaster(h, server);
+    const kubelet = await startKubelet(h, 'edge-1', { followIntervalMs: 20 });
+    const plainPort = await startStreamingHTTP(h);
+    const firehose = await startFirehose(h);
+    const complete = await startTCPServer(h, (s) => s.end('the whole answer'));
+    const agent = await startAgentProcess(h, server);
 
-  // A normal end: everything, CLOSE_RSP without an error, status OK.
-  const whole = await egressDial(h, egressPath, `127.0.0.1:${complete.port}`);
-  const wholeStatus = await whole.status;
-  assert.equal(wholeStatus.code, GrpcStatus.OK, wholeStatus.details);
-  assert.equal(whole.received().toString(), 'the whole answer');
-  assert.equal(whole.closeResponse()?.error, '');
+    // A normal end: everything, CLOSE_RSP without an error, status OK.
+    const whole = await egressDial(h, egressPath, `127.0.0.1:${complete.port}`);
+    const wholeStatus = await whole.status;
+    assert.equal(wholeStatus.code, GrpcStatus.OK, wholeStatus.details);
+    assert.equal(whole.received().toString(), 'the whole answer');
+    assert.equal(whole.closeResponse()?.error, '');
 
-  // Three downloads under way when the agent dies.
-  const download = await egressDial(h, egressPath, `127.0.0.1:${firehose.port}`);
-  const plainReq = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/stream', headers: { Host: `127.0.0.1:${plainPort}` }, agent: false });
-  plainReq.on('error', () => {});
-  plainReq.end();
-  const [plainRes] = (await once(plainReq, 'response')) as [IncomingMessage];
-  const plainSocketEnd = endOf(plainRes.socket);
-  const plain = readResponse(plainRes);
-  const secureReq = httpsRequest({
-    host: '127.0.0.1', port: securePort, path: '/containerLogs/default/p1/c1?follow=true', headers: { Host: `127.0.0.1:${kubelet.port}` },
-    ca: testPKI().ca.cert, ...apiserverClientCert(), servername: '', agent: false,
-  });
-  secureReq.on('error', () => {});
-  secureReq.end();
-  const [secureRes] = (await once(secureReq, 'response')) as [IncomingMessage];
-  const secure = readResponse(secureRes);
-  await Promise.all([plain.firstBytes, secure.firstBytes]);
-  await waitFor('bytes of the download', () => download.received().length > 0);
-  assert.equal(plainRes.headers['transfer-encoding'], 'chunked');
-  assert.equal(secureRes.headers['transfer-encoding'], 'chunked');
+    // Three downloads under way when the agent dies.
+    const download = await egressDial(h, egressPath, `127.0.0.1:${firehose.port}`);
+    const plainReq = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/stream', headers: { Host: `127.0.0.1:${plainPort}` }, agent: false });
+    plainReq.on('error', () => {});
+    plainReq.end();
+    const [plainRes] = (await once(plainReq, 'response')) as [IncomingMessage];
+    const plainSocketEnd = endOf(plainRes.socket);
+    const plain = readResponse(plainRes);
+    const secureReq = httpsRequest({
+      host: '127.0.0.1',
+      port: securePort,
+      path: '/containerLogs/default/p1/c1?follow=true',
+      headers: { Host: `127.0.0.1:${kubelet.port}` },
+      ca: testPKI().ca.cert,
+      ...apiserverClientCert(),
+      servername: '',
+      agent: false,
+    });
+    secureReq.on('error', () => {});
+    secureReq.end();
+    const [secureRes] = (await once(secureReq, 'response')) as [IncomingMessage];
+    const secure = readResponse(secureRes);
+    await Promise.all([plain.firstBytes, secure.firstBytes]);
+    await waitFor('bytes of the download', () => download.received().length > 0);
+    assert.equal(plainRes.headers['transfer-encoding'], 'chunked');
+    assert.equal(secureRes.headers['transfer-encoding'], 'chunked');
 
-  agent.kill('SIGKILL');
+    agent.kill('SIGKILL');
 
-  const status = await download.status;
-  assert.equal(status.code, GrpcStatus.UNAVAILABLE, `status ${status.code} ${status.details}`);
-  assert.match(status.details, /^connection to 127\.0\.0\.1:\d+ through agent edge-1 failed: agent edge-1 disconnected: /);
-  assert.match(download.closeResponse()?.error ?? '', /agent edge-1 disconnected/);
-  // The plain master port resets its caller; the secure one cuts the response before its last chunk.
-  assert.equal(await plainSocketEnd, 'ECONNRESET');
-  assert.equal(await plain.ended, 'aborted');
-  assert.equal(await secure.ended, 'aborted');
-});
+    const status = await download.status;
+    assert.equal(status.code, GrpcStatus.UNAVAILABLE, `status ${status.code} ${status.details}`);
+    assert.match(status.details, /^connection to 127\.0\.0\.1:\d+ through agent edge-1 failed: agent edge-1 disconnected: /);
+    assert.match(download.closeResponse()?.error ?? '', /agent edge-1 disconnected/);
+    // The plain master port resets its caller; the secure one cuts the response before its last chunk.
+    assert.equal(await plainSocketEnd, 'ECONNRESET');
+    assert.equal(await plain.ended, 'aborted');
+    assert.equal(await secure.ended, 'aborted');
+  },
+);
 
 test('a target that resets: through our agent the caller sees the failure; a target that closes normally still ends normally', LIMIT, async (t) => {
   const h = harness(t);
@@ -303,25 +317,29 @@ test('the link to the server lost: the agent resets the connections it carried',
   assert.equal(await ends[0], 'ECONNRESET');
 });
 
-test('an agent killed mid-exec: the plain master port\'s caller is reset (ECONNRESET), and so is the secure port\'s, beneath its TLS session', LIMIT, async (t) => {
-  const h = harness(t);
-  const server = await startServer(h);
-  const { securePort, insecurePort } = await startMaster(h, server, { tlsToKubelet: true });
-  const kubelet = await startKubelet(h);
-  const agent = await startAgentProcess(h, server);
-  const host = `127.0.0.1:${kubelet.port}`;
+test(
+  "an agent killed mid-exec: the plain master port's caller is reset (ECONNRESET), and so is the secure port's, beneath its TLS session",
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const server = await startServer(h);
+    const { securePort, insecurePort } = await startMaster(h, server, { tlsToKubelet: true });
+    const kubelet = await startKubelet(h);
+    const agent = await startAgentProcess(h, server);
+    const host = `127.0.0.1:${kubelet.port}`;
 
-  const plain = await dialPlain(h, insecurePort);
-  await webSocketExec(plain, host);
-  const secure = await dialSecure(h, securePort);
-  await spdyExec(secure, host);
-  const plainEnd = endOf(plain);
-  const secureEnd = endOf(secure);
+    const plain = await dialPlain(h, insecurePort);
+    await webSocketExec(plain, host);
+    const secure = await dialSecure(h, securePort);
+    await spdyExec(secure, host);
+    const plainEnd = endOf(plain);
+    const secureEnd = endOf(secure);
 
-  agent.kill('SIGKILL');
-  assert.equal(await plainEnd, 'ECONNRESET');
-  assert.equal(await secureEnd, 'ECONNRESET');
-});
+    agent.kill('SIGKILL');
+    assert.equal(await plainEnd, 'ECONNRESET');
+    assert.equal(await secureEnd, 'ECONNRESET');
+  },
+);
 
 test('a kubelet that resets mid-exec: both master ports reset their caller (ECONNRESET)', LIMIT, async (t) => {
   const h = harness(t);
@@ -342,32 +360,36 @@ test('a kubelet that resets mid-exec: both master ports reset their caller (ECON
   assert.equal(await secureEnd, 'ECONNRESET');
 });
 
-test('the secure port resets 200 exec sessions beneath their TLS sessions, each caller sees ECONNRESET, and every connection is freed', { timeout: 180_000 }, async (t) => {
-  const h = harness(t);
-  const { server } = await startTunnel(h);
-  const registry = new Registry();
-  const { securePort } = await startMaster(h, server, { metricsRegistry: registry });
-  const kubelet = await startKubelet(h);
-  const host = `127.0.0.1:${kubelet.port}`;
-  const inFlight = async (): Promise<number> => {
-    const metric = (await registry.getMetricsAsJSON()).find((m) => m.name === 'yurttunnel_server_in_proxy_requests');
-    return (metric?.values ?? []).reduce((sum, v) => sum + Number(v.value), 0);
-  };
-  const ends: Record<string, number> = {};
-  for (let batch = 0; batch < 10; batch++) {
-    const sessions = await Promise.all(
-      Array.from({ length: 20 }, async () => {
-        const socket = await dialSecure(h, securePort);
-        await webSocketExec(socket, host);
-        return { end: endOf(socket) };
-      }),
-    );
-    await kubelet.resetConnections();
-    for (const end of await Promise.all(sessions.map((s) => s.end))) ends[end] = (ends[end] ?? 0) + 1;
-  }
-  assert.deepEqual(ends, { ECONNRESET: 200 });
-  // Each caller's TLS socket closed (the in-flight gauge drops on its 'close'), and each tunnelled connection.
-  await waitFor('the in-flight upgrades to end', () => server.tunnel.establishedCount() === 0);
-  assert.equal(await inFlight(), 0);
-  assert.equal(kubelet.openSockets, 0);
-});
+test(
+  'the secure port resets 200 exec sessions beneath their TLS sessions, each caller sees ECONNRESET, and every connection is freed',
+  { timeout: 180_000 },
+  async (t) => {
+    const h = harness(t);
+    const { server } = await startTunnel(h);
+    const registry = new Registry();
+    const { securePort } = await startMaster(h, server, { metricsRegistry: registry });
+    const kubelet = await startKubelet(h);
+    const host = `127.0.0.1:${kubelet.port}`;
+    const inFlight = async (): Promise<number> => {
+      const metric = (await registry.getMetricsAsJSON()).find((m) => m.name === 'yurttunnel_server_in_proxy_requests');
+      return (metric?.values ?? []).reduce((sum, v) => sum + Number(v.value), 0);
+    };
+    const ends: Record<string, number> = {};
+    for (let batch = 0; batch < 10; batch++) {
+      const sessions = await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const socket = await dialSecure(h, securePort);
+          await webSocketExec(socket, host);
+          return { end: endOf(socket) };
+        }),
+      );
+      await kubelet.resetConnections();
+      for (const end of await Promise.all(sessions.map((s) => s.end))) ends[end] = (ends[end] ?? 0) + 1;
+    }
+    assert.deepEqual(ends, { ECONNRESET: 200 });
+    // Each caller's TLS socket closed (the in-flight gauge drops on its 'close'), and each tunnelled connection.
+    await waitFor('the in-flight upgrades to end', () => server.tunnel.establishedCount() === 0);
+    assert.equal(await inFlight(), 0);
+    assert.equal(kubelet.openSockets, 0);
+  },
+);

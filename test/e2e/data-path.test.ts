@@ -76,9 +76,7 @@ test('1,000 concurrent connections through one agent are all byte-exact', async 
   h.defer(() => sockets.forEach((s) => s.destroy()));
   // Open in waves so the Unix socket's accept backlog is never the limit, then use them all at once.
   for (let wave = 0; wave < count; wave += 100) {
-    const opened = await Promise.all(
-      Array.from({ length: Math.min(100, count - wave) }, () => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)),
-    );
+    const opened = await Promise.all(Array.from({ length: Math.min(100, count - wave) }, () => connectVia(server.udsPath, `127.0.0.1:${echo.port}`)));
     for (const r of opened) {
       assert.equal(r.status, 200);
       assert.equal(r.rest.length, 0);
@@ -99,9 +97,11 @@ test('1,000 concurrent connections through one agent are all byte-exact', async 
   );
   assert.equal(results.filter((ok) => !ok).length, 0, 'every connection got exactly its own bytes back');
   for (const s of sockets) s.destroy();
-  await waitFor('all connections to close everywhere', () =>
-    server.tunnel.establishedCount() === 0 && agent.clients.connCount === 0 && echo.sockets.size === 0,
-  10_000);
+  await waitFor(
+    'all connections to close everywhere',
+    () => server.tunnel.establishedCount() === 0 && agent.clients.connCount === 0 && echo.sockets.size === 0,
+    10_000,
+  );
 });
 
 test('a reader that stops reading makes the sender wait; memory does not grow', async (t) => {
@@ -153,6 +153,9 @@ test('a target that writes and closes at once loses nothing while the path is co
   await waitFor('the four target connections', () => sending.length === 4);
   await waitForSteady('the congested path', () => sending.reduce((n, s) => n + size - s.writableLength, 0));
   const hashes = await Promise.all(flows.map((f) => hashOf(f.socket, size, f.rest)));
-  assert.deepEqual(hashes, flows.map(() => want));
+  assert.deepEqual(
+    hashes,
+    flows.map(() => want),
+  );
   for (const f of flows) f.socket.destroy();
 });

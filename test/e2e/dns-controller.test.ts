@@ -217,21 +217,43 @@ describe('DNS record controller with a real kube-apiserver', { skip }, () => {
     // A node with no address is skipped with one warning; the others stay.
     await cp.apply({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'bare' } });
     await waitFor('the warning for bare', () => a.log.find('node bare gets no DNS record').length > 0, 10_000);
-    assert.equal(a.log.find('node bare gets no DNS record')[0]!.message, 'node bare gets no DNS record: it has neither an InternalIP nor an ExternalIP address');
+    assert.equal(
+      a.log.find('node bare gets no DNS record')[0]!.message,
+      'node bare gets no DNS record: it has neither an InternalIP nor an ExternalIP address',
+    );
     assert.equal(records.latest(), edge);
     await deleteObject(cp, 'node', 'bare');
 
     // Someone else's edit is undone.
-    const tampered = await cp.kubectl(['patch', 'cm', 'yurt-tunnel-nodes', '-n', 'kube-system', '--type=merge', '-p', JSON.stringify({ data: { 'tunnel-nodes': `1.2.3.4\tedge-n1` } })]);
+    const tampered = await cp.kubectl([
+      'patch',
+      'cm',
+      'yurt-tunnel-nodes',
+      '-n',
+      'kube-system',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ data: { 'tunnel-nodes': `1.2.3.4\tedge-n1` } }),
+    ]);
     assert.equal(tampered.code, 0, tampered.stderr);
     await waitFor('the records to be restored', () => records.latest() === edge && records.versions.some((v) => v.text?.startsWith('1.2.3.4')), 10_000);
   });
 
-  test('the internal Service\'s dnat ports follow the server ConfigMap; deleting it restores the default ports', async (t) => {
+  test("the internal Service's dnat ports follow the server ConfigMap; deleting it restores the default ports", async (t) => {
     const h = harness(t, { leakCheck: false });
     await startReplica(h, cp.adminKubeconfig, 'dns-ports');
     const ports = async (): Promise<string> =>
-      (await cp.kubectl(['get', 'svc', '-n', 'kube-system', 'x-tunnel-server-internal-svc', '-o', 'jsonpath={range .spec.ports[*]}{.name}={.port}>{.targetPort} {end}'])).stdout.trim();
+      (
+        await cp.kubectl([
+          'get',
+          'svc',
+          '-n',
+          'kube-system',
+          'x-tunnel-server-internal-svc',
+          '-o',
+          'jsonpath={range .spec.ports[*]}{.name}={.port}>{.targetPort} {end}',
+        ])
+      ).stdout.trim();
     const defaults = 'https=10250>10263 http=10255>10264';
     assert.equal(await ports(), defaults);
     await cp.apply({
@@ -243,9 +265,17 @@ describe('DNS record controller with a real kube-apiserver', { skip }, () => {
     const wanted = `${defaults} dnat-9100=9100>10264 dnat-9101=9101>10264 dnat-9443=9443>10263`;
     for (let i = 0; i < 100 && (await ports()) !== wanted; i++) await new Promise((r) => setTimeout(r, 100));
     assert.equal(await ports(), wanted);
-    assert.deepEqual([...new Set(await managers(cp, 'svc', 'x-tunnel-server-internal-svc'))].filter((m) => m.startsWith('dns-')), ['dns-ports']);
+    assert.deepEqual(
+      [...new Set(await managers(cp, 'svc', 'x-tunnel-server-internal-svc'))].filter((m) => m.startsWith('dns-')),
+      ['dns-ports'],
+    );
 
-    await cp.apply({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'yurt-tunnel-server-cfg', namespace: 'kube-system' }, data: { 'https-proxy-ports': '9443,9101' } });
+    await cp.apply({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'yurt-tunnel-server-cfg', namespace: 'kube-system' },
+      data: { 'https-proxy-ports': '9443,9101' },
+    });
     const edited = `${defaults} dnat-9101=9101>10263 dnat-9443=9443>10263`;
     for (let i = 0; i < 100 && (await ports()) !== edited; i++) await new Promise((r) => setTimeout(r, 100));
     assert.equal(await ports(), edited);

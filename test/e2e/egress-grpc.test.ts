@@ -22,7 +22,10 @@ const fixture = kubeAPIServerFixture<{ proxyStreams: { http2RequestHeaders?: [st
 const RECORDED_HEADERS = fixture[0]!.proxyStreams[0]!.http2RequestHeaders!;
 
 /** A ProxyService stream opened with kube-apiserver's recorded headers, `<scratch>/egress.sock` filled in. */
-function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {
+function recordedCall(
+  h: Harness,
+  path: string,
+): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {
   const session = http2.connect('http://localhost', { createConnection: () => connect(path) });
   session.on('error', () => {});
   h.defer(() => session.destroy());
@@ -42,7 +45,7 @@ function recordedCall(h: Harness, path: string): { send(p: KnownPacket): void; n
       else queue.push(p);
     }
   });
-  const status = new Promise<string>((resolve) => stream.once('trailers', (t) => resolve(String(t['grpc-status']))));
+  const status = new Promise<string>((resolve) => stream.once('trailers', (t: http2.IncomingHttpHeaders) => resolve(String(t['grpc-status']))));
   const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
   return {
     send: (p) => {
@@ -69,7 +72,7 @@ async function startEgress(h: Harness, dialRequestTimeoutMs?: number): Promise<{
   return { path, server };
 }
 
-test('kube-apiserver\'s recorded headers (:authority = the socket path): dial, 16 MiB echo byte-exact, CLOSE_REQ answered with CLOSE_RSP', async (t) => {
+test("kube-apiserver's recorded headers (:authority = the socket path): dial, 16 MiB echo byte-exact, CLOSE_REQ answered with CLOSE_RSP", async (t) => {
   const h = harness(t);
   const { path } = await startEgress(h);
   const echo = await startEchoServer(h);
@@ -77,7 +80,6 @@ test('kube-apiserver\'s recorded headers (:authority = the socket path): dial, 1
   call.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 932131510788382616n });
   const rsp = await call.next();
   assert.equal(rsp.type, 'DIAL_RSP');
-  if (rsp.type !== 'DIAL_RSP') return;
   assert.equal(rsp.random, 932131510788382616n);
   assert.equal(rsp.error, '');
   const payload = randomBytes(16 * 1024 * 1024);
@@ -87,11 +89,9 @@ test('kube-apiserver\'s recorded headers (:authority = the socket path): dial, 1
     while (got < payload.length) {
       const p = await call.next();
       assert.equal(p.type, 'DATA');
-      if (p.type === 'DATA') {
-        assert.equal(p.connectID, rsp.connectID);
-        received.push(p.data);
-        got += p.data.length;
-      }
+      assert.equal(p.connectID, rsp.connectID);
+      received.push(p.data);
+      got += p.data.length;
     }
   })();
   for (let off = 0; off < payload.length; off += 32 * 1024) {
@@ -131,17 +131,18 @@ test('a dial to an address no agent serves fails at once with a DIAL_RSP naming 
   const rsp = await call.next();
   assert.ok(performance.now() - started < 1000);
   assert.equal(rsp.type, 'DIAL_RSP');
-  if (rsp.type === 'DIAL_RSP') {
-    assert.equal(rsp.random, 42n);
-    assert.match(rsp.error, /no agent serves 10\.9\.9\.9/);
-  }
+  assert.equal(rsp.random, 42n);
+  assert.match(rsp.error, /no agent serves 10\.9\.9\.9/);
   await call.closed;
 
   const refused = recordedCall(h, path);
   const { closedPort } = await import('../support/tunnel.js');
   refused.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${await closedPort()}`, random: 43n });
   const r2 = await refused.next();
-  assert.ok(r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error), JSON.stringify(r2, (_k, v) => (typeof v === 'bigint' ? String(v) : v)));
+  assert.ok(
+    r2.type === 'DIAL_RSP' && /^node edge-1: .*ECONNREFUSED|refused/.test(r2.error),
+    JSON.stringify(r2, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v)),
+  );
 });
 
 test('a grpc-js ProxyService client: dial, echo, CLOSE_REQ', async (t) => {

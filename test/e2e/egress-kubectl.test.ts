@@ -70,7 +70,9 @@ function kubectlCases(state: () => { cp: ControlPlane; kubelet: StandinKubelet; 
 
   test('kubectl port-forward: a byte-exact echo through the forwarded port', async () => {
     const { cp } = state();
-    const pf = spawn(cp.bins.kubectl, [`--kubeconfig=${cp.adminKubeconfig}`, 'port-forward', 'pod/p1', ':80', '--address=127.0.0.1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const pf = spawn(cp.bins.kubectl, [`--kubeconfig=${cp.adminKubeconfig}`, 'port-forward', 'pod/p1', ':80', '--address=127.0.0.1'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const exited = once(pf, 'exit');
     try {
       let out = '';
@@ -134,7 +136,12 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     dir = await mkdtemp(join(tmpdir(), 'yt-egress-'));
     const echo = await startEchoServer(suite);
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
-    kubelet = new StandinKubelet({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, portForwardTargets: { 80: { host: '127.0.0.1', port: echo.port } } });
+    kubelet = new StandinKubelet({
+      cert: serving.cert,
+      key: serving.key,
+      clientCA: cp.pki.ca.cert,
+      portForwardTargets: { 80: { host: '127.0.0.1', port: echo.port } },
+    });
     await kubelet.start();
     suite.defer(() => kubelet.close());
     await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
@@ -148,7 +155,7 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
 
   const state = (): { cp: ControlPlane; kubelet: StandinKubelet; agent: TunnelAgent } => ({ cp, kubelet, agent });
 
-  test('interceptor routing from informers: an exec whose Host is kube-apiserver\'s address reaches the node of the pod in its path', async (t) => {
+  test("interceptor routing from informers: an exec whose Host is kube-apiserver's address reaches the node of the pod in its path", async (t) => {
     // The file's server and agent keep running (and making timers) across tests: no per-test leak check here.
     const h = harness(t, { leakCheck: false });
     // As kube-apiserver sends it to a kubelet: its own client certificate, its own address in Host.
@@ -178,7 +185,7 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     assert.equal(Buffer.concat(stdout).toString(), 'routed by pod\n');
     const exec = kubelet.requests.filter((r) => r.target.startsWith('/exec/'));
     assert.equal(exec.length, execsBefore + 1);
-    assert.match(exec[exec.length - 1]!.clientSubject.commonName, /tunnel-proxy-client/, 'the kubelet sees the tunnel\'s CSR-issued proxy-client certificate');
+    assert.match(exec[exec.length - 1]!.clientSubject.commonName, /tunnel-proxy-client/, "the kubelet sees the tunnel's CSR-issued proxy-client certificate");
   });
 
   // Each part says which egress selector it needs; kube-apiserver restarts only when the mode changes.

@@ -8,7 +8,7 @@
 // kube-apiserver's exec, attach and port-forward requests carry its own
 // address in Host, so only the pod path says where they go.
 
-import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import { defineFixtureReplay, recordedKubeletOptions } from '../support/fixture-replay.js';
 import { proxyClientCert, startMaster } from '../support/master.js';
 import { testPKI } from '../support/pki.js';
@@ -20,7 +20,13 @@ const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trail
 
 defineFixtureReplay('through the master port', async (h, acceptV5) => {
   const pki = testPKI();
-  const kubelet = new StandinKubelet({ cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert, nodeName: 'edge-1', ...recordedKubeletOptions(acceptV5) });
+  const kubelet = new StandinKubelet({
+    cert: pki.server.cert,
+    key: pki.server.key,
+    clientCA: pki.ca.cert,
+    nodeName: 'edge-1',
+    ...recordedKubeletOptions(acceptV5),
+  });
   h.defer(() => kubelet.close());
   await kubelet.start();
   const { server } = await startTunnel(h);

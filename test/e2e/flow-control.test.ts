@@ -52,7 +52,10 @@ test('an upstream-style agent that does not announce a window gets no flow contr
   const server = await startServer(h);
   const pki = testPKI();
   const agent = scriptedAgent(h, server.agentAddress, {
-    metadata: [['agentid', 'go-agent'], ['agentidentifiers', 'host=go-agent']],
+    metadata: [
+      ['agentid', 'go-agent'],
+      ['agentidentifiers', 'host=go-agent'],
+    ],
     tls: { ca: pki.ca.cert, ...pki.agent('go-agent') },
   });
   const md = await agent.headers;

@@ -11,7 +11,6 @@ import { Tunnel } from '../../pkg/tunnel/tunnel.js';
 import { harness } from '../support/harness.js';
 import { startAgent, startRoundRobin, startServer, tempDir, waitFor } from '../support/tunnel.js';
 
-
 test('behind a load balancer the agent keeps dialling until it holds servercount distinct servers', async (t) => {
   const h = harness(t);
   const a = await startServer(h, { serverID: 'server-a', endpoint: { serverCount: 2 } });

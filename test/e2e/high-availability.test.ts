@@ -8,7 +8,6 @@ import { test } from 'node:test';
 import { harness } from '../support/harness.js';
 import { roundTrip, startAgent, startEchoServer, startRoundRobin, startServer, waitFor, type TestAgent, type TestServer } from '../support/tunnel.js';
 
-
 const NODES = 5;
 
 async function everyNodeThrough(server: TestServer, echoPort: number): Promise<void> {
@@ -19,64 +18,69 @@ async function everyNodeThrough(server: TestServer, echoPort: number): Promise<v
   }
 }
 
-test('3 replicas, 5 agents: every node through every replica; one replica killed, traffic through the others never stops; new replicas are found', { timeout: 120_000 }, async (t) => {
-  const h = harness(t);
-  const echo = await startEchoServer(h);
-  const servers = new Map<string, TestServer>();
-  const ports: number[] = [];
-  const add = async (id: string, serverCount: number): Promise<TestServer> => {
-    const s = await startServer(h, { serverID: id, endpoint: { serverCount } });
-    servers.set(id, s);
-    ports.push(s.endpoint.address.port);
-    return s;
-  };
-  for (const id of ['server-a', 'server-b', 'server-c']) await add(id, 3);
-  const lbPort = await startRoundRobin(h, ports);
-  const agents: TestAgent[] = [];
-  for (let i = 0; i < NODES; i++) {
-    agents.push(
-      startAgent(h, `127.0.0.1:${lbPort}`, {
-        nodeName: `edge-${i}`,
-        connection: { serverName: 'localhost' },
-        syncIntervalMs: 100,
-        probeIntervalMs: 500,
-      }),
-    );
-  }
-  await waitFor('every agent on all three replicas', () => agents.every((a) => a.clients.connectedServers === 3), 20_000);
-  for (const s of servers.values()) {
-    assert.equal(s.tunnel.registry.agentCount, NODES);
-    await everyNodeThrough(s, echo.port);
-  }
-
-  // Kill server-b while traffic runs through the other two.
-  const a = servers.get('server-a')!;
-  const c = servers.get('server-c')!;
-  let stop = false;
-  let roundTrips = 0;
-  const traffic = (async () => {
-    while (!stop) {
-      for (const s of [a, c]) await everyNodeThrough(s, echo.port);
-      roundTrips += 2 * NODES;
+test(
+  '3 replicas, 5 agents: every node through every replica; one replica killed, traffic through the others never stops; new replicas are found',
+  { timeout: 120_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const servers = new Map<string, TestServer>();
+    const ports: number[] = [];
+    const add = async (id: string, serverCount: number): Promise<TestServer> => {
+      const s = await startServer(h, { serverID: id, endpoint: { serverCount } });
+      servers.set(id, s);
+      ports.push(s.endpoint.address.port);
+      return s;
+    };
+    for (const id of ['server-a', 'server-b', 'server-c']) await add(id, 3);
+    const lbPort = await startRoundRobin(h, ports);
+    const agents: TestAgent[] = [];
+    for (let i = 0; i < NODES; i++) {
+      agents.push(
+        startAgent(h, `127.0.0.1:${lbPort}`, {
+          nodeName: `edge-${i}`,
+          connection: { serverName: 'localhost' },
+          syncIntervalMs: 100,
+          probeIntervalMs: 500,
+        }),
+      );
     }
-  })();
-  const bPort = servers.get('server-b')!.endpoint.address.port;
-  await servers.get('server-b')!.stop();
-  ports.splice(ports.indexOf(bPort), 1);
-  servers.delete('server-b');
-  await waitFor('agents to notice', () => agents.every((x) => x.clients.connectedServers === 2), 10_000);
-  await waitFor('more traffic after the loss', () => roundTrips >= 60, 20_000);
-  stop = true;
-  await traffic;
+    await waitFor('every agent on all three replicas', () => agents.every((a) => a.clients.connectedServers === 3), 20_000);
+    for (const s of servers.values()) {
+      assert.equal(s.tunnel.registry.agentCount, NODES);
+      await everyNodeThrough(s, echo.port);
+    }
 
-  // A fourth replica: agents holding two of three find it.
-  const d = await add('server-d', 3);
-  await waitFor('every agent to reach server-d', () => agents.every((x) => x.clients.serverIDs.includes('server-d')), 15_000);
-  await everyNodeThrough(d, echo.port);
+    // Kill server-b while traffic runs through the other two.
+    const a = servers.get('server-a')!;
+    const c = servers.get('server-c')!;
+    let stop = false;
+    let roundTrips = 0;
+    const traffic = (async () => {
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set once server-b is killed
+      while (!stop) {
+        for (const s of [a, c]) await everyNodeThrough(s, echo.port);
+        roundTrips += 2 * NODES;
+      }
+    })();
+    const bPort = servers.get('server-b')!.endpoint.address.port;
+    await servers.get('server-b')!.stop();
+    ports.splice(ports.indexOf(bPort), 1);
+    servers.delete('server-b');
+    await waitFor('agents to notice', () => agents.every((x) => x.clients.connectedServers === 2), 10_000);
+    await waitFor('more traffic after the loss', () => roundTrips >= 60, 20_000);
+    stop = true;
+    await traffic;
 
-  // A fifth announcing servercount 4 while every agent holds three of three: found by the agents' probes.
-  const e = await add('server-e', 4);
-  await waitFor('every agent to reach server-e by probing', () => agents.every((x) => x.clients.serverIDs.includes('server-e')), 30_000);
-  assert.ok(agents.every((x) => x.clients.connectedServers === 4));
-  await everyNodeThrough(e, echo.port);
-});
+    // A fourth replica: agents holding two of three find it.
+    const d = await add('server-d', 3);
+    await waitFor('every agent to reach server-d', () => agents.every((x) => x.clients.serverIDs.includes('server-d')), 15_000);
+    await everyNodeThrough(d, echo.port);
+
+    // A fifth announcing servercount 4 while every agent holds three of three: found by the agents' probes.
+    const e = await add('server-e', 4);
+    await waitFor('every agent to reach server-e by probing', () => agents.every((x) => x.clients.serverIDs.includes('server-e')), 30_000);
+    assert.ok(agents.every((x) => x.clients.connectedServers === 4));
+    await everyNodeThrough(e, echo.port);
+  },
+);

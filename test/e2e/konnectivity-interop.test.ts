@@ -18,6 +18,7 @@ import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../s
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 import { egressDial } from '../support/egress-client.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const bins = findKonnectivity();
 const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
@@ -95,10 +96,7 @@ async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServ
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
   const agentPort = await closedPort();
-  const proc = startProcess(h, SERVER_BIN, [
-    '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', '--v', '2', ...extra,
-  ]);
+  const proc = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir, agentPort, udsPath }), '--v', '2', ...extra]);
   await proc.waitForLine(/yurt-tunnel-server started/);
   return {
     proc,
@@ -150,7 +148,10 @@ test('Go agent → our server: 16 MiB echo, then 256 MiB download, byte-exact, a
   const got = await drain(d.socket, d.rest);
   assert.equal(got.bytes, 256 * MiB);
   assert.equal(got.hash, source.hash);
-  assert.deepEqual(server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)), []);
+  assert.deepEqual(
+    server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)),
+    [],
+  );
 });
 
 test('Go agent → our server: a refused dial is 502, 200 concurrent connections are byte-exact, an idle link outlives our keepalive pings', SKIP, async (t) => {
@@ -185,18 +186,25 @@ test('Go agent → our server: a refused dial is 502, 200 concurrent connections
   const metaPort = Number(/metaPort=(\d+)/.exec(await server.proc.waitForLine(/yurt-tunnel-server started/))![1]);
   let last = await keepaliveRoundTrip(metaPort);
   let answered = 0;
-  await waitFor('three keepalive pings answered on the idle link', async () => {
-    const now = await keepaliveRoundTrip(metaPort);
-    if (now !== last) answered++;
-    last = now;
-    return answered >= 3;
-  }, 15_000);
+  await waitFor(
+    'three keepalive pings answered on the idle link',
+    async () => {
+      const now = await keepaliveRoundTrip(metaPort);
+      if (now !== last) answered++;
+      last = now;
+      return answered >= 3;
+    },
+    15_000,
+  );
   const after = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(after.status, 200, after.head);
   after.socket.write('still there');
   assert.equal((await readExactly(after.socket, 11, after.rest)).toString(), 'still there');
   after.socket.destroy();
-  assert.deepEqual(server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)), []);
+  assert.deepEqual(
+    server.proc.lines.filter((l) => /too_many_pings|pings too often|agent disconnected/.test(l)),
+    [],
+  );
 });
 
 test('Go agent killed → our server closes its clients within a second', SKIP, async (t) => {
@@ -219,15 +227,16 @@ test('Go agent killed → our server closes its clients within a second', SKIP, 
   assert.ok(performance.now() - killedAt < 1000);
 });
 
-test('one Go agent and one of ours on our server: each node\'s traffic reaches its own agent', SKIP, async (t) => {
+test("one Go agent and one of ours on our server: each node's traffic reaches its own agent", SKIP, async (t) => {
   const h = harness(t);
   const server = await startOurServer(h);
   const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
   const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
   await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
   const ours = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`, '--meta-port', '0',
-    '--ca-file', join(tsDir, 'ca.crt'), '--cert-file', join(tsDir, 'tls.crt'), '--key-file', join(tsDir, 'tls.key'), '--v', '3',
+    ...localAgentFlags({ nodeName: 'edge-ts', nodeIP: '127.0.0.3', serverPort: server.agentPort, agentDir: tsDir }),
+    '--v',
+    '3',
   ]);
   await ours.waitForLine(/connected to tunnel server/);
   await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
@@ -248,61 +257,69 @@ test('one Go agent and one of ours on our server: each node\'s traffic reaches i
   }
   // Our agent logged its one connection; the Go agent carried the other.
   await waitFor('our agent to log its connection', () => ours.lines.some((l) => /connection established.*127\.0\.0\.3/.test(l)), 5000);
-  assert.equal(ours.lines.some((l) => /127\.0\.0\.2/.test(l)), false);
+  assert.equal(
+    ours.lines.some((l) => /127\.0\.0\.2/.test(l)),
+    false,
+  );
 });
 
-test('a target reset: through our agent the egress caller is told (CLOSE_RSP error, UNAVAILABLE); through the Go agent it is a plain close, all it can say', SKIP, async (t) => {
-  const h = harness(t);
-  const dir = await tempDir(h);
-  const egressPath = join(dir, 'egress.sock');
-  const server = await startOurServer(h, ['--egress-selector-enable', '--egress-selector-uds', egressPath, '--egress-selector-mode', 'grpc']);
-  const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
-  const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
-  await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
-  startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-ts', '--node-ip', '127.0.0.3', '--tunnelserver-addr', `127.0.0.1:${server.agentPort}`, '--meta-port', '0',
-    '--ca-file', join(tsDir, 'ca.crt'), '--cert-file', join(tsDir, 'tls.crt'), '--key-file', join(tsDir, 'tls.key'),
-  ]);
-  await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
-  // Each target sends a little, then resets the connection when the caller speaks.
-  const ports = new Map<string, number>();
-  for (const ip of ['127.0.0.2', '127.0.0.3']) {
-    const srv = createServer((s) => {
-      s.on('error', () => {});
-      s.write('partial');
-      s.once('data', () => s.resetAndDestroy());
-    });
-    srv.listen(0, ip);
-    await once(srv, 'listening');
-    h.defer(() => new Promise((r) => srv.close(r)));
-    ports.set(ip, (srv.address() as AddressInfo).port);
-  }
-  const cutThrough = async (ip: string): Promise<{ code: number; details: string; closeError: string | undefined }> => {
-    const call = await egressDial(h, egressPath, `${ip}:${ports.get(ip)}`);
-    await waitFor('the first bytes', () => call.received().length > 0);
-    call.call.write({ type: 'DATA', data: { connectID: call.connectID, error: '', data: Buffer.from('go on') } });
-    const status = await call.status;
-    assert.equal(call.received().toString(), 'partial');
-    return { code: status.code, details: status.details, closeError: call.closeResponse()?.error };
-  };
-  const ours = await cutThrough('127.0.0.3');
-  assert.equal(ours.code, GrpcStatus.UNAVAILABLE, ours.details);
-  assert.match(ours.closeError ?? '', /ECONNRESET/);
-  const go = await cutThrough('127.0.0.2');
-  assert.deepEqual(go, { code: GrpcStatus.OK, details: '', closeError: '' });
-});
+test(
+  'a target reset: through our agent the egress caller is told (CLOSE_RSP error, UNAVAILABLE); through the Go agent it is a plain close, all it can say',
+  SKIP,
+  async (t) => {
+    const h = harness(t);
+    const dir = await tempDir(h);
+    const egressPath = join(dir, 'egress.sock');
+    const server = await startOurServer(h, ['--egress-selector-enable', '--egress-selector-uds', egressPath, '--egress-selector-mode', 'grpc']);
+    const goDir = await server.issueAgentCert('edge-go', '127.0.0.2');
+    const tsDir = await server.issueAgentCert('edge-ts', '127.0.0.3');
+    await startGoAgent(h, goDir, server.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.2');
+    startProcess(h, AGENT_BIN, [...localAgentFlags({ nodeName: 'edge-ts', nodeIP: '127.0.0.3', serverPort: server.agentPort, agentDir: tsDir })]);
+    await waitFor('both agents', () => server.proc.lines.filter((l) => /agent connected/.test(l)).length === 2, 10_000);
+    // Each target sends a little, then resets the connection when the caller speaks.
+    const ports = new Map<string, number>();
+    for (const ip of ['127.0.0.2', '127.0.0.3']) {
+      const srv = createServer((s) => {
+        s.on('error', () => {});
+        s.write('partial');
+        s.once('data', () => s.resetAndDestroy());
+      });
+      srv.listen(0, ip);
+      await once(srv, 'listening');
+      h.defer(() => new Promise((r) => srv.close(r)));
+      ports.set(ip, (srv.address() as AddressInfo).port);
+    }
+    const cutThrough = async (ip: string): Promise<{ code: number; details: string; closeError: string | undefined }> => {
+      const call = await egressDial(h, egressPath, `${ip}:${ports.get(ip)}`);
+      await waitFor('the first bytes', () => call.received().length > 0);
+      call.call.write({ type: 'DATA', data: { connectID: call.connectID, error: '', data: Buffer.from('go on') } });
+      const status = await call.status;
+      assert.equal(call.received().toString(), 'partial');
+      return { code: status.code, details: status.details, closeError: call.closeResponse()?.error };
+    };
+    const ours = await cutThrough('127.0.0.3');
+    assert.equal(ours.code, GrpcStatus.UNAVAILABLE, ours.details);
+    assert.match(ours.closeError ?? '', /ECONNRESET/);
+    const go = await cutThrough('127.0.0.2');
+    assert.deepEqual(go, { code: GrpcStatus.OK, details: '', closeError: '' });
+  },
+);
 
 /** Waits until the Go server's /readyz says it holds an agent (it answers 500 "No connection to any proxy agent" until then). */
 async function goServerReady(healthPort: number): Promise<void> {
-  await waitFor('the Go server to register our agent', async () => {
-    const status = await new Promise<number>((resolve) => {
-      get(`http://127.0.0.1:${healthPort}/readyz`, (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-      }).on('error', () => resolve(0));
-    });
-    return status === 200;
-  }, 10_000);
+  await waitFor(
+    'the Go server to register our agent',
+    async () => {
+      const status = await new Promise<number>((resolve) => {
+        get(`http://127.0.0.1:${healthPort}/readyz`, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        }).on('error', () => resolve(0));
+      });
+      return status === 200;
+    },
+    10_000,
+  );
 }
 
 test('our agent → Go server: echo, download, a refused dial, and back after the Go server restarts', SKIP, async (t) => {
@@ -323,9 +340,26 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   };
   let goServer = await startGoServer();
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${ports.agentPort}`, '--meta-port', '0',
-    '--ca-file', agentFiles.caFile, '--cert-file', agentFiles.certFile, '--key-file', agentFiles.keyFile,
-    '--sync-interval', '200ms', '--sync-interval-cap', '1s', '--v', '2',
+    '--node-name',
+    'edge-1',
+    '--node-ip',
+    '127.0.0.1',
+    '--tunnelserver-addr',
+    `127.0.0.1:${ports.agentPort}`,
+    '--meta-port',
+    '0',
+    '--ca-file',
+    agentFiles.caFile,
+    '--cert-file',
+    agentFiles.certFile,
+    '--key-file',
+    agentFiles.keyFile,
+    '--sync-interval',
+    '200ms',
+    '--sync-interval-cap',
+    '1s',
+    '--v',
+    '2',
   ]);
   await agent.waitForLine(/connected to tunnel server/);
   // Our agent has its response headers before the Go server has registered it as a backend.
@@ -385,7 +419,7 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   again.socket.destroy();
 });
 
-test('a stalled reader behind a Go agent is closed after --stalled-connection-timeout; the agent\'s other dials flow', SKIP, async (t) => {
+test("a stalled reader behind a Go agent is closed after --stalled-connection-timeout; the agent's other dials flow", SKIP, async (t) => {
   const h = harness(t);
   const server = await startOurServer(h, ['--stalled-connection-timeout', '1s']);
   const agentDir = await server.issueAgentCert('edge-1', '127.0.0.1');

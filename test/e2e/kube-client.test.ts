@@ -3,13 +3,14 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node, type Watch } from '@kubernetes/client-node';
+import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node } from '@kubernetes/client-node';
 import { Informer } from '../../pkg/kube/informer.js';
 import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
 import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
-import { CertificateRequestDenied, CsrSigner } from '../../pkg/kube/csr-signer.js';
+import { CsrSigner } from '../../pkg/kube/csr-signer.js';
+import { CertificateRequestError } from '../../pkg/protocol/errors.js';
 import { nodeInformer } from '../../pkg/kube/node-resolver.js';
 import { LeaderElector } from '../../pkg/kube/leader-election.js';
 import { writeFile } from 'node:fs/promises';
@@ -53,6 +54,7 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     client = createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig });
   });
   after(async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- unset if before() failed
     await cp?.stop();
   });
 
@@ -87,7 +89,10 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     await putNode(cp, 'gone-a', { internalIP: '127.0.0.5', kubeletPort: 10250 });
     const oldVersion = (await client.core.listNode()).metadata?.resourceVersion;
     for (let i = 0; i < 5; i++) {
-      await client.core.patchNode({ name: 'gone-a', body: { metadata: { labels: { round: String(i) } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+      await client.core.patchNode(
+        { name: 'gone-a', body: { metadata: { labels: { round: String(i) } } } },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
     }
     await cp.compactEtcd();
     const log = new MemoryLogger(2);
@@ -96,12 +101,17 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     const realWatch = client.watch;
     const staleWatch = {
       config: realWatch.config,
-      watch(path: string, query: Record<string, string | number | boolean | undefined>, cb: (type: string, obj: unknown) => void, done: (err: unknown) => void) {
+      watch(
+        path: string,
+        query: Record<string, string | number | boolean | undefined>,
+        cb: (type: string, obj: unknown) => void,
+        done: (err: unknown) => void,
+      ) {
         const q = first ? { ...query, resourceVersion: oldVersion } : query;
         first = false;
         return realWatch.watch(path, q, cb, done);
       },
-    } as unknown as Watch;
+    };
     const informer = new Informer<V1Node>({ name: 'nodes', list: (o) => client.core.listNode(o), watchPath: '/api/v1/nodes', watch: staleWatch, logger: log });
     h.defer(() => informer.stop());
     informer.start();
@@ -201,15 +211,25 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.deepEqual(leading, ['+replica-a', '-replica-a', '+replica-b']);
     const lease = await client.coordination.readNamespacedLease({ namespace: 'kube-system', name: 'tunnel-test-lease' });
     assert.equal(lease.spec?.holderIdentity, 'replica-b');
-    assert.equal(lease.spec?.leaseTransitions, 1);
+    assert.equal(lease.spec.leaseTransitions, 1);
   });
 
   test('a CSR is created, waits for approval, and comes back signed by the cluster CA; a denied one fails with the reason', async (t) => {
     harness(t);
     const log = new MemoryLogger();
     const signer = new CsrSigner(client, { pollMs: 200, logger: log });
-    const { csr } = createSigningRequest({ commonName: 'tunnel-agent-client', organizations: ['openyurt:yurttunnel'], dnsNames: ['edge-9'], ips: ['127.0.0.9'] });
-    const signed = signer.sign({ namePrefix: 'kube-client-test-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
+    const { csr } = createSigningRequest({
+      commonName: 'tunnel-agent-client',
+      organizations: ['openyurt:yurttunnel'],
+      dnsNames: ['edge-9'],
+      ips: ['127.0.0.9'],
+    });
+    const signed = signer.sign({
+      namePrefix: 'kube-client-test-',
+      csr,
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      usages: ['digital signature', 'key encipherment', 'client auth'],
+    });
     const name = await csrNamed(cp, 'kube-client-test-');
     assert.ok(log.records.some((r) => r.message.includes('waiting for it to be approved')));
     assert.equal((await cp.kubectl(['certificate', 'approve', name])).code, 0);
@@ -219,9 +239,17 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.deepEqual(summary.dnsNames, ['edge-9']);
     assert.deepEqual(summary.ips, ['127.0.0.9']);
 
-    const denied = signer.sign({ namePrefix: 'kube-client-deny-', csr, signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'key encipherment', 'client auth'] });
+    const denied = signer.sign({
+      namePrefix: 'kube-client-deny-',
+      csr,
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      usages: ['digital signature', 'key encipherment', 'client auth'],
+    });
     // The signer may see the denial before kubectl has exited: the rejection is expected before denying.
-    const refused = assert.rejects(denied, (err: unknown) => err instanceof CertificateRequestDenied && /was denied/.test((err as Error).message));
+    const refused = assert.rejects(
+      denied,
+      (err: unknown) => err instanceof CertificateRequestError && err.code === 'YT_ERR_CSR_DENIED' && /was denied/.test((err as Error).message),
+    );
     const deniedName = await csrNamed(cp, 'kube-client-deny-');
     assert.equal((await cp.kubectl(['certificate', 'deny', deniedName])).code, 0);
     await refused;

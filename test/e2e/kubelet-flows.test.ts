@@ -12,14 +12,7 @@ import { AllowList } from '../../pkg/agent/allow-list.js';
 import { harness, type Harness } from '../support/harness.js';
 import { apiserverClientCert, callMaster, startKubelet, startMaster } from '../support/master.js';
 import { testPKI } from '../support/pki.js';
-import {
-  CHANNEL,
-  forwardPatternEcho,
-  PatternVerifier,
-  patternView,
-  upgradeToChannelWebSocket,
-  upgradeToSpdy,
-} from '../support/standin-kubelet/index.js';
+import { CHANNEL, forwardPatternEcho, PatternVerifier, patternView, upgradeToChannelWebSocket, upgradeToSpdy } from '../support/standin-kubelet/index.js';
 import { startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -43,7 +36,7 @@ async function streamFromMaster(h: Harness, port: number, path: string, host: st
   return res;
 }
 
-test('logs follow: each line arrives as it is written, and closing the caller stops the kubelet\'s stream', async (t) => {
+test("logs follow: each line arrives as it is written, and closing the caller stops the kubelet's stream", async (t) => {
   const h = harness(t);
   const kubelet = await startKubelet(h, 'edge-1', { followIntervalMs: 50 });
   const { server } = await startTunnel(h);
@@ -117,7 +110,7 @@ test('WebSocket exec (v5.channel.k8s.io) echoes 10 MiB both ways byte-exact, the
   await waitFor('the connection to close', () => socket.destroyed || socket.readableEnded, 2000);
 });
 
-test('a refused upgrade is passed back as it came; kubectl\'s SPDY port-forward then works byte-exact', async (t) => {
+test("a refused upgrade is passed back as it came; kubectl's SPDY port-forward then works byte-exact", async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const kubelet = await startKubelet(h, 'edge-1', { portForwardTargets: { 80: { host: '127.0.0.1', port: echo.port } } });
@@ -127,16 +120,18 @@ test('a refused upgrade is passed back as it came; kubectl\'s SPDY port-forward 
 
   // kubectl v1.32 first tries WebSocket; a v1.24-like kubelet answers 403, which must reach kubectl unchanged.
   const first = await dialMaster(h, securePort);
-  await assert.rejects(
-    upgradeToChannelWebSocket({ socket: first, target: '/portForward/default/p1', protocols: ['SPDY/3.1+portforward.k8s.io'], host }),
-    { status: 403 },
-  );
+  await assert.rejects(upgradeToChannelWebSocket({ socket: first, target: '/portForward/default/p1', protocols: ['SPDY/3.1+portforward.k8s.io'], host }), {
+    status: 403,
+  });
 
   const socket = await dialMaster(h, securePort);
   const { session, protocol } = await upgradeToSpdy({ socket, target: '/portForward/default/p1', protocols: ['portforward.k8s.io'], host });
   assert.equal(protocol, 'portforward.k8s.io');
   const results = await Promise.all([forwardPatternEcho(session, 80, 0, 4 * MiB), forwardPatternEcho(session, 80, 1, 3 * MiB + 17)]);
-  assert.deepEqual(results, [{ echoed: 4 * MiB, errorText: '' }, { echoed: 3 * MiB + 17, errorText: '' }]);
+  assert.deepEqual(results, [
+    { echoed: 4 * MiB, errorText: '' },
+    { echoed: 3 * MiB + 17, errorText: '' },
+  ]);
   session.close();
   await once(session, 'close');
 });
@@ -181,7 +176,7 @@ test('pooled keep-alive: 50 requests on one caller connection all work, over reu
   assert.equal(kubeletConnections.size, 1, 'and one tunnelled connection to the kubelet, reused');
 });
 
-test('localhost-proxy-ports reach the node\'s loopback; an address no agent has gets 400', async (t) => {
+test("localhost-proxy-ports reach the node's loopback; an address no agent has gets 400", async (t) => {
   const h = harness(t);
   const seen: string[] = [];
   const meta = await startTCPServer(h, (s) => {

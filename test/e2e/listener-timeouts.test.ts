@@ -88,7 +88,16 @@ test('a silent or slow caller is closed at its timeout on every listener, logged
     slowCaller(h, uds(egressPath), Buffer.concat([H2_PREFACE, h2Frame(0x4 /* SETTINGS */, 0, 0, Buffer.alloc(0))])),
   ]);
 
-  for (const [name, c] of Object.entries({ secureSilent, secureSlow, insecureSlow, insecureSilent, agentSilent, proxierSlow, egressSilent, egressPrefaceOnly })) {
+  for (const [name, c] of Object.entries({
+    secureSilent,
+    secureSlow,
+    insecureSlow,
+    insecureSilent,
+    agentSilent,
+    proxierSlow,
+    egressSilent,
+    egressPrefaceOnly,
+  })) {
     assert.ok(c.elapsedMs >= TIMEOUT_MS, `${name}: closed after ${c.elapsedMs} ms, before the timeout`);
   }
   // Callers with a complete TLS session, or none at all, get a 408 saying why.

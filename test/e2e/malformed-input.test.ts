@@ -18,6 +18,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const LIMIT = { timeout: 120_000 };
 
@@ -60,9 +61,19 @@ const httpCorpus: Array<[string, string | Buffer, boolean?]> = [
   ['control bytes in a header', Buffer.from(`GET / HTTP/1.1${CRLF}Host: a:1${CRLF}X-Bad: \x00\x01\x02${CRLF}${CRLF}`, 'latin1')],
   ['bad X-Tunnel-Proxy-Dest', `GET / HTTP/1.1${CRLF}Host: 10.0.0.1:10250${CRLF}X-Tunnel-Proxy-Dest: ::::${CRLF}${CRLF}`],
   ['Upgrade without Connection', `GET /exec/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Upgrade: websocket${CRLF}${CRLF}`],
-  ['bogus WebSocket handshake', `GET /exec/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: websocket${CRLF}Sec-WebSocket-Key: !!${CRLF}${CRLF}`],
-  ['SPDY upgrade to a node with no agent', `POST /portForward/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`],
-  ['an upgrade and an immediate close', `GET /attach/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`, true],
+  [
+    'bogus WebSocket handshake',
+    `GET /exec/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: websocket${CRLF}Sec-WebSocket-Key: !!${CRLF}${CRLF}`,
+  ],
+  [
+    'SPDY upgrade to a node with no agent',
+    `POST /portForward/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`,
+  ],
+  [
+    'an upgrade and an immediate close',
+    `GET /attach/ns/pod HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Connection: Upgrade${CRLF}Upgrade: SPDY/3.1${CRLF}${CRLF}`,
+    true,
+  ],
   ['a body shorter than its Content-Length', `POST /run/ns/pod/c HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Content-Length: 100000${CRLF}${CRLF}abc`, true],
   ['chunked garbage', `POST / HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}Transfer-Encoding: chunked${CRLF}${CRLF}zz${CRLF}garbage${CRLF}`],
   ['an absurd method', `FROBNICATE / HTTP/1.1${CRLF}Host: 127.0.0.1:10250${CRLF}${CRLF}`],
@@ -93,27 +104,34 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const egressPath = join(dir, 'egress.sock');
   const agentPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [
-    '--cert-dir', certDir, '--bind-address', '127.0.0.1', '--tunnel-agent-connect-port', String(agentPort),
-    '--interceptor-proxier-uds', udsPath, '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0', '--v', '2',
-    '--egress-selector-enable', '--egress-selector-mode', 'grpc', '--egress-selector-uds', egressPath,
+    ...localServerFlags({ certDir, agentPort, udsPath }),
+    '--v',
+    '2',
+    '--egress-selector-enable',
+    '--egress-selector-mode',
+    'grpc',
+    '--egress-selector-uds',
+    egressPath,
   ]);
   const started = await server.waitForLine(/yurt-tunnel-server started/);
   const securePort = Number(/securePort=(\d+)/.exec(started)![1]);
   const insecurePort = Number(/insecurePort=(\d+)/.exec(started)![1]);
-  const [ca, cert, key] = await Promise.all(
-    ['ca.crt', 'tunnel-proxy-client.crt', 'tunnel-proxy-client.key'].map((f) => readFile(join(certDir, f), 'utf8')),
-  );
-  const tlsDial = (port: number, extra: ConnectionOptions = {}): Dial => async () => {
-    const s = tlsConnect({ host: '127.0.0.1', port, ca, cert, key, servername: 'localhost', ...extra });
-    s.on('error', () => {});
-    await once(s, 'secureConnect');
-    return s;
-  };
-  const tcpDial = (port: number): Dial => async () => {
-    const s = connect(port, '127.0.0.1');
-    await once(s, 'connect');
-    return s;
-  };
+  const [ca, cert, key] = await Promise.all(['ca.crt', 'tunnel-proxy-client.crt', 'tunnel-proxy-client.key'].map((f) => readFile(join(certDir, f), 'utf8')));
+  const tlsDial =
+    (port: number, extra: ConnectionOptions = {}): Dial =>
+    async () => {
+      const s = tlsConnect({ host: '127.0.0.1', port, ca, cert, key, servername: 'localhost', ...extra });
+      s.on('error', () => {});
+      await once(s, 'secureConnect');
+      return s;
+    };
+  const tcpDial =
+    (port: number): Dial =>
+    async () => {
+      const s = connect(port, '127.0.0.1');
+      await once(s, 'connect');
+      return s;
+    };
   const udsDial: Dial = async () => {
     const s = connect(udsPath);
     await once(s, 'connect');
@@ -122,7 +140,10 @@ test('a corpus of malformed input to every listener of the real server: answers 
 
   const answers: string[] = [];
   for (const [name, bytes, endAfter] of httpCorpus) {
-    for (const [port, dial] of [['insecure', tcpDial(insecurePort)], ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })]] as const) {
+    for (const [port, dial] of [
+      ['insecure', tcpDial(insecurePort)],
+      ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })],
+    ] as const) {
       const got = await poke(h, dial, bytes, endAfter === true);
       answers.push(`${port} ${name}: ${got.split(CRLF)[0] ?? ''}`);
       assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the ${port} port:\n${server.lines.join('\n')}`);
@@ -169,34 +190,101 @@ test('a corpus of malformed input to every listener of the real server: answers 
     ['an undecodable header block', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, Buffer.from([0xff, 0xff, 0xff, 0xff, 0x7f]))])],
     ['a header block interrupted by DATA', Buffer.concat([preface, settings, h2(0x1, 0, 1, callHeaders.subarray(0, 5)), h2(0x0, 0, 1, Buffer.alloc(4))])],
     ['a CONTINUATION alone', Buffer.concat([preface, settings, h2(0x9, 0x4, 1, callHeaders)])],
-    ['an unknown method', Buffer.concat([preface, settings, h2(0x1, 0x4 | 0x1, 1, encodeHeaderBlock([{ name: ':method', value: 'POST' }, { name: ':scheme', value: 'http' }, { name: ':path', value: '/Nope/Nope' }, { name: ':authority', value: 'x' }, { name: 'content-type', value: 'application/grpc' }]))])],
-    ['garbage in the gRPC message', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, Buffer.from([0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff]))])],
-    ['DATA before DIAL_REQ', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DATA', connectID: 9n, error: '', data: Buffer.from('x') }))])],
-    ['two DIAL_REQs', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, Buffer.concat([grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 1n }), grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 2n })]))])],
-    ['a DIAL_REQ for udp', Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'udp', address: '127.0.0.1:53', random: 1n }))])],
+    [
+      'an unknown method',
+      Buffer.concat([
+        preface,
+        settings,
+        h2(
+          0x1,
+          0x4 | 0x1,
+          1,
+          encodeHeaderBlock([
+            { name: ':method', value: 'POST' },
+            { name: ':scheme', value: 'http' },
+            { name: ':path', value: '/Nope/Nope' },
+            { name: ':authority', value: 'x' },
+            { name: 'content-type', value: 'application/grpc' },
+          ]),
+        ),
+      ]),
+    ],
+    [
+      'garbage in the gRPC message',
+      Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, Buffer.from([0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff]))]),
+    ],
+    [
+      'DATA before DIAL_REQ',
+      Buffer.concat([
+        preface,
+        settings,
+        h2(0x1, 0x4, 1, callHeaders),
+        h2(0x0, 0, 1, grpcMessage({ type: 'DATA', connectID: 9n, error: '', data: Buffer.from('x') })),
+      ]),
+    ],
+    [
+      'two DIAL_REQs',
+      Buffer.concat([
+        preface,
+        settings,
+        h2(0x1, 0x4, 1, callHeaders),
+        h2(
+          0x0,
+          0,
+          1,
+          Buffer.concat([
+            grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 1n }),
+            grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: '10.1.1.1:1', random: 2n }),
+          ]),
+        ),
+      ]),
+    ],
+    [
+      'a DIAL_REQ for udp',
+      Buffer.concat([
+        preface,
+        settings,
+        h2(0x1, 0x4, 1, callHeaders),
+        h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'udp', address: '127.0.0.1:53', random: 1n })),
+      ]),
+    ],
   ];
   for (const [name, bytes] of egressCorpus) {
     await poke(h, egressDial, bytes);
     assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the egress socket:\n${server.lines.join('\n')}`);
   }
-  assert.ok(server.lines.some((l) => /cannot be decoded; connection closed/.test(l)), 'the undecodable block is logged');
+  assert.ok(
+    server.lines.some((l) => /cannot be decoded; connection closed/.test(l)),
+    'the undecodable block is logged',
+  );
 
   // The agent port: garbage, TLS without a client certificate, HTTP/1.1 over TLS, an HTTP/2 preface then garbage frames.
   const agentTLS = { cert, key, ALPNProtocols: ['h2'] };
   await poke(h, tcpDial(agentPort), Buffer.from('garbage that is not TLS\r\n\r\n'));
   await poke(h, tlsDial(agentPort, { cert: undefined, key: undefined, ALPNProtocols: ['h2'] }), 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
   await poke(h, tlsDial(agentPort, { ...agentTLS, ALPNProtocols: ['http/1.1'] }), `GET / HTTP/1.1${CRLF}Host: x${CRLF}${CRLF}`);
-  await poke(h, tlsDial(agentPort, agentTLS), Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 4, 0xff, 0xff, 0, 0, 0, 9, 1, 2, 3, 4, 0, 0, 0, 0, 1, 0, 0, 0, 0])]));
+  await poke(
+    h,
+    tlsDial(agentPort, agentTLS),
+    Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 4, 0xff, 0xff, 0, 0, 0, 9, 1, 2, 3, 4, 0, 0, 0, 0, 1, 0, 0, 0, 0])]),
+  );
   assert.equal(server.child.exitCode, null, server.lines.join('\n'));
 
   // Every listener still serves: a real agent joins, a CONNECT echoes, both master ports answer.
   const agentDir = join(dir, 'agent');
-  const issued = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', certDir, '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', agentDir]);
-  assert.equal(issued.code, 0, issued.output);
-  const agent = startProcess(h, AGENT_BIN, [
-    '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', `127.0.0.1:${agentPort}`, '--meta-port', '0',
-    '--ca-file', join(agentDir, 'ca.crt'), '--cert-file', join(agentDir, 'tls.crt'), '--key-file', join(agentDir, 'tls.key'),
+  const issued = await runProcess(h, SERVER_BIN, [
+    'issue-agent-cert',
+    '--cert-dir',
+    certDir,
+    '--node-name',
+    'edge-1',
+    '--node-ip',
+    '127.0.0.1',
+    '--out',
+    agentDir,
   ]);
+  assert.equal(issued.code, 0, issued.output);
+  const agent = startProcess(h, AGENT_BIN, localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir }));
   await agent.waitForLine(/connected to tunnel server/);
   const echo = await startEchoServer(h);
   const res = await connectVia(udsPath, `127.0.0.1:${echo.port}`);
@@ -205,9 +293,21 @@ test('a corpus of malformed input to every listener of the real server: answers 
   assert.equal((await readExactly(res.socket, 5, res.rest)).toString(), 'alive');
   res.socket.destroy();
   // The egress socket serves too: a dial through it is answered.
-  const egress = await poke(h, egressDial, Buffer.concat([preface, settings, h2(0x1, 0x4, 1, callHeaders), h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 77n }))]));
+  const egress = await poke(
+    h,
+    egressDial,
+    Buffer.concat([
+      preface,
+      settings,
+      h2(0x1, 0x4, 1, callHeaders),
+      h2(0x0, 0, 1, grpcMessage({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 77n })),
+    ]),
+  );
   assert.ok(egress.includes('\x01'), 'a DIAL_RSP came back');
-  for (const [port, dial] of [['insecure', tcpDial(insecurePort)], ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })]] as const) {
+  for (const [port, dial] of [
+    ['insecure', tcpDial(insecurePort)],
+    ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })],
+  ] as const) {
     const got = await poke(h, dial, `GET /healthz HTTP/1.1${CRLF}Host: 127.0.0.9:10250${CRLF}Connection: close${CRLF}${CRLF}`);
     assert.match(got, /^HTTP\/1\.1 503 /, `${port}: ${got}`);
   }

@@ -20,6 +20,7 @@ import { harness, suiteHarness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, runProcess, SERVER_BIN, startProcess } from '../support/processes.js';
 import { tempDir } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
+import { localServerFlags } from '../../hack/local-tunnel.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -136,33 +137,55 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     for (const [dir, objs] of builds) {
       const server = find<Workload>(objs, 'Deployment', 'yurt-tunnel-server').spec.template.spec;
       const agent = find<Workload>(objs, 'DaemonSet', 'yurt-tunnel-agent').spec.template.spec;
-      for (const [pod, metaPort, certDir] of [[server, 10265, '/var/lib/yurttunnel-server'], [agent, 10266, '/var/lib/yurttunnel-agent']] as const) {
+      for (const [pod, metaPort, certDir] of [
+        [server, 10265, '/var/lib/yurttunnel-server'],
+        [agent, 10266, '/var/lib/yurttunnel-agent'],
+      ] as const) {
         assert.equal(pod.hostNetwork, true, dir);
         const c = pod.containers[0]!;
         assert.deepEqual(c.livenessProbe?.httpGet, { host: '127.0.0.1', path: '/healthz', port: metaPort, scheme: 'HTTP' }, dir);
         assert.deepEqual(c.readinessProbe?.httpGet, { host: '127.0.0.1', path: '/readyz', port: metaPort, scheme: 'HTTP' }, dir);
-        for (const k of ['cpu', 'memory']) assert.ok(c.resources?.requests?.[k] !== undefined && c.resources?.limits?.[k] !== undefined, `${dir}: ${c.name} ${k} request and limit`);
-        assert.ok(pod.volumes?.some((v) => v.name === 'cert-dir' && v.hostPath?.path === certDir), `${dir}: ${c.name}'s cert dir on a hostPath`);
+        for (const k of ['cpu', 'memory'])
+          assert.ok(c.resources?.requests?.[k] !== undefined && c.resources.limits?.[k] !== undefined, `${dir}: ${c.name} ${k} request and limit`);
+        assert.ok(
+          pod.volumes?.some((v) => v.name === 'cert-dir' && v.hostPath?.path === certDir),
+          `${dir}: ${c.name}'s cert dir on a hostPath`,
+        );
         assert.ok(c.args?.includes(`--cert-dir=${certDir}/pki`), dir);
       }
       const env = agent.containers[0]!.env ?? [];
       assert.equal(env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName');
       assert.equal(env.find((e) => e.name === 'NODE_IP')?.valueFrom?.fieldRef?.fieldPath, 'status.hostIP');
-      assert.ok(agent.containers[0]!.args?.includes('--node-name=$(NODE_NAME)') && agent.containers[0]!.args?.includes('--node-ip=$(NODE_IP)'));
+      assert.ok(agent.containers[0]!.args?.includes('--node-name=$(NODE_NAME)') && agent.containers[0]!.args.includes('--node-ip=$(NODE_IP)'));
 
       const svc = find<Obj & { spec: { type: string; ports: { name: string; port: number; targetPort: number }[] } }>(objs, 'Service', 'x-tunnel-server-svc');
       const internal = find<Obj & { spec: { ports: { name: string; port: number; targetPort: number }[] } }>(objs, 'Service', 'x-tunnel-server-internal-svc');
       for (const s of [svc, internal]) assert.equal(s.metadata.labels?.name, 'yurt-tunnel-server');
-      assert.deepEqual(svc.spec.ports.map((p) => [p.name, p.port, p.targetPort]), [['tcp', 10262, 10262]]);
-      assert.deepEqual(internal.spec.ports.map((p) => [p.name, p.port, p.targetPort]), [['https', 10250, 10263], ['http', 10255, 10264]]);
+      assert.deepEqual(
+        svc.spec.ports.map((p) => [p.name, p.port, p.targetPort]),
+        [['tcp', 10262, 10262]],
+      );
+      assert.deepEqual(
+        internal.spec.ports.map((p) => [p.name, p.port, p.targetPort]),
+        [
+          ['https', 10250, 10263],
+          ['http', 10255, 10264],
+        ],
+      );
       const proxyClient = find<Obj & { subjects: { kind: string; name: string }[] }>(objs, 'ClusterRoleBinding', 'tunnel-proxy-client');
-      assert.deepEqual(proxyClient.subjects.map((s) => [s.kind, s.name]), [['User', 'tunnel-proxy-client']]);
+      assert.deepEqual(
+        proxyClient.subjects.map((s) => [s.kind, s.name]),
+        [['User', 'tunnel-proxy-client']],
+      );
       find(objs, 'ConfigMap', 'yurt-tunnel-server-cfg');
 
       // NET_ADMIN in the iptables overlay only, and only for the server.
       const netAdmin = objs.flatMap((o) => {
-        const pod = (o as Workload).spec?.template?.spec;
-        return [...(pod?.containers ?? []), ...(pod?.initContainers ?? [])].filter((c) => c.securityContext?.capabilities?.add?.includes('NET_ADMIN')).map((c) => c.name);
+        // Any object of the build: only workloads have a pod template.
+        const pod = (o as { spec?: { template?: { spec?: PodSpec } } }).spec?.template?.spec;
+        return [...(pod?.containers ?? []), ...(pod?.initContainers ?? [])]
+          .filter((c) => c.securityContext?.capabilities?.add?.includes('NET_ADMIN'))
+          .map((c) => c.name);
       });
       assert.deepEqual(netAdmin, dir === 'overlays/iptables' ? ['yurt-tunnel-server'] : [], dir);
       const serverEnv = envOf(server.containers[0]!);
@@ -187,17 +210,26 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     const args = find<Workload>(builds.get('overlays/egress-selector')!, 'Deployment', 'yurt-tunnel-server').spec.template.spec.containers[0]!.args!;
     const uds = args.find((a) => a.startsWith('--egress-selector-uds='))!.split('=')[1]!;
     assert.ok(args.includes('--egress-selector-enable=true') && args.includes('--egress-selector-mode=grpc'));
-    for (const [file, protocol] of [['egress-selector-grpc.yaml', 'GRPC'], ['egress-selector-http-connect.yaml', 'HTTPConnect']]) {
+    for (const [file, protocol] of [
+      ['egress-selector-grpc.yaml', 'GRPC'],
+      ['egress-selector-http-connect.yaml', 'HTTPConnect'],
+    ]) {
       const text = await readFile(join(MANIFESTS, 'overlays/egress-selector/kube-apiserver', file!), 'utf8');
       assert.match(text, /^apiVersion: apiserver\.k8s\.io\/v1beta1\nkind: EgressSelectorConfiguration$/m);
-      assert.match(text, new RegExp(`- name: cluster\\n  connection:\\n    proxyProtocol: ${protocol}\\n    transport:\\n      uds:\\n        udsName: ${uds}\\n`));
+      assert.match(
+        text,
+        new RegExp(`- name: cluster\\n  connection:\\n    proxyProtocol: ${protocol}\\n    transport:\\n      uds:\\n        udsName: ${uds}\\n`),
+      );
     }
     const server = find<Workload>(builds.get('overlays/egress-selector')!, 'Deployment', 'yurt-tunnel-server').spec.template.spec;
     const socketDir = uds.slice(0, uds.lastIndexOf('/'));
-    assert.ok(server.volumes?.some((v) => v.hostPath?.path === socketDir), 'the socket\'s folder is shared with the host (kube-apiserver)');
+    assert.ok(
+      server.volumes?.some((v) => v.hostPath?.path === socketDir),
+      "the socket's folder is shared with the host (kube-apiserver)",
+    );
   });
 
-  test('every flag the manifests pass exists in the server\'s and the agent\'s --help', async (t) => {
+  test("every flag the manifests pass exists in the server's and the agent's --help", async (t) => {
     const h = harness(t);
     const help = {
       'yurt-tunnel-server': (await runProcess(h, SERVER_BIN, ['--help'])).output,
@@ -273,9 +305,9 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     const serverArgs = expand(serverContainer.args!, { ...envOf(serverContainer), SERVER_COUNT: '1' });
     const server = startProcess(h, SERVER_BIN, [
       ...serverArgs,
-      '--kube-config', await token('yurt-tunnel-server'), '--cert-dir', join(dir, 'server-pki'), '--bind-address', '127.0.0.1',
-      '--tunnel-agent-connect-port', '0', '--secure-port', '0', '--insecure-port', '0', '--meta-port', '0',
-      '--interceptor-proxier-uds', join(dir, 'proxier.sock'),
+      '--kube-config',
+      await token('yurt-tunnel-server'),
+      ...localServerFlags({ certDir: join(dir, 'server-pki'), udsPath: join(dir, 'proxier.sock') }),
     ]);
     const started = await server.waitForLine(/yurt-tunnel-server started/, 60_000);
     const agentPort = Number(/agentAddress=127\.0\.0\.1:(\d+)/.exec(started)![1]);
@@ -283,7 +315,13 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     // The probes' paths answer.
     for (const path of ['/healthz', '/readyz']) assert.equal((await fetch(`http://127.0.0.1:${metaPort}${path}`)).status, 200, path);
     // Everything it does with the API: informers, the DNS controller's records, dnat ports and Lease.
-    for (const informer of ['nodes', 'pods', 'kube-system/services', 'kube-system/configmaps/yurt-tunnel-server-cfg', 'kube-system/configmaps/yurt-tunnel-nodes']) {
+    for (const informer of [
+      'nodes',
+      'pods',
+      'kube-system/services',
+      'kube-system/configmaps/yurt-tunnel-server-cfg',
+      'kube-system/configmaps/yurt-tunnel-nodes',
+    ]) {
       await server.waitForLine(new RegExp(`synced .*informer=${informer.replace(/\//g, '\\/')}( |$)`), 30_000);
     }
     await server.waitForLine(/DNS records (ConfigMap created|updated)/, 30_000);
@@ -296,14 +334,28 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     await nodePortRelay(h, nodePort, agentPort);
     const daemonSet = JSON.parse(await kubectl(['get', 'daemonset', '-n', 'kube-system', 'yurt-tunnel-agent', '-o', 'json'])) as Workload;
     const agentContainer = daemonSet.spec.template.spec.containers[0]!;
-    const agentArgs = expand(agentContainer.args!, { ...envOf(agentContainer), NODE_NAME: 'edge-m', NODE_IP: '127.0.0.1', KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: String(cp.port) });
+    const agentArgs = expand(agentContainer.args!, {
+      ...envOf(agentContainer),
+      NODE_NAME: 'edge-m',
+      NODE_IP: '127.0.0.1',
+      KUBERNETES_SERVICE_HOST: '127.0.0.1',
+      KUBERNETES_SERVICE_PORT: String(cp.port),
+    });
     const agent = startProcess(h, AGENT_BIN, [
       ...agentArgs,
       // The pod's token file is at a fixed path; the same token, through a kubeconfig.
-      '--kube-config', await token('yurt-tunnel-agent'), '--cert-dir', join(dir, 'agent-pki'), '--meta-port', '0',
+      '--kube-config',
+      await token('yurt-tunnel-agent'),
+      '--cert-dir',
+      join(dir, 'agent-pki'),
+      '--meta-port',
+      '0',
     ]);
     await agent.waitForLine(/connected to tunnel server/, 60_000);
-    assert.match(agent.lines.find((l) => /tunnel server address found/.test(l))!, new RegExp(`address=127\\.0\\.0\\.1:${nodePort}`));
+    assert.match(
+      agent.lines.find((l) => /tunnel server address found/.test(l))!,
+      new RegExp(`address=127\\.0\\.0\\.1:${nodePort}`),
+    );
 
     const refused = [...server.lines, ...agent.lines].filter((l) => /forbidden/i.test(l));
     assert.deepEqual(refused, [], 'neither was refused anything');
@@ -314,7 +366,11 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
       const r = await cp.kubectl(['auth', 'can-i', ...args, `--as=system:serviceaccount:kube-system:${as}`]);
       return r.stdout.trim() === 'yes';
     };
-    for (const args of [['get', 'secrets', '-n', 'kube-system'], ['list', 'secrets', '-A'], ['watch', 'secrets', '-A']]) {
+    for (const args of [
+      ['get', 'secrets', '-n', 'kube-system'],
+      ['list', 'secrets', '-A'],
+      ['watch', 'secrets', '-A'],
+    ]) {
       assert.equal(await can('yurt-tunnel-agent', args), false, `agent: ${args.join(' ')}`);
       assert.equal(await can('yurt-tunnel-server', args), false, `server: ${args.join(' ')}`);
     }
@@ -325,8 +381,16 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     assert.equal(await can('yurt-tunnel-agent', ['get', 'services/x-tunnel-server-svc', '-n', 'kube-system']), true);
     assert.equal(await can('yurt-tunnel-agent', ['get', 'services/kube-dns', '-n', 'kube-system']), false, 'only its Service');
     assert.equal(await can('yurt-tunnel-server', ['update', 'services/x-tunnel-server-internal-svc', '-n', 'kube-system']), true);
-    assert.equal(await can('yurt-tunnel-server', ['update', 'services/x-tunnel-server-svc', '-n', 'kube-system']), false, 'the server updates only the internal Service');
-    assert.equal(await can('yurt-tunnel-server', ['update', 'configmaps/yurt-tunnel-server-cfg', '-n', 'kube-system']), false, 'the server only reads its ConfigMap');
+    assert.equal(
+      await can('yurt-tunnel-server', ['update', 'services/x-tunnel-server-svc', '-n', 'kube-system']),
+      false,
+      'the server updates only the internal Service',
+    );
+    assert.equal(
+      await can('yurt-tunnel-server', ['update', 'configmaps/yurt-tunnel-server-cfg', '-n', 'kube-system']),
+      false,
+      'the server only reads its ConfigMap',
+    );
     for (const sa of ['yurt-tunnel-server', 'yurt-tunnel-agent']) {
       const list = (await cp.kubectl(['auth', 'can-i', '--list', '-n', 'kube-system', `--as=system:serviceaccount:kube-system:${sa}`])).stdout;
       t.diagnostic(`${sa}:\n${list}`);

@@ -33,10 +33,14 @@ test('healthz, metrics and stats through the secure port; the kubelet sees the p
   assert.equal((JSON.parse(stats.body.toString()) as { node: { nodeName: string } }).node.nodeName, 'edge-1');
   const seen = kubelet.requests.map((r) => r.clientSubject);
   assert.deepEqual(seen.at(-1), { commonName: 'tunnel-proxy-client', organizations: ['openyurt:yurttunnel'] });
-  assert.equal(kubelet.requests.some((r) => r.headers.some(([name]) => /^x-tunnel-proxy-/i.test(name))), false, 'routing headers are not passed on');
+  assert.equal(
+    kubelet.requests.some((r) => r.headers.some(([name]) => /^x-tunnel-proxy-/i.test(name))),
+    false,
+    'routing headers are not passed on',
+  );
 });
 
-test('a Host that is a node name goes to that node\'s agent; an unknown name gets 400 naming it', async (t) => {
+test("a Host that is a node name goes to that node's agent; an unknown name gets 400 naming it", async (t) => {
   const h = harness(t);
   const kubelet = await startKubelet(h, 'edge-1');
   const { server } = await startTunnel(h);
@@ -121,7 +125,8 @@ test('with --kubelet-ca-file the kubelet certificate is verified; without it the
   startAgent(h, server.agentAddress, { nodeName: 'edge-1' });
   await waitFor('agent', () => server.tunnel.registry.agentCount === 1);
   const unverified = await startMaster(h, server);
-  for (let i = 0; i < 3; i++) assert.equal((await callMaster(unverified.securePort, '/healthz', `edge-1:${kubelet.port}`, { agent: new Agent({ keepAlive: false }) })).status, 200);
+  for (let i = 0; i < 3; i++)
+    assert.equal((await callMaster(unverified.securePort, '/healthz', `edge-1:${kubelet.port}`, { agent: new Agent({ keepAlive: false }) })).status, 200);
   assert.equal(server.log.find("cannot verify this kubelet's serving certificate").length, 1);
 
   const verified = await startMaster(h, server, { kubeletCA: testPKI().ca.cert });
@@ -159,7 +164,10 @@ test('requests in flight are counted by verb and a bounded path class, never the
   res.destroy();
   await waitFor('the request to leave the in-flight gauge', async () => (await inFlight()).length === 0, 2000);
   const total = await registry.getSingleMetric('yurttunnel_server_proxy_requests_total')!.get();
-  assert.deepEqual(total.values.map((v) => [v.labels, v.value]), [[{ verb: 'get', path: 'logs' }, 1]]);
+  assert.deepEqual(
+    total.values.map((v) => [v.labels, v.value]),
+    [[{ verb: 'get', path: 'logs' }, 1]],
+  );
 });
 
 /** Open descriptors of this process (callers and server are both in it). */
@@ -190,7 +198,7 @@ test('200 silent TCP callers on the secure port are closed at the TLS handshake 
   }
   await waitFor('the server to close every silent caller', () => closed === 200, 15_000);
   assert.ok(performance.now() - started >= 500, 'not before the handshake timeout');
-  assert.equal(master.refused.secure.tls_handshake_timeout, 200);
+  assert.equal(master.refusedCallers('secure').tls_handshake_timeout, 200);
   await waitFor('the descriptor count back at its baseline', () => descriptorCount() <= baseline, 5000);
   assert.ok(server.log.find('did not finish its TLS handshake in time').length <= 5, 'a few lines, not one per caller');
 });
@@ -212,7 +220,7 @@ test('2,000 refused callers on the secure port write a few log lines and a summa
       }),
     );
   }
-  await waitFor('every refusal counted', () => master.refused.secure.tls_error === 2000);
+  await waitFor('every refusal counted', () => master.refusedCallers('secure').tls_error === 2000);
   await master.close(); // writes the pending summary
   const lines = server.log.find('caller refused on the secure master port');
   assert.ok(lines.length <= 20, `${lines.length} lines for 2,000 refusals`);

@@ -9,6 +9,7 @@ import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 interface Setup {
   dir: string;
@@ -23,31 +24,19 @@ async function setup(h: Harness): Promise<Setup> {
   const udsPath = join(dir, 'proxier.sock');
   const port = await closedPort();
   const startServer = async (): Promise<Proc> => {
-    const p = startProcess(h, SERVER_BIN, [
-      '--cert-dir', join(dir, 'pki'),
-      '--bind-address', '127.0.0.1',
-      '--tunnel-agent-connect-port', String(port),
-      '--interceptor-proxier-uds', udsPath,
-      '--secure-port', '0',
-      '--insecure-port', '0',
-      '--meta-port', '0',
-      '--v', '2',
-    ]);
+    const p = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort: port, udsPath }), '--v', '2']);
     await p.waitForLine(/yurt-tunnel-server started/);
     return p;
   };
   const startAgent = async (extra: string[] = []): Promise<Proc> => {
     const p = startProcess(h, AGENT_BIN, [
-      '--node-name', 'edge-1',
-      '--node-ip', '127.0.0.1',
-      '--tunnelserver-addr', `127.0.0.1:${port}`,
-      '--meta-port', '0',
-      '--ca-file', join(dir, 'agent', 'ca.crt'),
-      '--cert-file', join(dir, 'agent', 'tls.crt'),
-      '--key-file', join(dir, 'agent', 'tls.key'),
-      '--sync-interval', '200ms',
-      '--sync-interval-cap', '1s',
-      '--v', '2',
+      ...localAgentFlags({ nodeName: 'edge-1', serverPort: port, agentDir: join(dir, 'agent') }),
+      '--sync-interval',
+      '200ms',
+      '--sync-interval-cap',
+      '1s',
+      '--v',
+      '2',
       ...extra,
     ]);
     await p.waitForLine(/connected to tunnel server/);
@@ -57,7 +46,17 @@ async function setup(h: Harness): Promise<Setup> {
 }
 
 async function issueAgentCert(h: Harness, s: Setup): Promise<void> {
-  const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', join(s.dir, 'pki'), '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', join(s.dir, 'agent')]);
+  const r = await runProcess(h, SERVER_BIN, [
+    'issue-agent-cert',
+    '--cert-dir',
+    join(s.dir, 'pki'),
+    '--node-name',
+    'edge-1',
+    '--node-ip',
+    '127.0.0.1',
+    '--out',
+    join(s.dir, 'agent'),
+  ]);
   assert.equal(r.code, 0, r.output);
 }
 
@@ -159,5 +158,8 @@ test('SIGTERM during a 64 MiB transfer: no new clients, the transfer finishes by
   await done;
   assert.equal(verifier.received, total);
   assert.equal(await server.exited, 0);
-  assert.ok(server.lines.some((l) => /every connection finished/.test(l)), server.lines.join('\n'));
+  assert.ok(
+    server.lines.some((l) => /every connection finished/.test(l)),
+    server.lines.join('\n'),
+  );
 });

@@ -24,7 +24,9 @@ test(`${AGENTS} agents reconnecting after a server restart are admitted at the c
   // Stopped together (the harness would stop them one after another).
   h.defer(() => Promise.all(agents.map((a) => a.stop())));
   for (let i = 0; i < AGENTS; i++) {
-    agents.push(startAgent(h, server.agentAddress, { nodeName: `storm-${i}`, tls: { ca: pki.ca.cert, cert: shared.cert, key: shared.key }, syncIntervalMs: 500 }));
+    agents.push(
+      startAgent(h, server.agentAddress, { nodeName: `storm-${i}`, tls: { ca: pki.ca.cert, cert: shared.cert, key: shared.key }, syncIntervalMs: 500 }),
+    );
   }
   const t0 = performance.now();
   await waitFor('every agent to connect', () => server.tunnel.registry.agentCount === AGENTS, 60_000);
@@ -52,10 +54,12 @@ test(`${AGENTS} agents reconnecting after a server restart are admitted at the c
     const last = later[later.length - 1];
     if (last !== undefined) worstSecond = Math.max(worstSecond, last.count - s.count);
   }
-  t.diagnostic(`all ${AGENTS} back in ${Math.round(tookMs)} ms; most admitted in one second: ${worstSecond}; refused: ${server.endpoint.refusedForConnectRate}`);
+  t.diagnostic(
+    `all ${AGENTS} back in ${Math.round(tookMs)} ms; most admitted in one second: ${worstSecond}; refused: ${server.endpoint.refusals.connect_rate}`,
+  );
   // The bucket holds 2×RATE and refills RATE per second (one sample period of slack).
   assert.ok(worstSecond <= 3 * RATE + 5, `admitted ${worstSecond} in one second (limit ${RATE}/s, burst ${2 * RATE})`);
-  assert.ok(server.endpoint.refusedForConnectRate > 0, 'the excess was refused');
+  assert.ok(server.endpoint.refusals.connect_rate > 0, 'the excess was refused');
   assert.ok(tookMs < 30_000);
   const t2 = performance.now();
   await Promise.all(agents.map((a) => a.stop()));

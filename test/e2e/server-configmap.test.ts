@@ -4,7 +4,7 @@
 // and the far end's TLS for ports mapped to the HTTP master port).
 
 import assert from 'node:assert/strict';
-import { createServer, request as httpRequest, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -31,7 +31,7 @@ async function listen(host: string, body: string): Promise<{ server: Server; por
 }
 
 interface Answer {
-  status: number;
+  status: number | undefined;
   body: string;
 }
 
@@ -74,9 +74,15 @@ describe('server ConfigMap, live', { skip }, () => {
 
   /** Through the insecure master port to the node's port `metaPort` (reached only as a localhost-proxy port). */
   async function loopbackCall(): Promise<Answer> {
-    const req = httpRequest({ host: '127.0.0.1', port: server.master.address('insecure').port, path: '/metrics', headers: { Host: `edge-1:${metaPort}` }, agent: false });
+    const req = httpRequest({
+      host: '127.0.0.1',
+      port: server.master.address('insecure').port,
+      path: '/metrics',
+      headers: { Host: `edge-1:${metaPort}` },
+      agent: false,
+    });
     req.end();
-    const [res] = await once(req, 'response');
+    const [res] = (await once(req, 'response')) as [IncomingMessage];
     let body = '';
     for await (const c of res) body += String(c);
     return { status: res.statusCode, body };
@@ -96,7 +102,7 @@ describe('server ConfigMap, live', { skip }, () => {
       agent: false,
     });
     req.end();
-    const [res] = await once(req, 'response');
+    const [res] = (await once(req, 'response')) as [IncomingMessage];
     let body = '';
     for await (const c of res) body += String(c);
     return { status: res.statusCode, body };
@@ -125,7 +131,10 @@ describe('server ConfigMap, live', { skip }, () => {
     assert.deepEqual([...config.localhostProxyPorts], []);
     assert.equal((await loopbackCall()).status, 502, 'the node address has nothing on that port');
     assert.equal((await plainCall()).status, 502);
-    assert.equal(log.find('server ConfigMap entry skipped').filter((r) => r.fields.problem === 'http-proxy-ports: "bogus" is not a port (1-65535); skipped').length, 1);
+    assert.equal(
+      log.find('server ConfigMap entry skipped').filter((r) => r.fields.problem === 'http-proxy-ports: "bogus" is not a port (1-65535); skipped').length,
+      1,
+    );
 
     // Updated: the plain port is an http-proxy port, so the far end is plain HTTP.
     config = await setConfigMap({ 'localhost-proxy-ports': '', 'http-proxy-ports': `bogus,${plainPort}` });

@@ -89,8 +89,18 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
     const dns: Proc = cloud.startProcess(
       h,
       dnsmasq!,
-      ['--keep-in-foreground', '--conf-file=/dev/null', '--no-resolv', '--no-hosts', `--addn-hosts=${hostsFile}`, '--listen-address=127.0.0.1',
-        '--bind-interfaces', '--user=root', `--pid-file=${join(dir, 'dnsmasq.pid')}`, '--log-facility=-'],
+      [
+        '--keep-in-foreground',
+        '--conf-file=/dev/null',
+        '--no-resolv',
+        '--no-hosts',
+        `--addn-hosts=${hostsFile}`,
+        '--listen-address=127.0.0.1',
+        '--bind-interfaces',
+        '--user=root',
+        `--pid-file=${join(dir, 'dnsmasq.pid')}`,
+        '--log-facility=-',
+      ],
       {},
       { node: false },
     );
@@ -120,11 +130,20 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
       apiVersion: 'v1',
       kind: 'Service',
       metadata: { name: 'x-tunnel-server-internal-svc', namespace: 'kube-system', labels: { name: 'yurt-tunnel-server' } },
-      spec: { selector: { 'k8s-app': 'yurt-tunnel-server' }, ports: [{ name: 'https', port: 10250, targetPort: 10263 }, { name: 'http', port: 10255, targetPort: 10264 }] },
+      spec: {
+        selector: { 'k8s-app': 'yurt-tunnel-server' },
+        ports: [
+          { name: 'https', port: 10250, targetPort: 10263 },
+          { name: 'http', port: 10255, targetPort: 10264 },
+        ],
+      },
     });
     const clusterIP = await kubectlOK(cp, ['get', 'svc', '-n', 'kube-system', 'x-tunnel-server-internal-svc', '-o', 'jsonpath={.spec.clusterIP}']);
     await cloud.addAddress('lo', `${clusterIP}/32`);
-    for (const [port, target] of [[10250, 10263], [10255, 10264]] as const) {
+    for (const [port, target] of [
+      [10250, 10263],
+      [10255, 10264],
+    ] as const) {
       await cloud.startProcess(h, NETNS_TOOL, ['forward', `tcp:${clusterIP}:${port}`, `tcp:127.0.0.1:${target}`]).waitForLine(/^ready$/);
     }
 
@@ -143,21 +162,48 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
 
     // Our server in cluster mode in the cloud namespace, on its default ports there; the DNS controller on, iptables off.
     const server = cloud.startProcess(h, SERVER_BIN, [
-      '--kube-config', cp.adminKubeconfig, '--cert-dir', join(dir, 'server-pki'), '--bind-address', '0.0.0.0', '--cert-ips', CLOUD_IP,
-      '--interceptor-proxier-uds', join(dir, 'proxier.sock'), '--enable-dns-controller=true', '--enable-iptables=false', '--v', '2',
+      '--kube-config',
+      cp.adminKubeconfig,
+      '--cert-dir',
+      join(dir, 'server-pki'),
+      '--bind-address',
+      '0.0.0.0',
+      '--cert-ips',
+      CLOUD_IP,
+      '--interceptor-proxier-uds',
+      join(dir, 'proxier.sock'),
+      '--enable-dns-controller=true',
+      '--enable-iptables=false',
+      '--v',
+      '2',
     ]);
     await server.waitForLine(/yurt-tunnel-server started/, 60_000);
 
     // The edge: the stand-in kubelet on the edge's own address, and our agent.
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', dnsNames: ['edge-1'], ips: [KUBELET_IP], usages: ['serverAuth'] });
     const kubeletConfig = join(dir, 'kubelet.json');
-    await writeFile(kubeletConfig, JSON.stringify({ host: KUBELET_IP, port: 10250, cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, nodeName: 'edge-1' }));
+    await writeFile(
+      kubeletConfig,
+      JSON.stringify({ host: KUBELET_IP, port: 10250, cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, nodeName: 'edge-1' }),
+    );
     await edge.startProcess(h, KUBELET_MAIN, [kubeletConfig]).waitForLine(/^ready 10250$/, 10_000);
     await putNode(cp, 'edge-1', { internalIP: KUBELET_IP, kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
     await putPod(cp, 'default', 'p1', 'edge-1');
     const agent = edge.startProcess(h, AGENT_BIN, [
-      '--node-name', 'edge-1', '--node-ip', KUBELET_IP, '--tunnelserver-addr', `${CLOUD_IP}:10262`,
-      '--kube-config', await kubeletKubeconfig(cp, 'edge-1'), '--cert-dir', join(dir, 'agent-pki'), '--meta-port', '0', '--v', '2',
+      '--node-name',
+      'edge-1',
+      '--node-ip',
+      KUBELET_IP,
+      '--tunnelserver-addr',
+      `${CLOUD_IP}:10262`,
+      '--kube-config',
+      await kubeletKubeconfig(cp, 'edge-1'),
+      '--cert-dir',
+      join(dir, 'agent-pki'),
+      '--meta-port',
+      '0',
+      '--v',
+      '2',
     ]);
     await agent.waitForLine(/connected to tunnel server/, 60_000);
 
@@ -170,7 +216,7 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
       resolved = (await cloud.run('getent', ['hosts', 'edge-1'])).stdout.trim();
       if (!resolved.startsWith(clusterIP)) await new Promise((r) => setTimeout(r, 100));
     }
-    assert.match(resolved, new RegExp(`^${clusterIP.replace(/\./g, '\\.')}\\s+edge-1$`), 'edge-1 resolves to the tunnel\'s ClusterIP in the cloud namespace');
+    assert.match(resolved, new RegExp(`^${clusterIP.replace(/\./g, '\\.')}\\s+edge-1$`), "edge-1 resolves to the tunnel's ClusterIP in the cloud namespace");
 
     // What kube-apiserver does with a kubelet, by name, through DNS and the tunnel.
     assert.equal(await kubectlOK(cp, ['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz']), 'ok');
@@ -193,15 +239,32 @@ test('DNS route: kube-apiserver reaches the edge kubelet by node name through th
     const readsBefore = reads().length;
     await putNode(cp, 'edge-2', { internalIP: '10.20.0.2', kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
     await waitFor('the record of edge-2', () => served.split('\n').includes(`${clusterIP}\tedge-2`), 30_000);
-    await waitFor('dnsmasq to read 2 records', () => reads().slice(readsBefore).some((l) => / - 2 names/.test(l)), 10_000);
+    await waitFor(
+      'dnsmasq to read 2 records',
+      () =>
+        reads()
+          .slice(readsBefore)
+          .some((l) => / - 2 names/.test(l)),
+      10_000,
+    );
     const readsWithTwo = reads().length;
     assert.match(await resolves('edge-2'), new RegExp(`^${clusterIP.replace(/\./g, '\\.')}\\s+edge-2$`));
     const deleted = await cp.kubectl(['delete', 'node', 'edge-2']);
     assert.equal(deleted.code, 0, deleted.stderr);
     await waitFor('edge-2 gone from the records', () => !served.includes('edge-2'), 30_000);
-    await waitFor('dnsmasq to read 1 record again', () => reads().slice(readsWithTwo).some((l) => / - 1 names/.test(l)), 10_000);
+    await waitFor(
+      'dnsmasq to read 1 record again',
+      () =>
+        reads()
+          .slice(readsWithTwo)
+          .some((l) => / - 1 names/.test(l)),
+      10_000,
+    );
     assert.equal(await resolves('edge-2'), '');
-    assert.ok(server.lines.every((l) => !/forbidden/i.test(l)), 'the server was refused nothing');
+    assert.ok(
+      server.lines.every((l) => !/forbidden/i.test(l)),
+      'the server was refused nothing',
+    );
   });
   assert.notEqual(resolvConf, '');
   assert.ok(!existsSync(resolvConf), `${resolvConf} removed`);

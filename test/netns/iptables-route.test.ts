@@ -43,9 +43,22 @@ describe('the iptables route end to end: kubectl through rules the server writes
   let server: Proc | undefined;
 
   const serverArgs = (): string[] => [
-    '--kube-config', cp.adminKubeconfig, '--cert-dir', join(dir, 'server-pki'), '--bind-address', '0.0.0.0', '--cert-ips', SERVER_LINK,
-    '--interceptor-proxier-uds', join(dir, 'proxier.sock'), '--enable-iptables', '--enable-dns-controller=false',
-    '--graceful-shutdown-timeout', '1s', '--v', '2',
+    '--kube-config',
+    cp.adminKubeconfig,
+    '--cert-dir',
+    join(dir, 'server-pki'),
+    '--bind-address',
+    '0.0.0.0',
+    '--cert-ips',
+    SERVER_LINK,
+    '--interceptor-proxier-uds',
+    join(dir, 'proxier.sock'),
+    '--enable-iptables',
+    '--enable-dns-controller=false',
+    '--graceful-shutdown-timeout',
+    '1s',
+    '--v',
+    '2',
   ];
 
   async function stopServer(): Promise<void> {
@@ -87,7 +100,10 @@ describe('the iptables route end to end: kubectl through rules the server writes
 
     // The edge: a kubelet on the node's address, and an agent with a certificate naming the node.
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', dnsNames: ['edge-1'], ips: [NODE_IP], usages: ['serverAuth'] });
-    await writeFile(join(dir, 'kubelet.json'), JSON.stringify({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, host: NODE_IP, port: 10250, nodeName: 'edge-1' }));
+    await writeFile(
+      join(dir, 'kubelet.json'),
+      JSON.stringify({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, host: NODE_IP, port: 10250, nodeName: 'edge-1' }),
+    );
     await edge.startProcess(suite, KUBELET_MAIN, [join(dir, 'kubelet.json')]).waitForLine(/^ready 10250$/);
     await putNode(cp, 'edge-1', { internalIP: NODE_IP, kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
     await putPod(cp, 'default', 'p1', 'edge-1');
@@ -104,8 +120,22 @@ describe('the iptables route end to end: kubectl through rules the server writes
     await writeFile(join(dir, 'agent.key'), agentCert.key);
     await writeFile(join(dir, 'ca.crt'), cp.pki.ca.cert);
     edge.startProcess(suite, AGENT_BIN, [
-      '--node-name', 'edge-1', '--node-ip', NODE_IP, '--tunnelserver-addr', `${SERVER_LINK}:10262`,
-      '--ca-file', join(dir, 'ca.crt'), '--cert-file', join(dir, 'agent.crt'), '--key-file', join(dir, 'agent.key'), '--meta-port', '0', '--v', '2',
+      '--node-name',
+      'edge-1',
+      '--node-ip',
+      NODE_IP,
+      '--tunnelserver-addr',
+      `${SERVER_LINK}:10262`,
+      '--ca-file',
+      join(dir, 'ca.crt'),
+      '--cert-file',
+      join(dir, 'agent.crt'),
+      '--key-file',
+      join(dir, 'agent.key'),
+      '--meta-port',
+      '0',
+      '--v',
+      '2',
     ]);
   });
   after(() => suite.close());
@@ -126,9 +156,18 @@ describe('the iptables route end to end: kubectl through rules the server writes
     await server.waitForLine(/iptables rules written.*family=ipv4/, 60_000);
     await server.waitForLine(/agent connected.*agentID=edge-1/, 30_000);
     const rules = await ourRules();
-    assert.ok(rules.some((l) => /-A TUNNEL-PORT-10250 .*-j DNAT --to-destination 127\.0\.0\.1:10263/.test(l)), rules.join('\n'));
-    assert.ok(rules.some((l) => l.startsWith(`-A TUNNEL-PORT-10250 -d ${SERVER_LINK}/32 `) && l.endsWith('-j RETURN')), rules.join('\n'));
-    const metrics = await cloud.must(process.execPath, ['-e', "fetch('http://127.0.0.1:10265/metrics').then((r) => r.text()).then((t) => process.stdout.write(t))"]);
+    assert.ok(
+      rules.some((l) => /-A TUNNEL-PORT-10250 .*-j DNAT --to-destination 127\.0\.0\.1:10263/.test(l)),
+      rules.join('\n'),
+    );
+    assert.ok(
+      rules.some((l) => l.startsWith(`-A TUNNEL-PORT-10250 -d ${SERVER_LINK}/32 `) && l.endsWith('-j RETURN')),
+      rules.join('\n'),
+    );
+    const metrics = await cloud.must(process.execPath, [
+      '-e',
+      "fetch('http://127.0.0.1:10265/metrics').then((r) => r.text()).then((t) => process.stdout.write(t))",
+    ]);
     assert.match(metrics, /^yurttunnel_server_cloud_nodes_counter 1$/m);
 
     const healthz = await cp.kubectl(['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz']);
@@ -161,7 +200,11 @@ describe('the iptables route end to end: kubectl through rules the server writes
   test('stopping the server removes the rules, and the same calls fail', async () => {
     await stopServer();
     assert.deepEqual(await ourRules(), []);
-    for (const args of [['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz'], ['logs', 'p1', '-c', 'c1'], ['exec', 'p1', '-c', 'c1', '--', 'echo', 'hi']]) {
+    for (const args of [
+      ['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz'],
+      ['logs', 'p1', '-c', 'c1'],
+      ['exec', 'p1', '-c', 'c1', '--', 'echo', 'hi'],
+    ]) {
       const r = await cp.kubectl(args, { timeoutMs: 60_000 });
       assert.notEqual(r.code, 0, `kubectl ${args.join(' ')} should fail`);
       // kube-apiserver's own dial, as it fails where edge nodes cannot be reached.

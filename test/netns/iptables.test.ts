@@ -14,7 +14,16 @@ import { after, before, describe, test } from 'node:test';
 import type { IptablesChildCommand, IptablesChildMessage, IptablesChildOptions } from '../support/iptables-child.js';
 import { controlPlaneSkipReason, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 import { suiteHarness, type Harness } from '../support/harness.js';
-import { commandSkipReason, exposePort, NetworkNamespace, netnsSkipReason, probeTCP, startBanners, vethPair, type ProbeResult } from '../support/netns/index.js';
+import {
+  commandSkipReason,
+  exposePort,
+  NetworkNamespace,
+  netnsSkipReason,
+  probeTCP,
+  startBanners,
+  vethPair,
+  type ProbeResult,
+} from '../support/netns/index.js';
 import type { Proc } from '../support/processes.js';
 import { repoRoot } from '../support/upstream.js';
 
@@ -35,7 +44,14 @@ const skip = skipReason();
 
 const EDGE = { 'openyurt.io/is-edge-worker': 'true' };
 
-const FOREIGN = ['*nat', ':SOMEONE-ELSE - [0:0]', '-A OUTPUT -p udp -m comment --comment "someone else" -j SOMEONE-ELSE', '-A SOMEONE-ELSE -p udp -j RETURN', 'COMMIT', ''].join('\n');
+const FOREIGN = [
+  '*nat',
+  ':SOMEONE-ELSE - [0:0]',
+  '-A OUTPUT -p udp -m comment --comment "someone else" -j SOMEONE-ELSE',
+  '-A SOMEONE-ELSE -p udp -j RETURN',
+  'COMMIT',
+  '',
+].join('\n');
 /** What an earlier run (ours or OpenYurt's) may have left: a jump twice, a wrong DNAT, a chain for a port no longer configured. */
 const LEFTOVERS_NFT = [
   '*nat',
@@ -50,8 +66,18 @@ const LEFTOVERS_NFT = [
   'COMMIT',
   '',
 ].join('\n');
-const LEFTOVERS_LEGACY = ['*nat', ':TUNNEL-PORT - [0:0]', '-A OUTPUT -p tcp -m comment --comment "yurttunnel server port" -j TUNNEL-PORT', 'COMMIT', ''].join('\n');
-const LEGACY_RULES = ['*filter', ':LEGACY-ONLY - [0:0]', '-A LEGACY-ONLY -j RETURN', '-A LEGACY-ONLY -p tcp -j RETURN', '-A LEGACY-ONLY -p udp -j RETURN', 'COMMIT', ''].join('\n');
+const LEFTOVERS_LEGACY = ['*nat', ':TUNNEL-PORT - [0:0]', '-A OUTPUT -p tcp -m comment --comment "yurttunnel server port" -j TUNNEL-PORT', 'COMMIT', ''].join(
+  '\n',
+);
+const LEGACY_RULES = [
+  '*filter',
+  ':LEGACY-ONLY - [0:0]',
+  '-A LEGACY-ONLY -j RETURN',
+  '-A LEGACY-ONLY -p tcp -j RETURN',
+  '-A LEGACY-ONLY -p udp -j RETURN',
+  'COMMIT',
+  '',
+].join('\n');
 
 const SECURE = 20263;
 const INSECURE = 20264;
@@ -80,7 +106,8 @@ class ManagerChild {
     for (;;) {
       const found = this.messages.slice(from).find(match);
       if (found !== undefined) return found;
-      if (Date.now() > deadline) throw new Error(`no matching message within ${timeoutMs} ms; got ${JSON.stringify(this.messages.slice(from))}; output:\n${this.proc.lines.join('\n')}`);
+      if (Date.now() > deadline)
+        throw new Error(`no matching message within ${timeoutMs} ms; got ${JSON.stringify(this.messages.slice(from))}; output:\n${this.proc.lines.join('\n')}`);
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, 200);
         this.waiters.push(() => {
@@ -144,7 +171,12 @@ describe('iptables manager in a network namespace', { skip }, () => {
   }
 
   async function createNode(name: string, addresses: string[], labels: Record<string, string> = {}): Promise<void> {
-    const node = { apiVersion: 'v1', kind: 'Node', metadata: { name, labels }, status: { addresses: addresses.map((address) => ({ type: 'InternalIP', address })) } };
+    const node = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, labels },
+      status: { addresses: addresses.map((address) => ({ type: 'InternalIP', address })) },
+    };
     await kubectl(['create', '-f', '-'], JSON.stringify(node));
   }
 
@@ -158,7 +190,10 @@ describe('iptables manager in a network namespace', { skip }, () => {
   }
 
   async function setConfigMap(data: Record<string, string>): Promise<void> {
-    await kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'yurt-tunnel-server-cfg', namespace: 'kube-system' }, data }));
+    await kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'yurt-tunnel-server-cfg', namespace: 'kube-system' }, data }),
+    );
   }
 
   const probe = async (ip: string, port: number): Promise<string> => landed(await probeTCP(host, ip, port));
@@ -170,9 +205,16 @@ describe('iptables manager in a network namespace', { skip }, () => {
     suite.defer(() => rm(dir, { recursive: true, force: true }));
     host = await NetworkNamespace.create(suite, 'yt-ipt');
     const far = await NetworkNamespace.create(suite, 'yt-far');
-    await vethPair({ ns: host, name: 'to-far', addresses: ['10.251.0.1/24', 'fd00:251::1/64'] }, { ns: far, name: 'to-host', addresses: FAR.map((ip) => (ip.includes(':') ? `${ip}/64` : `${ip}/24`)) });
+    await vethPair(
+      { ns: host, name: 'to-far', addresses: ['10.251.0.1/24', 'fd00:251::1/64'] },
+      { ns: far, name: 'to-host', addresses: FAR.map((ip) => (ip.includes(':') ? `${ip}/64` : `${ip}/24`)) },
+    );
     // Every node address answers directly from the far namespace; the master ports and a local kubelet answer in the host namespace.
-    await startBanners(suite, far, FAR.flatMap((ip) => PORTS.map((port) => ({ host: ip, port, banner: `direct ${ip}:${port}` }))));
+    await startBanners(
+      suite,
+      far,
+      FAR.flatMap((ip) => PORTS.map((port) => ({ host: ip, port, banner: `direct ${ip}:${port}` }))),
+    );
     await startBanners(suite, host, [
       { host: '127.0.0.1', port: SECURE, banner: 'master secure' },
       { host: '::1', port: SECURE, banner: 'master secure' },
@@ -198,13 +240,19 @@ describe('iptables manager in a network namespace', { skip }, () => {
     const missing = ManagerChild.start(suite, host, { ...childOpts, path: empty });
     const failed = await missing.next((m): m is Extract<IptablesChildMessage, { type: 'start-failed' }> => m.type === 'start-failed');
     assert.equal(failed.code, 'YT_ERR_IPTABLES_MISSING');
-    assert.equal(failed.message, 'neither iptables-save/iptables-restore nor their -nft/-legacy variants are on the PATH: install iptables, or set --enable-iptables=false');
+    assert.equal(
+      failed.message,
+      'neither iptables-save/iptables-restore nor their -nft/-legacy variants are on the PATH: install iptables, or set --enable-iptables=false',
+    );
     assert.equal(await missing.proc.exited, 0);
 
     const unprivileged = ManagerChild.start(suite, host, childOpts, ['setpriv', '--inh-caps=-net_admin', '--bounding-set=-net_admin']);
     const refused = await unprivileged.next((m): m is Extract<IptablesChildMessage, { type: 'start-failed' }> => m.type === 'start-failed');
     assert.equal(refused.code, 'YT_ERR_IPTABLES_PERMISSION');
-    assert.match(refused.message, /^iptables-\w+-save may not change the nat table: the process needs the NET_ADMIN capability \(uid 0; run as root with NET_ADMIN, or set --enable-iptables=false\): .*Permission denied/);
+    assert.match(
+      refused.message,
+      /^iptables-\w+-save may not change the nat table: the process needs the NET_ADMIN capability \(uid 0; run as root with NET_ADMIN, or set --enable-iptables=false\): .*Permission denied/,
+    );
     assert.equal(await unprivileged.proc.exited, 0);
     assert.deepEqual(await allRules(host), pristine);
   });
@@ -222,20 +270,23 @@ describe('iptables manager in a network namespace', { skip }, () => {
     const first = await child.next(isSync);
     assert.deepEqual(first.restored, [4, 6]);
     assert.equal(first.cloudNodes, 1);
-    assert.ok(child.proc.lines.some((l) => /removed the rules an earlier run left.*mode=legacy/.test(l)), child.proc.lines.join('\n'));
+    assert.ok(
+      child.proc.lines.some((l) => /removed the rules an earlier run left.*mode=legacy/.test(l)),
+      child.proc.lines.join('\n'),
+    );
 
     const nat = await natLines(host);
     assert.deepEqual(ourChains(nat), ['TUNNEL-PORT', 'TUNNEL-PORT-10250', 'TUNNEL-PORT-10255']);
     assert.equal(nat.filter((l) => l.startsWith('-A OUTPUT') && l.includes('-j TUNNEL-PORT')).length, 1, 'one jump from OUTPUT');
     assert.equal(new Set(nat).size, nat.length, 'no rule twice');
-    assert.ok(!nat.some((l) => l.includes('127.0.0.1:1 ')), 'the earlier run\'s DNAT is gone');
+    assert.ok(!nat.some((l) => l.includes('127.0.0.1:1 ')), "the earlier run's DNAT is gone");
     assert.deepEqual(ourChains(await natLines(host, 'iptables-legacy-save')), [], 'the legacy backend is clean');
     assert.deepEqual(ourChains(await natLines(host, 'ip6tables-nft-save')), ['TUNNEL-PORT', 'TUNNEL-PORT-10250', 'TUNNEL-PORT-10255']);
     const rules = await allRules(host);
     for (const line of pristine['iptables-nft-save']!) assert.ok(rules['iptables-nft-save']!.includes(line), `someone else's ${line} survives`);
   });
 
-  test('after a sync an edge node\'s 10250 and 10255 land on the master ports, a cloud node\'s and loopback\'s do not', async () => {
+  test("after a sync an edge node's 10250 and 10255 land on the master ports, a cloud node's and loopback's do not", async () => {
     assert.equal(await probe('10.251.0.3', 10250), 'master secure');
     assert.equal(await probe('10.251.0.3', 10255), 'master insecure');
     assert.equal(await probe('fd00:251::3', 10250), 'master secure');
@@ -270,7 +321,15 @@ describe('iptables manager in a network namespace', { skip }, () => {
 
     const mark = child.messages.length;
     const readdressed = await reactionMs(() =>
-      kubectl(['patch', 'node', 'cloud-2', '--subresource=status', '--type=merge', '-p', JSON.stringify({ status: { addresses: [{ type: 'InternalIP', address: '10.251.0.6' }] } })]),
+      kubectl([
+        'patch',
+        'node',
+        'cloud-2',
+        '--subresource=status',
+        '--type=merge',
+        '-p',
+        JSON.stringify({ status: { addresses: [{ type: 'InternalIP', address: '10.251.0.6' }] } }),
+      ]),
     );
     assert.ok(child.messages.slice(mark).filter(isRestoringSync)[0]!.conntrackDeletions >= 2, 'conntrack entries for both addresses flushed');
     assert.equal(await probe('10.251.0.5', 10250), 'master secure');
@@ -281,8 +340,11 @@ describe('iptables manager in a network namespace', { skip }, () => {
     assert.equal(await probe('fd00:251::2', 10250), 'master secure');
     assert.equal(child.messages.filter(isSync).at(-1)!.cloudNodes, 2);
 
-    t.diagnostic(`reaction: added ${Math.round(added)} ms, relabelled ${Math.round(relabelled)} ms, readdressed ${Math.round(readdressed)} ms, deleted ${Math.round(deleted)} ms`);
-    for (const [what, ms] of Object.entries({ added, relabelled, readdressed, deleted })) assert.ok(ms < 1000, `${what}: rules changed ${Math.round(ms)} ms after the API call`);
+    t.diagnostic(
+      `reaction: added ${Math.round(added)} ms, relabelled ${Math.round(relabelled)} ms, readdressed ${Math.round(readdressed)} ms, deleted ${Math.round(deleted)} ms`,
+    );
+    for (const [what, ms] of Object.entries({ added, relabelled, readdressed, deleted }))
+      assert.ok(ms < 1000, `${what}: rules changed ${Math.round(ms)} ms after the API call`);
   });
 
   test('a ConfigMap change adds and removes ports within a second; DNATed connections of a removed port are flushed', async (t) => {
@@ -308,7 +370,8 @@ describe('iptables manager in a network namespace', { skip }, () => {
     assert.equal(await probe('10.251.0.3', 9443), 'direct 10.251.0.3:9443');
 
     t.diagnostic(`reaction: added ${Math.round(added)} ms, removed ${Math.round(removed)} ms, deleted ${Math.round(deleted)} ms`);
-    for (const [what, ms] of Object.entries({ added, removed, deleted })) assert.ok(ms < 1000, `${what}: rules changed ${Math.round(ms)} ms after the API call`);
+    for (const [what, ms] of Object.entries({ added, removed, deleted }))
+      assert.ok(ms < 1000, `${what}: rules changed ${Math.round(ms)} ms after the API call`);
   });
 
   test('stop leaves no rule and no chain: every table as before the run', async () => {
@@ -330,7 +393,10 @@ describe('iptables manager in a network namespace', { skip }, () => {
     }
     const legacy = ManagerChild.start(suite, host, { ...childOpts, path: bin });
     await legacy.next(isRestoringSync);
-    assert.ok(legacy.proc.lines.some((l) => /iptables backend chosen.*mode=legacy.*it holds the most rules \(nft 2, legacy 3\)/.test(l)), legacy.proc.lines.join('\n'));
+    assert.ok(
+      legacy.proc.lines.some((l) => /iptables backend chosen.*mode=legacy.*it holds the most rules \(nft 2, legacy 3\)/.test(l)),
+      legacy.proc.lines.join('\n'),
+    );
     assert.deepEqual(ourChains(await natLines(host, 'iptables-legacy-save')), ['TUNNEL-PORT', 'TUNNEL-PORT-10250', 'TUNNEL-PORT-10255']);
     assert.deepEqual(ourChains(await natLines(host)), []);
     assert.equal(await probe('10.251.0.3', 10250), 'master secure');

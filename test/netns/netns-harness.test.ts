@@ -16,7 +16,10 @@ async function rootLinks(): Promise<string> {
 }
 
 async function namespaces(): Promise<string[]> {
-  return (await run('ip', ['netns', 'list'])).stdout.split('\n').map((l) => l.split(' ')[0]!).filter((n) => n !== '');
+  return (await run('ip', ['netns', 'list'])).stdout
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => n !== '');
 }
 
 test('two namespaces over a veth pair: listeners, probes, an exposed port; cleanup deletes both and the root namespace is as before', { skip }, async (t) => {

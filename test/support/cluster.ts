@@ -5,7 +5,8 @@
 import { join } from 'node:path';
 import { TunnelAgent, type AgentOptions } from '../../pkg/agent/app.js';
 import { issueCertificate } from '../../pkg/certs/pki.js';
-import { TunnelServer, type ServerOptions } from '../../pkg/server/app.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import type { ServerOptions } from '../../pkg/server/options.js';
 import type { ControlPlane } from './envtest/index.js';
 import type { Harness } from './harness.js';
 import { MemoryLogger } from './memory-logger.js';

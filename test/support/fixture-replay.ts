@@ -243,7 +243,10 @@ async function checkFollow(socket: TLSSocket, rest: Buffer, kubelet: StandinKube
   const [ended] = await kubelet.waitForFollowEnded(1, 2000);
   assert.equal(ended?.endReason, 'client-gone');
   assert.ok(ended.endedAt! - leftAt < 1000);
-  assert.deepEqual(ex.standinObserved?.map((o) => o.event), ['follow stream ended']);
+  assert.deepEqual(
+    ex.standinObserved?.map((o) => o.event),
+    ['follow stream ended'],
+  );
 }
 
 async function replayEntry(t: TestContext, entry: FixtureEntry, start: StartRoute): Promise<void> {

@@ -49,7 +49,14 @@ const manager = new IptablesManager({
   logger,
 });
 manager.onSync((r) =>
-  send({ type: 'sync', full: r.full, restored: r.restored, conntrackDeletions: r.conntrackDeletions, cloudNodes: r.targets.cloudNodes, restores: manager.restores }),
+  send({
+    type: 'sync',
+    full: r.full,
+    restored: r.restored,
+    conntrackDeletions: r.conntrackDeletions,
+    cloudNodes: r.targets.cloudNodes,
+    restores: manager.restores,
+  }),
 );
 
 async function stop(): Promise<void> {

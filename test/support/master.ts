@@ -7,7 +7,7 @@ import { KubeletConnector } from '../../pkg/interceptor/kubelet-connector.js';
 import { MasterServer } from '../../pkg/interceptor/master-server.js';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import type { NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import type { RequestContext } from '../../pkg/interceptor/request-context.js';
 import { AgentNodeResolver } from '../../pkg/server/agent-node-resolver.js';
 import { RequestInterceptor } from '../../pkg/interceptor/request-interceptor.js';

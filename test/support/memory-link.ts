@@ -19,7 +19,7 @@ const H2_FRAME_HEADER = 9;
 /** TLS's largest record: what one write reaches the peer in, at most. */
 const RECORD = 16 * 1024;
 /** Taken before any test counts Buffer allocations (countBufferAllocations patches the public factories). */
-const allocate = Buffer.allocUnsafeSlow;
+const allocate = Buffer.allocUnsafeSlow.bind(Buffer);
 
 /**
  * One end of an in-memory byte pipe; counts the writes HTTP/2 makes to it and

@@ -45,4 +45,3 @@ export class MemoryLogger implements Logger {
     return this.records.filter((r) => r.message.includes(text));
   }
 }
-

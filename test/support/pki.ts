@@ -68,11 +68,7 @@ export function testPKI(): TestPKI {
 }
 
 /** Writes `pair` and the CA into `dir` as tls.crt, tls.key and ca.crt, for a process that reads files. */
-export async function writePKIFiles(
-  dir: string,
-  pair: CertKeyPair,
-  ca: CertKeyPair,
-): Promise<{ certFile: string; keyFile: string; caFile: string }> {
+export async function writePKIFiles(dir: string, pair: CertKeyPair, ca: CertKeyPair): Promise<{ certFile: string; keyFile: string; caFile: string }> {
   const files = { certFile: join(dir, 'tls.crt'), keyFile: join(dir, 'tls.key'), caFile: join(dir, 'ca.crt') };
   await writeFile(files.certFile, pair.cert);
   await writeFile(files.keyFile, pair.key, { mode: 0o600 });

@@ -2,7 +2,7 @@
 // system, sockets in the test's folder, short timeouts.
 
 import { join } from 'node:path';
-import type { ServerOptions } from '../../pkg/server/app.js';
+import type { ServerOptions } from '../../pkg/server/options.js';
 import { MemoryLogger } from './memory-logger.js';
 
 export function testServerOptions(dir: string, extra: Partial<ServerOptions> = {}): ServerOptions {

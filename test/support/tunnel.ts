@@ -16,8 +16,9 @@ import type { ServerConnectionOptions } from '../../pkg/agent/server-connection.
 import { HttpConnectServer } from '../../pkg/frontend/http-connect.js';
 import type { Logger } from '../../pkg/log/logger.js';
 import { MemoryLogger } from './memory-logger.js';
-import { AgentEndpoint, type AgentEndpointOptions } from '../../pkg/tunnel/agent-endpoint.js';
-import { Tunnel, type TunnelOptions } from '../../pkg/tunnel/tunnel.js';
+import { AgentEndpoint, type AgentEndpointOptions } from '../../pkg/endpoint/agent-endpoint.js';
+import type { TunnelOptions } from '../../pkg/tunnel/options.js';
+import { Tunnel } from '../../pkg/tunnel/tunnel.js';
 import type { Harness } from './harness.js';
 import { testPKI } from './pki.js';
 
@@ -129,10 +130,12 @@ export function startAgent(h: Harness, serverAddress: string, opts: TestAgentOpt
   const pki = testPKI();
   const identifiers = opts.identifiers ?? `ipv4=127.0.0.1&host=${opts.nodeName}`;
   // Issued only when the test brings none: each costs an RSA key.
-  const tls = opts.tls ?? ((): ServerConnectionOptions['tls'] => {
-    const cert = pki.agent(opts.nodeName, identifiers);
-    return { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
-  })();
+  const tls =
+    opts.tls ??
+    ((): ServerConnectionOptions['tls'] => {
+      const cert = pki.agent(opts.nodeName, identifiers);
+      return { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+    })();
   const log = new MemoryLogger(3);
   const clients = new ClientSet({
     connection: {
@@ -229,6 +232,7 @@ async function* readUntil(socket: Socket, done: () => boolean): AsyncGenerator<B
         yield queue.shift()!;
         if (done()) return;
       }
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the 'end' listener while we waited
       if (ended) return;
       await new Promise<void>((r) => (wake = r));
       wake = undefined;
@@ -331,7 +335,7 @@ export async function startHangingListener(h: Harness): Promise<number> {
       await once(child, 'exit');
     }
   });
-  const [line] = (await once(child.stdout!, 'data')) as [Buffer];
+  const [line] = (await once(child.stdout, 'data')) as [Buffer];
   const port = Number(line.toString().trim());
   // One connection fills a backlog-0 queue; a second, whose SYN the kernel drops, makes sure.
   const first = connect(port, '127.0.0.1');

@@ -132,12 +132,12 @@ export async function scriptedServer(
       }
     },
   });
-  const creds = grpc.ServerCredentials.createSsl(Buffer.from(opts.tls.ca), [
-    { cert_chain: Buffer.from(opts.tls.cert), private_key: Buffer.from(opts.tls.key) },
-  ], true);
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', creds, (err, p) => (err ? reject(err) : resolve(p))),
+  const creds = grpc.ServerCredentials.createSsl(
+    Buffer.from(opts.tls.ca),
+    [{ cert_chain: Buffer.from(opts.tls.cert), private_key: Buffer.from(opts.tls.key) }],
+    true,
   );
+  const port = await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', creds, (err, p) => (err ? reject(err) : resolve(p))));
   let stopped = false;
   const stop = async (): Promise<void> => {
     if (stopped) return;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
-import { checkAgentIdentity, normalizeAddress, type PeerCertificateNames } from '../../pkg/tunnel/agent-identity.js';
+import { checkAgentIdentity, normalizeAddress, type PeerCertificateNames } from '../../pkg/endpoint/agent-identity.js';
 
 /** edge-a's certificate as issue-agent-cert writes it, seen through Node. */
 const EDGE_A: PeerCertificateNames = {
@@ -16,13 +16,13 @@ const EDGE_B: PeerCertificateNames = { subject: { CN: 'tunnel-agent-client' }, s
 
 const ids = parseAgentIdentifiers;
 
-test('edge-a\'s certificate claiming its own name and addresses is accepted in every mode', () => {
+test("edge-a's certificate claiming its own name and addresses is accepted in every mode", () => {
   for (const mode of ['strict', 'agent-id', 'none'] as const) {
     assert.deepEqual(checkAgentIdentity(EDGE_A, 'edge-a', ids('host=edge-a&ipv4=10.0.0.7&ipv6=fd00::a'), mode), { ok: true }, mode);
   }
 });
 
-test('an impostor with edge-a\'s certificate claiming agentid edge-b is refused by strict and agent-id, naming the check', () => {
+test("an impostor with edge-a's certificate claiming agentid edge-b is refused by strict and agent-id, naming the check", () => {
   for (const mode of ['strict', 'agent-id'] as const) {
     assert.deepEqual(checkAgentIdentity(EDGE_A, 'edge-b', ids('host=edge-b&ipv4=10.0.0.8'), mode), {
       ok: false,
@@ -44,9 +44,12 @@ test('mode none trusts the metadata, as upstream does', () => {
 test('a certificate naming edge-b but claiming an ipv4 it does not have: strict refuses, agent-id accepts', () => {
   const v = checkAgentIdentity(EDGE_B, 'edge-b', ids('host=edge-b&ipv4=10.0.0.7'), 'strict');
   assert.equal(v.ok, false);
-  assert.equal(!v.ok && v.check, 'ipv4');
-  assert.equal(!v.ok && v.claimed, '10.0.0.7');
-  assert.match(!v.ok ? v.reason : '', /claims ipv4=10\.0\.0\.7 but its certificate \(CN=tunnel-agent-client, DNS:edge-b, IP:10\.0\.0\.8\) has no IP SAN 10\.0\.0\.7;.*--agent-identity-check=agent-id$/);
+  assert.equal(v.check, 'ipv4');
+  assert.equal(v.claimed, '10.0.0.7');
+  assert.match(
+    v.reason,
+    /claims ipv4=10\.0\.0\.7 but its certificate \(CN=tunnel-agent-client, DNS:edge-b, IP:10\.0\.0\.8\) has no IP SAN 10\.0\.0\.7;.*--agent-identity-check=agent-id$/,
+  );
   assert.deepEqual(checkAgentIdentity(EDGE_B, 'edge-b', ids('host=edge-b&ipv4=10.0.0.7'), 'agent-id'), { ok: true });
 });
 

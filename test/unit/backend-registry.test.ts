@@ -4,20 +4,20 @@
 
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
+import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
+import { Backend } from '../../pkg/tunnel/backend.js';
 import { BackendRegistry, PROXY_STRATEGIES, parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { emptyIdentifiers, parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
 
 const LIMIT = { timeout: 10_000 };
 
 /** A link that fails the test if the registry ever uses it. */
-const SILENT_LINK: BackendLink = {
+const SILENT_LINK: AgentLink = {
   sendData: () => assert.fail('the registry sent DATA'),
   sendControl: () => assert.fail('the registry sent a control packet'),
   pauseReceive: () => assert.fail('the registry paused a link'),
   resumeReceive: () => assert.fail('the registry resumed a link'),
-  end: () => assert.fail('the registry ended a call'),
-  cutOff: () => assert.fail('the registry cut a call off'),
+  close: () => assert.fail('the registry closed a link'),
 };
 
 /** A backend for `agentID` advertising `identifiers` (URL-query syntax). */
@@ -202,7 +202,7 @@ test('remove() takes a backend out of every index and returns false the second t
   assert.equal(r.remove(a), false);
 });
 
-test('remove() of one stream leaves the agent\'s other streams and other agents indexed', LIMIT, () => {
+test("remove() of one stream leaves the agent's other streams and other agents indexed", LIMIT, () => {
   const a1 = backend('node-a', 'host=shared&host=node-a&default-route=true');
   const a2 = backend('node-a', 'host=shared&host=node-a&default-route=true');
   const b = backend('node-b', 'host=shared');

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Backoff, type BackoffOptions } from '../../pkg/agent/backoff.js';
+import { Backoff, type BackoffOptions } from '../../pkg/timers/backoff.js';
 
 const LIMIT = { timeout: 10_000 };
 
@@ -59,13 +59,7 @@ test('invalid options throw a TypeError showing them', LIMIT, () => {
     name: 'TypeError',
     message: 'invalid backoff {"initialMs":0,"factor":1.5,"jitter":0.1,"capMs":10000}',
   });
-  const bad: Array<Partial<BackoffOptions>> = [
-    { initialMs: -1 },
-    { factor: 0.5 },
-    { factor: 0 },
-    { capMs: 999 },
-    { jitter: -0.1 },
-  ];
+  const bad: Array<Partial<BackoffOptions>> = [{ initialMs: -1 }, { factor: 0.5 }, { factor: 0 }, { capMs: 999 }, { jitter: -0.1 }];
   for (const change of bad) {
     const opts = { ...AGENT, ...change };
     assert.throws(() => new Backoff(opts), { name: 'TypeError', message: `invalid backoff ${JSON.stringify(opts)}` }, JSON.stringify(change));

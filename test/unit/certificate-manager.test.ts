@@ -87,7 +87,14 @@ test('the renewal point lies between 70 % and 90 % of the lifetime', () => {
 });
 
 test('a certificate matches its template by names and addresses as sets, in any IPv6 spelling', () => {
-  const have = { commonName: 'a', organizations: ['o'], dnsNames: ['x', 'y'], ips: ['0:0:0:0:0:0:0:1', '10.0.0.1'], notBefore: new Date(), notAfter: new Date() };
+  const have = {
+    commonName: 'a',
+    organizations: ['o'],
+    dnsNames: ['x', 'y'],
+    ips: ['0:0:0:0:0:0:0:1', '10.0.0.1'],
+    notBefore: new Date(),
+    notAfter: new Date(),
+  };
   const want = template({ commonName: 'a', organizations: ['o'], dnsNames: ['y', 'x'], ips: ['10.0.0.1', '::1'] });
   assert.equal(templateMismatch(have, want), undefined);
   assert.match(templateMismatch(have, { ...want, ips: ['10.0.0.1'] }) ?? '', /IP addresses/);
@@ -182,7 +189,8 @@ test('a failing signer is retried with backoff; stop() while a request waits for
   signer.failNext = 2;
   const m = manager(dir, signer, () => template(), log);
   await m.start();
-  await m.ready();
+  // The retries wait on unref'd timers: the test keeps itself alive while it waits.
+  await waitFor('a certificate after two failed requests', () => m.current() !== undefined, 10_000);
   assert.equal(signer.requests.length, 3);
   assert.equal(log.records.filter((r) => r.message.includes('could not obtain a certificate; retrying')).length, 2);
   await m.stop();

@@ -40,7 +40,10 @@ function oldStyleCA(commonName: string): CertKeyPair {
   cert.validity.notAfter = new Date(Date.now() + 86_400_000);
   cert.setSubject([{ name: 'commonName', value: commonName }]);
   cert.setIssuer([{ name: 'commonName', value: commonName }]);
-  cert.setExtensions([{ name: 'basicConstraints', cA: true, critical: true }, { name: 'keyUsage', keyCertSign: true, critical: true }]);
+  cert.setExtensions([
+    { name: 'basicConstraints', cA: true, critical: true },
+    { name: 'keyUsage', keyCertSign: true, critical: true },
+  ]);
   cert.sign(forge.pki.privateKeyFromPem(keyPem), forge.md.sha256.create());
   return { cert: forge.pki.certificateToPem(cert), key: keyPem };
 }
@@ -107,9 +110,14 @@ test('the real Go agent loads our CA, and refuses an old-style one', { ...LIMIT,
       h,
       konnectivity.proxyAgent,
       [
-        '--proxy-server-host=127.0.0.1', `--proxy-server-port=${port}`,
-        `--ca-cert=${caFile}`, `--agent-cert=${agent.certFile}`, `--agent-key=${agent.keyFile}`,
-        '--agent-id=edge-1', '--health-server-host=127.0.0.1', `--health-server-port=${healthPort}`,
+        '--proxy-server-host=127.0.0.1',
+        `--proxy-server-port=${port}`,
+        `--ca-cert=${caFile}`,
+        `--agent-cert=${agent.certFile}`,
+        `--agent-key=${agent.keyFile}`,
+        '--agent-id=edge-1',
+        '--health-server-host=127.0.0.1',
+        `--health-server-port=${healthPort}`,
         `--admin-server-port=${adminPort}`,
       ],
       {},
@@ -120,5 +128,9 @@ test('the real Go agent loads our CA, and refuses an old-style one', { ...LIMIT,
   // With our CA it gets as far as dialling (nothing listens there) and keeps trying.
   const loaded = run(agent.caFile);
   await loaded.waitForLine(/cannot connect once.*connection refused/);
-  assert.equal(loaded.lines.some((l) => l.includes('failed to append CA cert')), false, loaded.lines.join('\n'));
+  assert.equal(
+    loaded.lines.some((l) => l.includes('failed to append CA cert')),
+    false,
+    loaded.lines.join('\n'),
+  );
 });

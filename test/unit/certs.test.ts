@@ -179,7 +179,7 @@ test('a server with the serving cert and a client with the client cert complete 
   assert.equal(clientSide.authorized, true);
   assert.equal(serverSide.getPeerCertificate().subject.CN, 'tunnel-agent-client');
   assert.equal(clientSide.getPeerCertificate().subject.CN, 'system:node:tunnel-server');
-  serverSide.end(`hello ${serverSide.getPeerCertificate().subject.CN}`);
+  serverSide.end(`hello ${String(serverSide.getPeerCertificate().subject.CN)}`);
   clientSide.end();
   const chunks: Buffer[] = [];
   for await (const c of clientSide) chunks.push(c as Buffer);
@@ -341,7 +341,8 @@ test('an existing ca.crt without ca.key is an error naming the missing file, and
   const certDir = await tempDir(h);
   await writeFile(join(certDir, CA_CERT_FILE), testPki().ca.cert);
   await assert.rejects(ensureLocalServerCertificates({ certDir }), {
-    name: 'Error',
+    name: 'ConfigError',
+    code: 'YT_ERR_CERT_DIR',
     message:
       `${join(certDir, CA_KEY_FILE)} is missing but its pair exists; ` +
       `remove ${join(certDir, CA_CERT_FILE)} and ${join(certDir, CA_KEY_FILE)} to have them created again`,
@@ -356,7 +357,8 @@ test('an existing ca.key without ca.crt is an error naming ca.crt', LIMIT, async
   const certDir = await tempDir(h);
   await writeFile(join(certDir, CA_KEY_FILE), testPki().ca.key, { mode: 0o600 });
   await assert.rejects(ensureLocalServerCertificates({ certDir }), {
-    name: 'Error',
+    name: 'ConfigError',
+    code: 'YT_ERR_CERT_DIR',
     message:
       `${join(certDir, CA_CERT_FILE)} is missing but its pair exists; ` +
       `remove ${join(certDir, CA_CERT_FILE)} and ${join(certDir, CA_KEY_FILE)} to have them created again`,
@@ -371,7 +373,8 @@ test('a serving certificate whose key was lost is an error naming the key file',
   await writeFile(join(certDir, CA_KEY_FILE), testPki().ca.key, { mode: 0o600 });
   await writeFile(join(certDir, SERVER_CERT_FILE), testPki().server.cert);
   await assert.rejects(ensureLocalServerCertificates({ certDir }), {
-    name: 'Error',
+    name: 'ConfigError',
+    code: 'YT_ERR_CERT_DIR',
     message:
       `${join(certDir, SERVER_KEY_FILE)} is missing but its pair exists; ` +
       `remove ${join(certDir, SERVER_CERT_FILE)} and ${join(certDir, SERVER_KEY_FILE)} to have them created again`,
@@ -416,7 +419,8 @@ test('writeAgentCertificate fails with a clear message when the cert dir has no 
   const certDir = await tempDir(h);
   const outDir = join(await tempDir(h), 'out');
   await assert.rejects(writeAgentCertificate({ certDir, nodeName: 'edge-1', outDir }), {
-    name: 'Error',
+    name: 'ConfigError',
+    code: 'YT_ERR_CERT_DIR',
     message:
       `no CA in ${certDir} (ca.crt, ca.key); start yurt-tunnel-server with --cert-dir ${certDir} once, ` +
       "or point --cert-dir at the server's certificate directory",
@@ -443,7 +447,8 @@ test('writeAgentCertificate with a CA but a lost ca.key names the missing key', 
   const certDir = await certDirWithCA(h);
   await unlink(join(certDir, CA_KEY_FILE));
   await assert.rejects(writeAgentCertificate({ certDir, nodeName: 'edge-1', outDir: join(certDir, 'out') }), {
-    name: 'Error',
+    name: 'ConfigError',
+    code: 'YT_ERR_CERT_DIR',
     message:
       `${join(certDir, CA_KEY_FILE)} is missing but its pair exists; ` +
       `remove ${join(certDir, CA_CERT_FILE)} and ${join(certDir, CA_KEY_FILE)} to have them created again`,

@@ -74,7 +74,18 @@ async function safeServerFlags(h: Harness): Promise<string[]> {
 /** Agent flags that pass validation up to the one under test, with certificate paths that do not exist. */
 async function baseAgentFlags(h: Harness): Promise<string[]> {
   const dir = await tempDir(h);
-  return ['--node-name', 'edge-1', '--ca-file', join(dir, 'ca.crt'), '--cert-file', join(dir, 'tls.crt'), '--key-file', join(dir, 'tls.key'), '--meta-port', '0'];
+  return [
+    '--node-name',
+    'edge-1',
+    '--ca-file',
+    join(dir, 'ca.crt'),
+    '--cert-file',
+    join(dir, 'tls.crt'),
+    '--key-file',
+    join(dir, 'tls.key'),
+    '--meta-port',
+    '0',
+  ];
 }
 
 /** Exit 1, nothing on stdout, exactly `line` (one line) on stderr. */
@@ -192,29 +203,33 @@ test('server --tunnel-agent-connect-port 70000: exit 1, one line naming the flag
   assertRefused(r, `error: option '--tunnel-agent-connect-port <port>' argument '70000' is invalid. not a port number 0-65535 (got "70000")`);
 });
 
-test('server --cert-ips with a name, --server-count 0, --v high, --bind-address everywhere, zero timeouts and limits: each one line naming its flag', LIMIT, async (t) => {
-  const h = harness(t);
-  const safe = await safeServerFlags(h);
-  const cases: Array<[string[], string]> = [
-    [['--cert-ips', '10.0.0.1,tunnel.example'], '--cert-ips'],
-    [['--server-count', '0'], '--server-count'],
-    [['--v', 'high'], '--v'],
-    [['--bind-address', 'everywhere'], '--bind-address'],
-    [['--tls-handshake-timeout', '0'], '--tls-handshake-timeout'],
-    [['--request-head-timeout', '0s'], '--request-head-timeout'],
-    [['--connect-head-timeout', 'soon'], '--connect-head-timeout'],
-    [['--max-pending-dials-per-agent', '0'], '--max-pending-dials-per-agent'],
-    [['--max-unknown-packets-per-agent', '-1'], '--max-unknown-packets-per-agent'],
-  ];
-  for (const [args, flag] of cases) {
-    const r = await run(h, SERVER, [...safe, '--tunnel-agent-connect-port', '0', ...args]);
-    assert.equal(r.code, 1, args.join(' '));
-    assert.equal(r.stdout, '');
-    const lines = r.stderr.split('\n').filter((l) => l !== '');
-    assert.equal(lines.length, 1, `${args.join(' ')}: ${r.stderr}`);
-    assert.match(lines[0]!, new RegExp(`^error: option '(-v, )?${flag} <`), args.join(' '));
-  }
-});
+test(
+  'server --cert-ips with a name, --server-count 0, --v high, --bind-address everywhere, zero timeouts and limits: each one line naming its flag',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const safe = await safeServerFlags(h);
+    const cases: Array<[string[], string]> = [
+      [['--cert-ips', '10.0.0.1,tunnel.example'], '--cert-ips'],
+      [['--server-count', '0'], '--server-count'],
+      [['--v', 'high'], '--v'],
+      [['--bind-address', 'everywhere'], '--bind-address'],
+      [['--tls-handshake-timeout', '0'], '--tls-handshake-timeout'],
+      [['--request-head-timeout', '0s'], '--request-head-timeout'],
+      [['--connect-head-timeout', 'soon'], '--connect-head-timeout'],
+      [['--max-pending-dials-per-agent', '0'], '--max-pending-dials-per-agent'],
+      [['--max-unknown-packets-per-agent', '-1'], '--max-unknown-packets-per-agent'],
+    ];
+    for (const [args, flag] of cases) {
+      const r = await run(h, SERVER, [...safe, '--tunnel-agent-connect-port', '0', ...args]);
+      assert.equal(r.code, 1, args.join(' '));
+      assert.equal(r.stdout, '');
+      const lines = r.stderr.split('\n').filter((l) => l !== '');
+      assert.equal(lines.length, 1, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(lines[0]!, new RegExp(`^error: option '(-v, )?${flag} <`), args.join(' '));
+    }
+  },
+);
 
 test('agent --allowed-destinations 10.0.0.0/99: exit 1, one line naming the flag and the entry', LIMIT, async (t) => {
   const h = harness(t);

@@ -86,7 +86,11 @@ const SAMPLES: KnownPacket[] = [
 
 test('every packet type encodes to the same bytes protobufjs makes from proto/client.proto', () => {
   for (const p of SAMPLES) {
-    assert.deepEqual(encodePacket(p), referenceEncode(p), `${p.type} ${JSON.stringify(toReference(p), (_k, v) => (Buffer.isBuffer(v) ? `<${v.length} bytes>` : v))}`);
+    assert.deepEqual(
+      encodePacket(p),
+      referenceEncode(p),
+      `${p.type} ${JSON.stringify(toReference(p), (_k, v: unknown) => (Buffer.isBuffer(v) ? `<${v.length} bytes>` : v))}`,
+    );
   }
 });
 
@@ -175,12 +179,15 @@ test('malformed bytes raise a ProtocolError with a code', () => {
     [[0x00, 0x01], 'YT_ERR_PROTOCOL_TAG', 'malformed packet: field number 0'],
   ];
   for (const [bytes, code, message] of cases) {
-    assert.throws(() => decodePacket(Buffer.from(bytes)), (err: unknown) => {
-      assert.ok(err instanceof ProtocolError);
-      assert.equal(err.code, code);
-      assert.equal(err.message, message);
-      return true;
-    });
+    assert.throws(
+      () => decodePacket(Buffer.from(bytes)),
+      (err: unknown) => {
+        assert.ok(err instanceof ProtocolError);
+        assert.equal(err.code, code);
+        assert.equal(err.message, message);
+        return true;
+      },
+    );
   }
 });
 
@@ -246,11 +253,16 @@ test('DATA in any field layout decodes as protobufjs reads it (the canonical lay
     ['type after the payload', Buffer.concat([canonical.subarray(2), canonical.subarray(0, 2)])],
     ['payload field twice (the last wins)', Buffer.concat([canonical, data({ connectID: '10', data: Buffer.from('later') }).subarray(2)])],
     ['an unknown field inside', Buffer.from([0x08, 0x04, 0x22, 0x07, 0x08, 0x09, 0x20, 0x01, 0x1a, 0x01, 0x41])],
-    ['connectID as a 10-byte varint', Buffer.from([0x08, 0x04, 0x22, 0x0e, 0x08, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x1a, 0x01, 0x41])],
+    [
+      'connectID as a 10-byte varint',
+      Buffer.from([0x08, 0x04, 0x22, 0x0e, 0x08, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x1a, 0x01, 0x41]),
+    ],
     ['data before connectID', Buffer.from([0x08, 0x04, 0x22, 0x05, 0x1a, 0x01, 0x41, 0x08, 0x02])],
   );
   for (const [name, bytes] of variants) {
-    const ref = PacketType.toObject(PacketType.decode(bytes), { longs: String, defaults: true }) as { data: { connectID: string; error: string; data: Uint8Array } };
+    const ref = PacketType.toObject(PacketType.decode(bytes), { longs: String, defaults: true }) as {
+      data: { connectID: string; error: string; data: Uint8Array };
+    };
     assert.deepEqual(
       decodePacket(bytes),
       { type: 'DATA', connectID: BigInt(ref.data.connectID), error: ref.data.error, data: Buffer.from(ref.data.data) },

@@ -14,7 +14,15 @@ function node(name: string, addresses: [string, string][], edge?: boolean): V1No
 test('edge nodes resolve to the tunnel ClusterIP, others to their InternalIP, else ExternalIP; a node with neither is skipped', () => {
   const records = [
     node('edge-n1', [['InternalIP', '192.168.1.5']], true),
-    node('n1', [['Hostname', 'n1'], ['ExternalIP', '203.0.113.9'], ['InternalIP', '10.0.0.1']], false),
+    node(
+      'n1',
+      [
+        ['Hostname', 'n1'],
+        ['ExternalIP', '203.0.113.9'],
+        ['InternalIP', '10.0.0.1'],
+      ],
+      false,
+    ),
     node('cloud-2', [['ExternalIP', '203.0.113.10']]),
     node('bare', [['Hostname', 'bare']]),
   ].map((n) => nodeRecord(n, '10.96.0.50'));
@@ -36,7 +44,15 @@ test('without the internal Service an edge node is skipped, saying why', () => {
 test('a record changes when the label or the address does, not otherwise', () => {
   const a = node('n1', [['InternalIP', '10.0.0.1']]);
   const key = (n: V1Node): string => recordKey(nodeRecord(n, '10.96.0.50'));
-  assert.equal(key(a), key(node('n1', [['InternalIP', '10.0.0.1'], ['Hostname', 'n1']])));
+  assert.equal(
+    key(a),
+    key(
+      node('n1', [
+        ['InternalIP', '10.0.0.1'],
+        ['Hostname', 'n1'],
+      ]),
+    ),
+  );
   assert.notEqual(key(a), key(node('n1', [['InternalIP', '10.0.0.2']])));
   assert.notEqual(key(a), key(node('n1', [['InternalIP', '10.0.0.1']], true)));
 });
@@ -53,7 +69,14 @@ test('dnat ports: added per proxy port, targetPort by kind; others kept; unconfi
     { name: 'dnat-7000', protocol: 'TCP', port: 7000, targetPort: 10264 },
     { name: 'dnat-53', protocol: 'UDP', port: 53, targetPort: 53 },
   ];
-  const plan = planServicePorts(current, new Map([[9100, 'insecure'], [9443, 'secure']]), master);
+  const plan = planServicePorts(
+    current,
+    new Map([
+      [9100, 'insecure'],
+      [9443, 'secure'],
+    ]),
+    master,
+  );
   assert.deepEqual(plan.ports, [
     ...base,
     { name: 'dnat-53', protocol: 'UDP', port: 53, targetPort: 53 },

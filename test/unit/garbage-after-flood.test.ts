@@ -11,7 +11,12 @@ const LIMIT = { timeout: 30_000 };
 /** A GarbageAfterFlood reading `counts` one per check, with a collection that only counts. */
 function follow(counts: number[], drop = 1000): { run(): Promise<number> } {
   let i = 0;
-  const g = new GarbageAfterFlood({ openConnections: () => counts[Math.min(i++, counts.length - 1)]!, drop, collect: async () => {}, logger: new MemoryLogger() });
+  const g = new GarbageAfterFlood({
+    openConnections: () => counts[Math.min(i++, counts.length - 1)]!,
+    drop,
+    collect: async () => {},
+    logger: new MemoryLogger(),
+  });
   return {
     async run() {
       for (let k = 0; k < counts.length; k++) await g.check();

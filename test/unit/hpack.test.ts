@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { randomBytes } from 'node:crypto';
-import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../pkg/grpc/hpack/hpack.js';
-import { huffmanDecode, huffmanEncode, HuffmanError } from '../../pkg/grpc/hpack/huffman.js';
-import { AuthorityRewriter, Http2FrameError } from '../../pkg/grpc/authority-filter.js';
+import { encodeHeaderBlock, HpackDecoder } from '../../pkg/grpc/hpack/hpack.js';
+import { huffmanDecode, huffmanEncode } from '../../pkg/grpc/hpack/huffman.js';
+import { AuthorityRewriter } from '../../pkg/grpc/authority-filter.js';
+import { HpackError, Http2FrameError, HuffmanError } from '../../pkg/protocol/errors.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');
@@ -25,7 +26,7 @@ test('Huffman: every byte value round-trips; EOS, long padding and non-one paddi
   const all = Buffer.from([...Array(256).keys()]);
   assert.deepEqual(huffmanDecode(huffmanEncode(all)), all);
   for (let i = 0; i < 50; i++) {
-    const b = randomBytes(1 + (i * 7) % 300);
+    const b = randomBytes(1 + ((i * 7) % 300));
     assert.deepEqual(huffmanDecode(huffmanEncode(b)), b);
   }
   assert.throws(() => huffmanDecode(hex('ffff ffff')), HuffmanError); // 30 ones = EOS
@@ -85,7 +86,10 @@ test('HPACK encoder: literals without indexing that a fresh decoder reads back, 
   const block = encodeHeaderBlock(fields.map((f) => ({ ...f, value: Buffer.from(f.value).toString('latin1') })));
   const d = new HpackDecoder();
   const out = d.decode(block);
-  assert.deepEqual(out.map((f) => [f.name, Buffer.from(f.value, 'latin1').toString()]), fields.map((f) => [f.name, f.value]));
+  assert.deepEqual(
+    out.map((f) => [f.name, Buffer.from(f.value, 'latin1').toString()]),
+    fields.map((f) => [f.name, f.value]),
+  );
   assert.equal(out[3]!.sensitive, true);
   // Nothing entered the table: index 62 does not exist.
   assert.throws(() => d.decode(hex('be')), /past the end/);
@@ -104,7 +108,13 @@ test('the authority filter rewrites a socket-path :authority in HEADERS+CONTINUA
   const settings = frame(0x4, 0, 0, Buffer.alloc(0));
   // Split the block over HEADERS (padded, with priority) and a CONTINUATION, and feed it a byte at a time.
   const first = Buffer.concat([Buffer.from([3]), Buffer.alloc(5), block.subarray(0, 10), Buffer.alloc(3)]);
-  const input = Buffer.concat([preface, settings, frame(0x1, 0x8 | 0x20, 1, first), frame(0x9, 0x4, 1, block.subarray(10)), frame(0x0, 0x1, 1, Buffer.from('x'))]);
+  const input = Buffer.concat([
+    preface,
+    settings,
+    frame(0x1, 0x8 | 0x20, 1, first),
+    frame(0x9, 0x4, 1, block.subarray(10)),
+    frame(0x0, 0x1, 1, Buffer.from('x')),
+  ]);
   const r = new AuthorityRewriter();
   const out: Buffer[] = [];
   for (const byte of input) out.push(...r.push(Buffer.from([byte])));

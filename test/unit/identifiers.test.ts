@@ -4,13 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  emptyIdentifiers,
-  formatAgentIdentifiers,
-  parseAgentIdentifiers,
-  removePortFromHost,
-  type AgentIdentifiers,
-} from '../../pkg/protocol/identifiers.js';
+import { emptyIdentifiers, formatAgentIdentifiers, parseAgentIdentifiers, removePortFromHost, type AgentIdentifiers } from '../../pkg/protocol/identifiers.js';
 
 const LIMIT = { timeout: 10_000 };
 

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { localhostProxy } from '../../pkg/interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../../pkg/interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../../pkg/interceptor/middleware/trace-request.js';
-import type { NodeInfo, NodeResolver } from '../../pkg/interceptor/node-resolver.js';
+import type { NodeInfo, NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import { connectRequest } from '../../pkg/interceptor/proxier-dialer.js';
 import { pathClass, splitAddress, type RequestContext } from '../../pkg/interceptor/request-context.js';
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
@@ -49,8 +49,11 @@ function traced(over: Partial<RequestContext>): Pick<RequestContext, 'dialAddres
   return { dialAddress: c.dialAddress, proxyHost: c.proxyHost };
 }
 
-test('trace: a pod path goes to the pod\'s node and its kubelet port, whatever the Host says', () => {
-  assert.deepEqual(traced({ url: '/exec/default/web-1/app?command=ls', dialAddress: '127.0.0.1:6443' }), { dialAddress: '10.0.0.5:10250', proxyHost: 'edge-1' });
+test("trace: a pod path goes to the pod's node and its kubelet port, whatever the Host says", () => {
+  assert.deepEqual(traced({ url: '/exec/default/web-1/app?command=ls', dialAddress: '127.0.0.1:6443' }), {
+    dialAddress: '10.0.0.5:10250',
+    proxyHost: 'edge-1',
+  });
   assert.deepEqual(traced({ url: '/containerLogs/default/web-1/app', dialAddress: '10.0.0.5:10250' }), { dialAddress: '10.0.0.5:10250', proxyHost: 'edge-1' });
 });
 
@@ -67,7 +70,10 @@ test('trace: a node-proxy request goes to the node in X-Forwarded-Uri, in each o
   ] as const) {
     assert.deepEqual(traced({ forwardedUri: uri, dialAddress: '127.0.0.1:6443' }), { dialAddress: `10.0.0.5:${port}`, proxyHost: 'edge-1' }, uri);
   }
-  assert.throws(() => traced({ forwardedUri: '/api/v1/nodes/edge-9/proxy/metrics' }), new HttpError(400, 'node "edge-9" is not known to the tunnel server: no connected agent advertises it'));
+  assert.throws(
+    () => traced({ forwardedUri: '/api/v1/nodes/edge-9/proxy/metrics' }),
+    new HttpError(400, 'node "edge-9" is not known to the tunnel server: no connected agent advertises it'),
+  );
 });
 
 test('trace: a TLS server name that names a node routes there', () => {
@@ -79,11 +85,17 @@ test('trace: a TLS server name that names a node routes there', () => {
 test('trace: a Host that is a node name; IPv6 addresses are bracketed; unknown names and nodes without addresses get 400', () => {
   assert.deepEqual(traced({ dialAddress: 'edge-1:10250' }), { dialAddress: '10.0.0.5:10250', proxyHost: 'edge-1' });
   assert.deepEqual(traced({ dialAddress: 'edge-6:10250' }), { dialAddress: '[fd00::6]:10250', proxyHost: 'edge-6' });
-  assert.throws(() => traced({ dialAddress: 'ghost:10250' }), { status: 400, message: 'node "ghost" is not known to the tunnel server: no connected agent advertises it' });
-  assert.throws(() => traced({ dialAddress: 'bare:10250' }), { status: 400, message: 'node "bare" has no known address (no InternalIP, and its agent advertises no ipv4 or ipv6 identifier)' });
+  assert.throws(() => traced({ dialAddress: 'ghost:10250' }), {
+    status: 400,
+    message: 'node "ghost" is not known to the tunnel server: no connected agent advertises it',
+  });
+  assert.throws(() => traced({ dialAddress: 'bare:10250' }), {
+    status: 400,
+    message: 'node "bare" has no known address (no InternalIP, and its agent advertises no ipv4 or ipv6 identifier)',
+  });
 });
 
-test('trace: a caller\'s own X-Tunnel-Proxy-Host is kept', () => {
+test("trace: a caller's own X-Tunnel-Proxy-Host is kept", () => {
   assert.deepEqual(traced({ dialAddress: 'edge-1:10250', proxyHost: 'chosen' }), { dialAddress: '10.0.0.5:10250', proxyHost: 'chosen' });
 });
 
@@ -94,7 +106,7 @@ test('trace: an IP Host stays, unless X-Tunnel-Proxy-Dest says otherwise; a bad 
   assert.throws(() => traced({ dialAddress: '' }), { status: 400, message: 'Host "" is not host:port' });
 });
 
-test('localhost proxy: listed ports go to the node\'s loopback, the node chosen by its address', () => {
+test("localhost proxy: listed ports go to the node's loopback, the node chosen by its address", () => {
   const ports = new Set([10266]);
   const lp = localhostProxy(() => ports, resolver);
   const run = (over: Partial<RequestContext>): Pick<RequestContext, 'dialAddress' | 'proxyHost'> => {
@@ -106,8 +118,14 @@ test('localhost proxy: listed ports go to the node\'s loopback, the node chosen 
   assert.deepEqual(run({ dialAddress: '[fd00::6]:10266' }), { dialAddress: '[::1]:10266', proxyHost: 'edge-6' });
   assert.deepEqual(run({ dialAddress: '10.0.0.5:10250' }), { dialAddress: '10.0.0.5:10250', proxyHost: undefined }, 'other ports pass');
   assert.deepEqual(run({ dialAddress: '10.0.0.9:10266', proxyHost: 'twin-b' }), { dialAddress: '127.0.0.1:10266', proxyHost: 'twin-b' });
-  assert.throws(() => run({ dialAddress: '10.0.0.9:10266' }), { status: 400, message: 'nodes twin-a, twin-b all have address 10.0.0.9; send X-Tunnel-Proxy-Host to choose one' });
-  assert.throws(() => run({ dialAddress: '10.0.0.77:10266' }), { status: 400, message: 'no node has address 10.0.0.77, so its localhost port 10266 cannot be reached; send X-Tunnel-Proxy-Host' });
+  assert.throws(() => run({ dialAddress: '10.0.0.9:10266' }), {
+    status: 400,
+    message: 'nodes twin-a, twin-b all have address 10.0.0.9; send X-Tunnel-Proxy-Host to choose one',
+  });
+  assert.throws(() => run({ dialAddress: '10.0.0.77:10266' }), {
+    status: 400,
+    message: 'no node has address 10.0.0.77, so its localhost port 10266 cannot be reached; send X-Tunnel-Proxy-Host',
+  });
   // The set is read per request: a reload applies at once.
   ports.clear();
   assert.deepEqual(run({ dialAddress: '10.0.0.5:10266' }), { dialAddress: '10.0.0.5:10266', proxyHost: undefined });
@@ -136,7 +154,22 @@ test('addresses split with IPv6 in brackets; bad ones are refused', () => {
 });
 
 test('forwarded headers drop hop-by-hop and routing headers, keep order and spelling, keep Connection/Upgrade for upgrades', () => {
-  const raw = ['Host', 'h:1', 'Connection', 'Upgrade', 'Upgrade', 'SPDY/3.1', 'X-Tunnel-Proxy-Host', 'edge-1', 'Keep-Alive', 'x', 'TE', 'trailers', 'X-Stream-Protocol-Version', 'v4'];
+  const raw = [
+    'Host',
+    'h:1',
+    'Connection',
+    'Upgrade',
+    'Upgrade',
+    'SPDY/3.1',
+    'X-Tunnel-Proxy-Host',
+    'edge-1',
+    'Keep-Alive',
+    'x',
+    'TE',
+    'trailers',
+    'X-Stream-Protocol-Version',
+    'v4',
+  ];
   assert.deepEqual(forwardedHeaders(raw, false), ['Host', 'h:1', 'X-Stream-Protocol-Version', 'v4']);
   assert.deepEqual(forwardedHeaders(raw, true), ['Host', 'h:1', 'Connection', 'Upgrade', 'Upgrade', 'SPDY/3.1', 'X-Stream-Protocol-Version', 'v4']);
 });
@@ -162,7 +195,10 @@ test('failures map to statuses callers can act on', () => {
     status: 502,
     reason: 'TLS handshake with the kubelet of node edge-1 at 10.0.0.5:10250 failed: x',
   });
-  assert.deepEqual(failureFor(new Error('socket hang up'), c), { status: 502, reason: 'connection to the kubelet of node edge-1 at 10.0.0.5:10250 failed: socket hang up' });
+  assert.deepEqual(failureFor(new Error('socket hang up'), c), {
+    status: 502,
+    reason: 'connection to the kubelet of node edge-1 at 10.0.0.5:10250 failed: socket hang up',
+  });
 });
 
 test('a response head is read with its exact bytes, however it arrives', async () => {
@@ -186,7 +222,7 @@ test('a response head is read with its exact bytes, however it arrives', async (
   await assert.rejects(failing, { message: 'malformed response status line "garbage"' });
 });
 
-test('the proxier client\'s CONNECT request is exactly OpenYurt\'s interceptor\'s, each optional header only when set', () => {
+test("the proxier client's CONNECT request is exactly OpenYurt's interceptor's, each optional header only when set", () => {
   assert.equal(connectRequest('10.0.0.5:10250'), 'CONNECT 10.0.0.5:10250 HTTP/1.1\r\nHost: localhost\r\n\r\n');
   assert.equal(
     connectRequest('10.0.0.5:10250', 'edge-1', 'kube-apiserver/v1.24'),
@@ -210,7 +246,7 @@ test('master-port TLS: a TLS caller gets plain HTTP to a port of the insecure ma
   };
   assert.equal(farEnd({ dialAddress: '10.0.0.5:10250' }), true);
   assert.equal(farEnd({ dialAddress: '10.0.0.5:9443' }), true);
-  assert.equal(farEnd({ dialAddress: '10.0.0.5:8443' }), true, 'an unmapped port keeps the caller\'s TLS');
+  assert.equal(farEnd({ dialAddress: '10.0.0.5:8443' }), true, "an unmapped port keeps the caller's TLS");
   assert.equal(farEnd({ dialAddress: '10.0.0.5:10255' }), false);
   assert.equal(farEnd({ dialAddress: '[fd00::6]:9100' }), false);
   assert.equal(farEnd({ dialAddress: '10.0.0.5:10250', tls: false }), false);

@@ -20,7 +20,7 @@ const EDGE = { 'openyurt.io/is-edge-worker': 'true' };
 const master: MasterAddresses = { secure: { host: '0.0.0.0', port: 10263 }, insecure: { host: '127.0.0.1', port: 10264 } };
 const noConfig = parseServerConfig(undefined, { insecurePort: 10264, localhostProxyPorts: [] }).config;
 
-test('targets: cloud nodes\' Internal and External IPs and loopback are direct; edge nodes (either label) are not; 10250 → secure, 10255 → insecure', () => {
+test("targets: cloud nodes' Internal and External IPs and loopback are direct; edge nodes (either label) are not; 10250 → secure, 10255 → insecure", () => {
   const t = computeTargets(
     [
       node('cloud-1', { InternalIP: '10.0.0.2', ExternalIP: '203.0.113.2', Hostname: 'cloud-1' }),
@@ -36,38 +36,49 @@ test('targets: cloud nodes\' Internal and External IPs and loopback are direct; 
   assert.equal(t.cloudNodes, 3);
   assert.equal(t.nodesHaveIPv6, false);
   assert.deepEqual(t.families[4].direct, ['10.0.0.2/32', '10.0.0.3/32', '127.0.0.0/8', '203.0.113.2/32']);
-  assert.deepEqual([...t.families[4].dnat], [
-    [10250, '127.0.0.1:10263'],
-    [10255, '127.0.0.1:10264'],
-  ]);
+  assert.deepEqual(
+    [...t.families[4].dnat],
+    [
+      [10250, '127.0.0.1:10263'],
+      [10255, '127.0.0.1:10264'],
+    ],
+  );
   // The insecure port listens on 127.0.0.1 only: IPv6 has a target for 10250 alone (secure on 0.0.0.0 is IPv4 only too).
   assert.deepEqual([...t.families[6].dnat], []);
-  assert.deepEqual(t.unreachable.map((u) => `${u.family}:${u.port}`), ['6:10250', '6:10255']);
+  assert.deepEqual(
+    t.unreachable.map((u) => `${u.family}:${u.port}`),
+    ['6:10250', '6:10255'],
+  );
 });
 
-test('targets: IPv6 addresses in iptables-save\'s form, loopback skipped, the ConfigMap\'s ports on their master ports', () => {
+test("targets: IPv6 addresses in iptables-save's form, loopback skipped, the ConfigMap's ports on their master ports", () => {
   const config = parseServerConfig({ 'http-proxy-ports': '9100', 'https-proxy-ports': '9443' }, { insecurePort: 10264, localhostProxyPorts: [] }).config;
-  const t = computeTargets(
-    [node('cloud-6', { InternalIP: ['FD00:0:0::05', '127.0.0.5'] }), node('edge-6', { InternalIP: 'fd00::9' }, EDGE)],
-    config,
-    { secure: { host: '::', port: 10263 }, insecure: { host: '::1', port: 10264 } },
-  );
+  const t = computeTargets([node('cloud-6', { InternalIP: ['FD00:0:0::05', '127.0.0.5'] }), node('edge-6', { InternalIP: 'fd00::9' }, EDGE)], config, {
+    secure: { host: '::', port: 10263 },
+    insecure: { host: '::1', port: 10264 },
+  });
   assert.equal(t.nodesHaveIPv6, true);
   assert.deepEqual(t.families[6].direct, ['::1/128', 'fd00::5/128']);
   assert.deepEqual(t.families[4].direct, ['127.0.0.0/8']);
-  assert.deepEqual([...t.families[6].dnat], [
-    [9100, '[::1]:10264'],
-    [9443, '[::1]:10263'],
-    [10250, '[::1]:10263'],
-    [10255, '[::1]:10264'],
-  ]);
-  assert.deepEqual([...t.families[4].dnat], [
-    [9443, '127.0.0.1:10263'],
-    [10250, '127.0.0.1:10263'],
-  ]);
+  assert.deepEqual(
+    [...t.families[6].dnat],
+    [
+      [9100, '[::1]:10264'],
+      [9443, '[::1]:10263'],
+      [10250, '[::1]:10263'],
+      [10255, '[::1]:10264'],
+    ],
+  );
+  assert.deepEqual(
+    [...t.families[4].dnat],
+    [
+      [9443, '127.0.0.1:10263'],
+      [10250, '127.0.0.1:10263'],
+    ],
+  );
 });
 
-test('master addresses: a wildcard is the family\'s loopback, a specific address only its own family', () => {
+test("master addresses: a wildcard is the family's loopback, a specific address only its own family", () => {
   assert.equal(masterAddress('0.0.0.0', 4), '127.0.0.1');
   assert.equal(masterAddress('0.0.0.0', 6), undefined);
   assert.equal(masterAddress('::', 4), '127.0.0.1');
@@ -112,31 +123,34 @@ test('parse: our chains (TUNNEL-PORT, TUNNEL-PORT-<digits>) and the jumps to the
 
 test('desired chains are written as iptables-save prints them: RETURN for each direct address, then the DNAT', () => {
   const t = computeTargets([node('cloud-1', { InternalIP: '10.0.0.2' })], noConfig, master);
-  assert.deepEqual([...desiredChains(t.families[4])], [
+  assert.deepEqual(
+    [...desiredChains(t.families[4])],
     [
-      'TUNNEL-PORT',
       [
-        '-p tcp -m tcp --dport 10250 -m comment --comment "jump to port 10250" -j TUNNEL-PORT-10250',
-        '-p tcp -m tcp --dport 10255 -m comment --comment "jump to port 10255" -j TUNNEL-PORT-10255',
+        'TUNNEL-PORT',
+        [
+          '-p tcp -m tcp --dport 10250 -m comment --comment "jump to port 10250" -j TUNNEL-PORT-10250',
+          '-p tcp -m tcp --dport 10255 -m comment --comment "jump to port 10255" -j TUNNEL-PORT-10255',
+        ],
+      ],
+      [
+        'TUNNEL-PORT-10250',
+        [
+          '-d 10.0.0.2/32 -p tcp -m tcp --dport 10250 -m comment --comment "return request to access node directly" -j RETURN',
+          '-d 127.0.0.0/8 -p tcp -m tcp --dport 10250 -m comment --comment "return request to access node directly" -j RETURN',
+          '-p tcp -m tcp --dport 10250 -m comment --comment "dnat to tunnel for access node" -j DNAT --to-destination 127.0.0.1:10263',
+        ],
+      ],
+      [
+        'TUNNEL-PORT-10255',
+        [
+          '-d 10.0.0.2/32 -p tcp -m tcp --dport 10255 -m comment --comment "return request to access node directly" -j RETURN',
+          '-d 127.0.0.0/8 -p tcp -m tcp --dport 10255 -m comment --comment "return request to access node directly" -j RETURN',
+          '-p tcp -m tcp --dport 10255 -m comment --comment "dnat to tunnel for access node" -j DNAT --to-destination 127.0.0.1:10264',
+        ],
       ],
     ],
-    [
-      'TUNNEL-PORT-10250',
-      [
-        '-d 10.0.0.2/32 -p tcp -m tcp --dport 10250 -m comment --comment "return request to access node directly" -j RETURN',
-        '-d 127.0.0.0/8 -p tcp -m tcp --dport 10250 -m comment --comment "return request to access node directly" -j RETURN',
-        '-p tcp -m tcp --dport 10250 -m comment --comment "dnat to tunnel for access node" -j DNAT --to-destination 127.0.0.1:10263',
-      ],
-    ],
-    [
-      'TUNNEL-PORT-10255',
-      [
-        '-d 10.0.0.2/32 -p tcp -m tcp --dport 10255 -m comment --comment "return request to access node directly" -j RETURN',
-        '-d 127.0.0.0/8 -p tcp -m tcp --dport 10255 -m comment --comment "return request to access node directly" -j RETURN',
-        '-p tcp -m tcp --dport 10255 -m comment --comment "dnat to tunnel for access node" -j DNAT --to-destination 127.0.0.1:10264',
-      ],
-    ],
-  ]);
+  );
   assert.equal(desiredChains(t.families[6]).size, 0, 'no port has an IPv6 target: no chains');
 });
 
@@ -209,7 +223,8 @@ test('conntrack: entries towards addresses that changed side, on every port; DNA
     ['-D', '-p', 'tcp', '--dport', '9200', '--dst-nat'],
   ]);
   assert.deepEqual(staleConntrackEntries(after, after), []);
-  const v6 = computeTargets([node('c', { InternalIP: 'fd00::2' })], noConfig, { secure: { host: '::', port: 1 }, insecure: { host: '::', port: 2 } }).families[6];
+  const v6 = computeTargets([node('c', { InternalIP: 'fd00::2' })], noConfig, { secure: { host: '::', port: 1 }, insecure: { host: '::', port: 2 } })
+    .families[6];
   const v6None = computeTargets([], noConfig, { secure: { host: '::', port: 1 }, insecure: { host: '::', port: 2 } }).families[6];
   assert.deepEqual(staleConntrackEntries(v6, v6None)[0], ['-D', '-f', 'ipv6', '--orig-dst', 'fd00::2', '-p', 'tcp', '--dport', '10250']);
 });
@@ -248,15 +263,19 @@ test('sync runner: a burst of requests is one sync, syncs are at least the minim
   runner.request();
   await settle(3);
   for (let i = 0; i < 5; i++) runner.request();
-  release!();
+  release();
   release = undefined;
   await settle(4);
   fail = true;
   runner.request();
   await settle(6);
   await runner.stop();
-  assert.deepEqual(runs.map((r) => r.full), [true, false, false, false, false, true]);
-  for (let i = 1; i < runs.length; i++) assert.ok(runs[i]!.at - runs[i - 1]!.at >= 45, `sync ${i} came ${runs[i]!.at - runs[i - 1]!.at} ms after the one before`);
+  assert.deepEqual(
+    runs.map((r) => r.full),
+    [true, false, false, false, false, true],
+  );
+  for (let i = 1; i < runs.length; i++)
+    assert.ok(runs[i]!.at - runs[i - 1]!.at >= 45, `sync ${i} came ${runs[i]!.at - runs[i - 1]!.at} ms after the one before`);
   const count = runs.length;
   runner.request();
   assert.equal(runs.length, count, 'nothing after stop');

@@ -17,7 +17,10 @@ test('2,000 warnings of one kind: the first few are written, then one summary wi
   h.defer(() => limiter.flush());
   for (let i = 0; i < 2000; i++) limiter.warn('caller refused', { n: i });
   assert.equal(log.records.length, 5);
-  assert.deepEqual(log.records.map((r) => r.fields.n), [0, 1, 2, 3, 4]);
+  assert.deepEqual(
+    log.records.map((r) => r.fields.n),
+    [0, 1, 2, 3, 4],
+  );
   await waitFor('the summary line', () => log.records.length === 6);
   const summary = log.records[5]!;
   assert.equal(summary.level, 'warn');
@@ -36,9 +39,15 @@ test('kinds are limited apart, and a kind with nothing left out writes no summar
   h.defer(() => limiter.flush());
   for (let i = 0; i < 10; i++) limiter.warn('a');
   limiter.warn('b');
-  assert.deepEqual(log.records.map((r) => r.message), ['a', 'a', 'b']);
+  assert.deepEqual(
+    log.records.map((r) => r.message),
+    ['a', 'a', 'b'],
+  );
   limiter.flush();
-  assert.deepEqual(log.records.map((r) => r.message), ['a', 'a', 'b', 'a (8 more like this in 60 s not logged)']);
+  assert.deepEqual(
+    log.records.map((r) => r.message),
+    ['a', 'a', 'b', 'a (8 more like this in 60 s not logged)'],
+  );
 });
 
 test('verbose lines below the verbosity are neither written nor counted', LIMIT, () => {
@@ -49,5 +58,8 @@ test('verbose lines below the verbosity are neither written nor counted', LIMIT,
   assert.equal(log.records.length, 0);
   for (let i = 0; i < 5; i++) limiter.verbose(1, 'shown');
   limiter.flush();
-  assert.deepEqual(log.records.map((r) => `${r.level} ${r.message}`), ['info shown', 'info shown (4 more like this in 10 s not logged)']);
+  assert.deepEqual(
+    log.records.map((r) => `${r.level} ${r.message}`),
+    ['info shown', 'info shown (4 more like this in 10 s not logged)'],
+  );
 });

@@ -16,14 +16,15 @@ import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
 import type { KnownPacket, WindowUpdatePacket } from '../../pkg/protocol/packet.js';
-import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
+import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
+import { Backend } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
 import { harness, type Harness } from '../support/harness.js';
 
 const LIMIT = { timeout: 10_000 };
 
 /** Records what a connection asks of its link; can hold back sendData's callback. */
-class RecordingLink implements BackendLink {
+class RecordingLink implements AgentLink {
   readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
   readonly control: KnownPacket[] = [];
   pauses = 0;
@@ -51,12 +52,8 @@ class RecordingLink implements BackendLink {
     this.resumes++;
   }
 
-  end(): void {
-    assert.fail('a connection ended the whole agent call');
-  }
-
-  cutOff(): void {
-    assert.fail('a connection cut the whole agent call off');
+  close(): void {
+    assert.fail('a connection closed the whole agent link');
   }
 
   get pendingCallbacks(): number {

@@ -107,6 +107,7 @@ test('bulk: a 64 KiB payload is not copied on the way out and joined once on the
             if (waiting) waiting = false;
             else next();
           });
+          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- false if the callback already ran
           if (waiting) {
             waiting = false;
             return;

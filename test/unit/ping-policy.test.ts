@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PingPolicy } from '../../pkg/grpc/ping-policy.js';
 
-function policy(): { p: PingPolicy; advance(ms: number): void } {
+function policy(): { p: PingPolicy; advance: (ms: number) => void } {
   let now = 1_000_000;
   const p = new PingPolicy({ minTimeMs: 30_000, now: () => now });
   return { p, advance: (ms) => (now += ms) };

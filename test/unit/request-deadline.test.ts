@@ -31,7 +31,7 @@ test('the deadline fires after collections, where AbortSignal.any with AbortSign
   deadline.dispose();
 });
 
-test('the parent aborts it at once, with the parent\'s reason; dispose() stops the timer', async () => {
+test("the parent aborts it at once, with the parent's reason; dispose() stops the timer", async () => {
   const parent = new AbortController();
   const deadline = requestDeadline(parent.signal, 60_000);
   parent.abort(new Error('stopped'));

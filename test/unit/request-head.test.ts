@@ -11,7 +11,6 @@ const MAX = 8192;
 
 function complete(result: HeadParseResult): { head: RequestHead; length: number } {
   assert.equal(result.kind, 'complete', JSON.stringify(result));
-  if (result.kind !== 'complete') throw new Error('unreachable');
   return result;
 }
 

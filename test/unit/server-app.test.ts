@@ -2,14 +2,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { TunnelServer, loopbackFor, type ServerOptions } from '../../pkg/server/app.js';
+import { TunnelServer } from '../../pkg/server/app.js';
+import { loopbackFor, type ServerOptions } from '../../pkg/server/options.js';
 import { serverKubeConfigSource } from '../../pkg/kube/client.js';
 import { harness } from '../support/harness.js';
 import { testServerOptions } from '../support/server-options.js';
 import { testPKI } from '../support/pki.js';
 import { tempDir } from '../support/tunnel.js';
 
-test('the insecure master port defaults to the loopback of the bind address\'s family', () => {
+test("the insecure master port defaults to the loopback of the bind address's family", () => {
   assert.equal(loopbackFor('0.0.0.0'), '127.0.0.1');
   assert.equal(loopbackFor('10.0.0.5'), '127.0.0.1');
   assert.equal(loopbackFor('::'), '::1');
@@ -68,7 +69,7 @@ test('a missing file and a key that is not a key are refused naming their flags'
   await assert.rejects(readdir(certDir), { code: 'ENOENT' });
 });
 
-test('the egress selector socket must not be the proxier\'s', async (t) => {
+test("the egress selector socket must not be the proxier's", async (t) => {
   const h = harness(t);
   const dir = await tempDir(h);
   await assert.rejects(

@@ -2,13 +2,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  describeServerConfig,
-  masterPortMappings,
-  parseServerConfig,
-  sameServerConfig,
-  type ParsedServerConfig,
-} from '../../pkg/kube/server-config.js';
+import { describeServerConfig, masterPortMappings, parseServerConfig, sameServerConfig, type ParsedServerConfig } from '../../pkg/kube/server-config.js';
 
 const defaults = { insecurePort: 10264, localhostProxyPorts: [10266] };
 
@@ -20,15 +14,18 @@ function ports(p: ParsedServerConfig): [number, string][] {
   return [...p.config.proxyPorts];
 }
 
-test('no ConfigMap: no extra ports, the flag\'s localhost ports; 10250 and 10255 always map', () => {
+test("no ConfigMap: no extra ports, the flag's localhost ports; 10250 and 10255 always map", () => {
   const p = parse(undefined);
   assert.deepEqual(ports(p), []);
   assert.deepEqual([...p.config.localhostProxyPorts], [10266]);
   assert.deepEqual(p.problems, []);
-  assert.deepEqual([...masterPortMappings(p.config)], [
-    [10250, 'secure'],
-    [10255, 'insecure'],
-  ]);
+  assert.deepEqual(
+    [...masterPortMappings(p.config)],
+    [
+      [10250, 'secure'],
+      [10255, 'insecure'],
+    ],
+  );
 });
 
 test('http and https proxy ports map to the insecure and secure master ports, trimmed, sorted', () => {
@@ -39,7 +36,10 @@ test('http and https proxy ports map to the insecure and secure master ports, tr
     [9443, 'secure'],
   ]);
   assert.deepEqual(p.problems, []);
-  assert.deepEqual([...masterPortMappings(p.config)].map(([port]) => port), [8080, 9100, 9443, 10250, 10255]);
+  assert.deepEqual(
+    [...masterPortMappings(p.config)].map(([port]) => port),
+    [8080, 9100, 9443, 10250, 10255],
+  );
   assert.equal(describeServerConfig(p.config), 'http=8080,9100 https=9443 localhost=10266');
 });
 
@@ -67,10 +67,13 @@ test('10250 and 10255 are removed from the proxy ports, with a problem', () => {
     'http-proxy-ports: "10250": port 10250 is the kubelet\'s and always goes to the secure master port; skipped',
     'https-proxy-ports: "10255": port 10255 is the kubelet\'s and always goes to the insecure master port; skipped',
   ]);
-  assert.deepEqual([...masterPortMappings(p.config)].filter(([port]) => port >= 10250), [
-    [10250, 'secure'],
-    [10255, 'insecure'],
-  ]);
+  assert.deepEqual(
+    [...masterPortMappings(p.config)].filter(([port]) => port >= 10250),
+    [
+      [10250, 'secure'],
+      [10255, 'insecure'],
+    ],
+  );
 });
 
 test('a port in both lists goes to the secure master port (https-proxy-ports is read last, as OpenYurt)', () => {
@@ -89,7 +92,10 @@ test('dnat-ports-pair (deprecated): with any "=", only pairs to the insecure por
     'dnat-ports-pair: "9400=10264=1" is not <port>=10264; skipped',
   ]);
   // The right side is the server's own --insecure-port.
-  assert.deepEqual([...parseServerConfig({ 'dnat-ports-pair': '9100=10264,9200=20264' }, { ...defaults, insecurePort: 20264 }).config.proxyPorts], [[9200, 'insecure']]);
+  assert.deepEqual(
+    [...parseServerConfig({ 'dnat-ports-pair': '9100=10264,9200=20264' }, { ...defaults, insecurePort: 20264 }).config.proxyPorts],
+    [[9200, 'insecure']],
+  );
 });
 
 test('dnat-ports-pair without "=" is a plain list of HTTP ports', () => {
@@ -100,7 +106,7 @@ test('dnat-ports-pair without "=" is a plain list of HTTP ports', () => {
   ]);
 });
 
-test('localhost-proxy-ports: the ConfigMap\'s key replaces the flag\'s ports, even when empty; absent, the flag\'s apply', () => {
+test("localhost-proxy-ports: the ConfigMap's key replaces the flag's ports, even when empty; absent, the flag's apply", () => {
   assert.deepEqual([...parse({ 'localhost-proxy-ports': '10267, 10266' }).config.localhostProxyPorts], [10266, 10267]);
   assert.deepEqual([...parse({ 'localhost-proxy-ports': '' }).config.localhostProxyPorts], []);
   assert.deepEqual([...parse({ 'http-proxy-ports': '9100' }).config.localhostProxyPorts], [10266]);

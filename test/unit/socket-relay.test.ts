@@ -13,9 +13,8 @@ import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { MAX_DATA_PAYLOAD } from '../../pkg/mux/packet-conn.js';
 import type { SocketRelay } from '../../pkg/mux/socket-relay.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
-import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
-import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
+import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { waitFor } from '../support/tunnel.js';
@@ -23,7 +22,7 @@ import { waitFor } from '../support/tunnel.js';
 const LIMIT = { timeout: 20_000 };
 const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
 
-class RecordingLink implements BackendLink {
+class RecordingLink implements AgentLink {
   readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
   readonly control: KnownPacket[] = [];
   pauses = 0;
@@ -50,12 +49,8 @@ class RecordingLink implements BackendLink {
     this.resumes++;
   }
 
-  end(): void {
-    assert.fail('a connection ended the whole agent call');
-  }
-
-  cutOff(): void {
-    assert.fail('a connection cut the whole agent call off');
+  close(): void {
+    assert.fail('a connection closed the whole agent link');
   }
 
   get pendingCallbacks(): number {
@@ -108,11 +103,7 @@ function endpoint(link: RecordingLink, opts: ConstructorParameters<typeof Endpoi
 }
 
 function tunnelRelay(link: RecordingLink, opts: ConstructorParameters<typeof TunnelRelay>[3] = {}, agent: { halfClose?: boolean } = {}): TunnelRelay {
-  const backend = new Backend(
-    { agentID: 'node-a', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:40000', certSubject: 'CN=tunnel-agent-client', ...agent },
-    link,
-  );
-  return new TunnelRelay(backend, 9n, '10.0.0.5:10250', opts);
+  return new TunnelRelay({ agentID: 'node-a', link, halfClose: agent.halfClose === true }, 9n, '10.0.0.5:10250', opts);
 }
 
 async function readAtLeast(socket: Socket, n: number): Promise<Buffer> {

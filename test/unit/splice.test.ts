@@ -10,7 +10,8 @@ import { test } from 'node:test';
 import { splice } from '../../pkg/mux/splice.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
-import { Backend, type BackendLink } from '../../pkg/tunnel/backend.js';
+import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
+import { Backend } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
 import { harness, type Harness } from '../support/harness.js';
 
@@ -95,7 +96,7 @@ test('a clean end on one side is a clean end on the other, after the last bytes'
 });
 
 /** Records the packets a connection sends. */
-class RecordingLink implements BackendLink {
+class RecordingLink implements AgentLink {
   readonly control: KnownPacket[] = [];
   sendData(_connectID: bigint, _data: Buffer, cb: (err?: Error | null) => void): void {
     cb();
@@ -106,17 +107,13 @@ class RecordingLink implements BackendLink {
   }
   pauseReceive(): void {}
   resumeReceive(): void {}
-  end(): void {}
-  cutOff(): void {}
+  close(): void {}
 }
 
 test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_REQ with the error, and a failed connection resets it', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const backend = new Backend(
-    { agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true },
-    link,
-  );
+  const backend = new Backend({ agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true }, link);
 
   // The caller resets: the agent is told it was a failure.
   const [caller, a] = await tcpPair(h);

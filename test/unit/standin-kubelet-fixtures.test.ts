@@ -7,7 +7,13 @@ import { StandinKubelet } from '../support/standin-kubelet/index.js';
 
 defineFixtureReplay('stand-in kubelet', async (h, acceptV5) => {
   const pki = testPKI();
-  const kubelet = new StandinKubelet({ cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert, nodeName: 'edge-1', ...recordedKubeletOptions(acceptV5) });
+  const kubelet = new StandinKubelet({
+    cert: pki.server.cert,
+    key: pki.server.key,
+    clientCA: pki.ca.cert,
+    nodeName: 'edge-1',
+    ...recordedKubeletOptions(acceptV5),
+  });
   h.defer(() => kubelet.close());
   await kubelet.start();
   return {

@@ -10,7 +10,15 @@ import { PatternMismatchError, SpdyProtocolError, WebSocketProtocolError } from 
 import { parseStreamOptions, planExec } from '../support/standin-kubelet/exec.js';
 import { parseLogQuery } from '../support/standin-kubelet/logs.js';
 import { ChunkedDecoder } from '../support/standin-kubelet/raw-http.js';
-import { SpdyFrameParser, encodeDataHeader, encodeGoAway, encodePing, encodeRstStream, encodeSynReply, type SpdyFrame } from '../support/standin-kubelet/spdy-frames.js';
+import {
+  SpdyFrameParser,
+  encodeDataHeader,
+  encodeGoAway,
+  encodePing,
+  encodeRstStream,
+  encodeSynReply,
+  type SpdyFrame,
+} from '../support/standin-kubelet/spdy-frames.js';
 import { HeaderCompressor, HeaderDecompressor, SPDY3_DICTIONARY, adler32, serializeHeaderBlock } from '../support/standin-kubelet/spdy-headers.js';
 import { FrameParser, OPCODE, maskedFrame, frameHeader, webSocketAccept } from '../support/standin-kubelet/websocket-frames.js';
 
@@ -41,7 +49,13 @@ test('the SPDY/3 dictionary is the 1423 bytes whose Adler-32 Go announces (0xe3c
 
 test("kubectl's SYN_STREAMs parse the same at every split point and inflate to the port-forward headers", LIMIT, async () => {
   for (const frames of parseAllSplits(KUBECTL_SYN_STREAMS)) {
-    assert.deepEqual(frames.map((f) => [f.type, 'streamId' in f ? f.streamId : -1]), [['SYN_STREAM', 1], ['SYN_STREAM', 3]]);
+    assert.deepEqual(
+      frames.map((f) => [f.type, 'streamId' in f ? f.streamId : -1]),
+      [
+        ['SYN_STREAM', 1],
+        ['SYN_STREAM', 3],
+      ],
+    );
   }
   const [a, b] = new SpdyFrameParser(1024).push(KUBECTL_SYN_STREAMS);
   assert.ok(a?.type === 'SYN_STREAM' && b?.type === 'SYN_STREAM');
@@ -137,7 +151,10 @@ test('WebSocket frames: fragmented masked messages and control frames come out t
     assert.equal(messages.length, 2);
     assert.ok(messages[0]!.equals(payload));
     assert.equal(messages[1]!.length, 0);
-    assert.deepEqual(controls, [[OPCODE.ping, Buffer.from('ping!').toString('hex')], [OPCODE.close, '03e8']]);
+    assert.deepEqual(controls, [
+      [OPCODE.ping, Buffer.from('ping!').toString('hex')],
+      [OPCODE.close, '03e8'],
+    ]);
   }
 });
 
@@ -152,12 +169,30 @@ test('WebSocket protocol violations carry the close code to send', LIMIT, () => 
     }
     return 0;
   };
-  assert.equal(code(() => server().write(Buffer.concat([frameHeader(OPCODE.binary, 1), Buffer.from([0])]))), 1002); // unmasked
-  assert.equal(code(() => server().write(maskedFrame(OPCODE.ping, Buffer.alloc(0), false))), 1002); // fragmented control
-  assert.equal(code(() => server().write(maskedFrame(OPCODE.continuation, Buffer.from('x')))), 1002);
-  assert.equal(code(() => server().write(Buffer.from([0xc2, 0x80, 0, 0, 0, 0]))), 1002); // RSV1
-  assert.equal(code(() => server().write(Buffer.from([0x83, 0x80, 0, 0, 0, 0]))), 1002); // reserved opcode
-  assert.equal(code(() => server().write(Buffer.from([0x82, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]))), 1009);
+  assert.equal(
+    code(() => server().write(Buffer.concat([frameHeader(OPCODE.binary, 1), Buffer.from([0])]))),
+    1002,
+  ); // unmasked
+  assert.equal(
+    code(() => server().write(maskedFrame(OPCODE.ping, Buffer.alloc(0), false))),
+    1002,
+  ); // fragmented control
+  assert.equal(
+    code(() => server().write(maskedFrame(OPCODE.continuation, Buffer.from('x')))),
+    1002,
+  );
+  assert.equal(
+    code(() => server().write(Buffer.from([0xc2, 0x80, 0, 0, 0, 0]))),
+    1002,
+  ); // RSV1
+  assert.equal(
+    code(() => server().write(Buffer.from([0x83, 0x80, 0, 0, 0, 0]))),
+    1002,
+  ); // reserved opcode
+  assert.equal(
+    code(() => server().write(Buffer.from([0x82, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]))),
+    1009,
+  );
   // RFC 6455's example, and a key kubectl sent in the fixtures.
   assert.equal(webSocketAccept('dGhlIHNhbXBsZSBub25jZQ=='), 's3pPLMBiTxaQ9kYGzzhZRbK+xOo=');
   assert.equal(webSocketAccept('RzLvLKTYpqCvBHe+nYv2tQ=='), 'KxcEo+ad9DXBnzeDjl3GtXEm6bM=');
@@ -172,7 +207,10 @@ test('the /bytes pattern is ((i mod 256) * 31 + 7) & 0xff at any offset, and a w
   assert.equal(v.received, 300_000);
   const bad = patternBytes(300_000, 1000);
   bad[777] = bad[777]! ^ 1;
-  assert.throws(() => v.update(bad), (err: unknown) => err instanceof PatternMismatchError && err.index === 300_777);
+  assert.throws(
+    () => v.update(bad),
+    (err: unknown) => err instanceof PatternMismatchError && err.index === 300_777,
+  );
 });
 
 test('chunked bodies decode the same at every split point', LIMIT, () => {
@@ -195,8 +233,8 @@ test('query parsing follows the kubelet: flags are "1", log options Go-parsed an
   });
   assert.equal(parseStreamOptions(new URLSearchParams('command=sh&input=1&output=1&tty=1&error=1'), 'exec') instanceof Object, true);
   assert.equal((parseStreamOptions(new URLSearchParams('command=sh&input=1&tty=1&error=1'), 'exec') as { stderr: boolean }).stderr, false);
-  assert.match(String(parseStreamOptions(new URLSearchParams('command=ls&output=true'), 'exec')), /at least 1 of stdin/);
-  assert.match(String(parseStreamOptions(new URLSearchParams('output=1'), 'exec')), /command/);
+  assert.match(parseStreamOptions(new URLSearchParams('command=ls&output=true'), 'exec') as string, /at least 1 of stdin/);
+  assert.match(parseStreamOptions(new URLSearchParams('output=1'), 'exec') as string, /command/);
   assert.equal(planExec({ command: ['echo', 'a', 'b'], stdin: true, stdout: true, stderr: false, tty: false }).output.toString(), 'a b\n');
   assert.equal(planExec({ command: ['false'], stdin: false, stdout: true, stderr: false, tty: false }).exitCode, 1);
 

@@ -59,12 +59,15 @@ interface Answer {
 function get(kubelet: StandinKubelet, path: string, extra: RequestOptions = {}): Promise<Answer> {
   const client = apiserverClientCert();
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: kubelet.port, path, ca: testPKI().ca.cert, cert: client.cert, key: client.key, agent: false, ...extra }, (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
-      res.on('error', reject);
-    });
+    const req = request(
+      { host: '127.0.0.1', port: kubelet.port, path, ca: testPKI().ca.cert, cert: client.cert, key: client.key, agent: false, ...extra },
+      (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (c: Buffer) => parts.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -73,7 +76,15 @@ function get(kubelet: StandinKubelet, path: string, extra: RequestOptions = {}):
 /** A TLS connection as kube-apiserver makes it: its client certificate, no SNI. */
 function dialKubelet(kubelet: StandinKubelet, h: Harness, alpn?: string[]): Promise<TLSSocket> {
   const client = apiserverClientCert();
-  return dialTLS({ host: '127.0.0.1', port: kubelet.port, ca: testPKI().ca.cert, cert: client.cert, key: client.key, servername: '', ...(alpn ? { ALPNProtocols: alpn } : {}) }).then((s) => {
+  return dialTLS({
+    host: '127.0.0.1',
+    port: kubelet.port,
+    ca: testPKI().ca.cert,
+    cert: client.cert,
+    key: client.key,
+    servername: '',
+    ...(alpn ? { ALPNProtocols: alpn } : {}),
+  }).then((s) => {
     h.defer(() => s.destroy());
     return s;
   });
@@ -181,7 +192,13 @@ test('follow streams a line per interval, each its own chunk, and stops within a
   const kubelet = await startKubelet(h, { followIntervalMs: 20 });
   const socket = await dialKubelet(kubelet, h);
   const sentAt = performance.now();
-  socket.write(requestHead('GET', '/containerLogs/default/p1/c1?follow=true&limitBytes=100000', [['Host', `127.0.0.1:${kubelet.port}`], ['User-Agent', 'Go-http-client/1.1'], ['Accept-Encoding', 'gzip']]));
+  socket.write(
+    requestHead('GET', '/containerLogs/default/p1/c1?follow=true&limitBytes=100000', [
+      ['Host', `127.0.0.1:${kubelet.port}`],
+      ['User-Agent', 'Go-http-client/1.1'],
+      ['Accept-Encoding', 'gzip'],
+    ]),
+  );
   const { head, rest } = await readResponseHead(socket);
   assert.equal(head.status, 200);
   assert.equal(head.headers.find(([k]) => k === 'Transfer-Encoding')?.[1], 'chunked');
@@ -230,12 +247,15 @@ test('GET /bytes streams 100 MiB of the pattern, byte-exact', LIMIT, async (t: T
   const total = 100 * MiB;
   const verifier = new PatternVerifier();
   const status = await new Promise<number>((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: kubelet.port, path: `/bytes?n=${total}`, ca: testPKI().ca.cert, cert: client.cert, key: client.key, agent: false }, (res) => {
-      assert.equal(res.headers['content-length'], String(total));
-      res.on('data', (c: Buffer) => verifier.update(c));
-      res.on('end', () => resolve(res.statusCode ?? 0));
-      res.on('error', reject);
-    });
+    const req = request(
+      { host: '127.0.0.1', port: kubelet.port, path: `/bytes?n=${total}`, ca: testPKI().ca.cert, cert: client.cert, key: client.key, agent: false },
+      (res) => {
+        assert.equal(res.headers['content-length'], String(total));
+        res.on('data', (c: Buffer) => verifier.update(c));
+        res.on('end', () => resolve(res.statusCode ?? 0));
+        res.on('error', reject);
+      },
+    );
     req.setTimeout(60_000, () => req.destroy(new Error('100 MiB not done in 60 s')));
     req.on('error', reject);
     req.end();
@@ -290,7 +310,11 @@ test('a v1.24-like stand-in speaks v4.channel.k8s.io: echo output, and a failing
   const kubelet = await startKubelet(h, { execWebSocketProtocols: ['v4.channel.k8s.io'] });
   const run = async (query: string): Promise<{ out: Map<number, string>; code: number }> => {
     const socket = await dialKubelet(kubelet, h, ['http/1.1']);
-    const { client } = await upgradeToChannelWebSocket({ socket, target: `/exec/default/p1/c1?${query}`, protocols: ['v5.channel.k8s.io', 'v4.channel.k8s.io'] });
+    const { client } = await upgradeToChannelWebSocket({
+      socket,
+      target: `/exec/default/p1/c1?${query}`,
+      protocols: ['v5.channel.k8s.io', 'v4.channel.k8s.io'],
+    });
     assert.equal(client.protocol, 'v4.channel.k8s.io');
     const out = new Map<number, string>();
     client.on('data', (channel: number, piece: Buffer) => out.set(channel, (out.get(channel) ?? '') + piece.toString()));
@@ -367,7 +391,9 @@ test('SPDY port-forward relays two concurrent connections to a local echo server
 
   // kubectl v1.32 first tries WebSocket; a v1.24-like kubelet refuses it, and kubectl falls back to SPDY.
   const wsTry = await dialKubelet(kubelet, h, ['http/1.1']);
-  await assert.rejects(upgradeToChannelWebSocket({ socket: wsTry, target: '/portForward/default/p1', protocols: ['SPDY/3.1+portforward.k8s.io'] }), { status: 403 });
+  await assert.rejects(upgradeToChannelWebSocket({ socket: wsTry, target: '/portForward/default/p1', protocols: ['SPDY/3.1+portforward.k8s.io'] }), {
+    status: 403,
+  });
 
   const socket = await dialKubelet(kubelet, h, ['http/1.1']);
   const { session, protocol } = await upgradeToSpdy({ socket, target: '/portForward/default/p1', protocols: ['portforward.k8s.io'] });
@@ -375,12 +401,15 @@ test('SPDY port-forward relays two concurrent connections to a local echo server
   assert.ok((await session.ping()) >= 0);
 
   const results = await Promise.all([forwardPatternEcho(session, 80, 0, 4 * MiB), forwardPatternEcho(session, 80, 1, 3 * MiB + 17)]);
-  assert.deepEqual(results, [{ echoed: 4 * MiB, errorText: '' }, { echoed: 3 * MiB + 17, errorText: '' }]);
+  assert.deepEqual(results, [
+    { echoed: 4 * MiB, errorText: '' },
+    { echoed: 3 * MiB + 17, errorText: '' },
+  ]);
 
-  assert.deepEqual(
-    kubelet.portForwards.map((p) => [p.requestId, p.port, p.bytesToTarget, p.error]).sort(),
-    [['0', 80, 4 * MiB, null], ['1', 80, 3 * MiB + 17, null]],
-  );
+  assert.deepEqual(kubelet.portForwards.map((p) => [p.requestId, p.port, p.bytesToTarget, p.error]).sort(), [
+    ['0', 80, 4 * MiB, null],
+    ['1', 80, 3 * MiB + 17, null],
+  ]);
 
   // A pod port with no target: the failure arrives as text on the error stream, the data stream just ends.
   const missing = await openPortForward(session, 81, 2);
@@ -413,7 +442,11 @@ test('garbage never crashes it: raw bytes, a bad HTTP head, bad WebSocket frames
 
   // A WebSocket exec session fed an unmasked frame: close 1002.
   const wsSocket = await dialKubelet(kubelet, h, ['http/1.1']);
-  const { client } = await upgradeToChannelWebSocket({ socket: wsSocket, target: '/exec/default/p1/c1?command=cat&input=1&output=1', protocols: ['v5.channel.k8s.io'] });
+  const { client } = await upgradeToChannelWebSocket({
+    socket: wsSocket,
+    target: '/exec/default/p1/c1?command=cat&input=1&output=1',
+    protocols: ['v5.channel.k8s.io'],
+  });
   const closed = once(client, 'closeFrame');
   wsSocket.write(Buffer.from([0x82, 0x02, 0x00, 0x41]));
   const [frame] = (await closed) as [{ code: number }];
@@ -430,7 +463,14 @@ test('garbage never crashes it: raw bytes, a bad HTTP head, bad WebSocket frames
 
   // Upgrade refusals are precise.
   const noHeader = await dialKubelet(kubelet, h, ['http/1.1']);
-  noHeader.write(requestHead('POST', '/exec/default/p1/c1?command=ls&output=1', [['Host', 'x'], ['Content-Length', '0'], ['Connection', 'Upgrade'], ['Upgrade', 'SPDY/3.1']]));
+  noHeader.write(
+    requestHead('POST', '/exec/default/p1/c1?command=ls&output=1', [
+      ['Host', 'x'],
+      ['Content-Length', '0'],
+      ['Connection', 'Upgrade'],
+      ['Upgrade', 'SPDY/3.1'],
+    ]),
+  );
   const r1 = await readResponseHead(noHeader);
   assert.equal(r1.head.status, 400);
   assert.match((await readBody(noHeader, r1.head, r1.rest)).toString(), /X-Stream-Protocol-Version is required/);

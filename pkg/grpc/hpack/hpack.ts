@@ -3,7 +3,8 @@
 // decoder table never changes. Names and values are byte strings, kept as
 // latin1 JS strings so that every byte survives a round trip.
 
-import { huffmanDecode, huffmanEncode, HuffmanError } from './huffman.js';
+import { HpackError, HuffmanError } from '../../protocol/errors.js';
+import { huffmanDecode, huffmanEncode } from './huffman.js';
 import { STATIC_TABLE } from './static-table.js';
 
 export interface HeaderField {
@@ -11,10 +12,6 @@ export interface HeaderField {
   value: string;
   /** Sent as "never indexed" (a sensitive value); re-encoded the same way. */
   sensitive?: boolean;
-}
-
-export class HpackError extends Error {
-  override readonly name = 'HpackError';
 }
 
 /** The size HTTP/2 peers start with (SETTINGS_HEADER_TABLE_SIZE default). */
@@ -66,7 +63,7 @@ function decodeString(buf: Buffer, pos: number): { value: string; pos: number } 
   try {
     bytes = huffman ? huffmanDecode(raw) : raw;
   } catch (err: unknown) {
-    if (err instanceof HuffmanError) throw new HpackError(err.message);
+    if (err instanceof HuffmanError) throw new HpackError(err.message, { cause: err });
     throw err;
   }
   return { value: bytes.toString('latin1'), pos: end };

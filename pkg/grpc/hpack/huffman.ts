@@ -3,26 +3,26 @@
 // left when the length grows). So the code lengths alone define it; symbol
 // 256 is EOS, which must never appear inside a string.
 
+import { HuffmanError } from '../../protocol/errors.js';
+
 /** Code length in bits of each symbol 0..256 (RFC 7541 Appendix B). */
 const CODE_LENGTHS: readonly number[] = [
-  13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 28,
-  6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10,
-  13, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 8, 7, 8, 13, 19, 13, 14, 6,
-  15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6, 6, 5, 6, 7, 6, 5, 5, 6, 7, 7, 7, 7, 7, 15, 11, 14, 13, 28,
-  20, 22, 20, 20, 22, 22, 22, 23, 22, 23, 23, 23, 23, 23, 24, 23, 24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24,
-  22, 21, 20, 22, 22, 23, 23, 21, 23, 22, 22, 24, 21, 22, 23, 23, 21, 21, 22, 21, 23, 22, 23, 23, 20, 22, 22, 22, 23, 22, 22, 23,
-  26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25, 19, 21, 26, 27, 27, 26, 27, 24, 21, 21, 26, 26, 28, 27, 27, 27,
-  20, 24, 20, 21, 22, 21, 21, 23, 22, 22, 25, 25, 24, 24, 26, 23, 26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26,
-  30,
+  13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 28, 6, 10, 10, 12, 13, 6, 8, 11,
+  10, 10, 8, 11, 8, 6, 6, 6, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10, 13, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 8, 7,
+  8, 13, 19, 13, 14, 6, 15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6, 6, 5, 6, 7, 6, 5, 5, 6, 7, 7, 7, 7, 7, 15, 11, 14, 13, 28, 20, 22, 20, 20, 22, 22, 22, 23,
+  22, 23, 23, 23, 23, 23, 24, 23, 24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24, 22, 21, 20, 22, 22, 23, 23, 21, 23, 22, 22, 24, 21, 22, 23,
+  23, 21, 21, 22, 21, 23, 22, 23, 23, 20, 22, 22, 22, 23, 22, 22, 23, 26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25, 19, 21, 26, 27, 27, 26,
+  27, 24, 21, 21, 26, 26, 28, 27, 27, 27, 20, 24, 20, 21, 22, 21, 21, 23, 22, 22, 25, 25, 24, 24, 26, 23, 26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27,
+  27, 27, 26, 30,
 ];
 
 const EOS = 256;
 const MAX_LENGTH = 30;
 
 /** Canonical decoding tables: per length, the first code, and the symbols of that length in order. */
-const firstCode: number[] = new Array(MAX_LENGTH + 2).fill(0);
-const countOfLength: number[] = new Array(MAX_LENGTH + 2).fill(0);
-const offsetOfLength: number[] = new Array(MAX_LENGTH + 2).fill(0);
+const firstCode: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
+const countOfLength: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
+const offsetOfLength: number[] = new Array<number>(MAX_LENGTH + 2).fill(0);
 const symbolsByCode: number[] = [];
 /** Each symbol's code and length, for encoding. */
 const codes: { code: number; length: number }[] = [];
@@ -45,10 +45,6 @@ const codes: { code: number; length: number }[] = [];
     codes[s] = { code, length: len };
   }
 })();
-
-export class HuffmanError extends Error {
-  override readonly name = 'HuffmanError';
-}
 
 /** Decodes a Huffman-coded string literal; throws HuffmanError on EOS, bad padding or an unfinished code. */
 export function huffmanDecode(input: Buffer): Buffer {

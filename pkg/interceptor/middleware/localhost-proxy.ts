@@ -4,7 +4,7 @@
 // address the request was for.
 
 import { isIP } from 'node:net';
-import type { NodeResolver } from '../node-resolver.js';
+import type { NodeResolver } from '../../nodes/node-resolver.js';
 import { joinAddress, splitAddress } from '../request-context.js';
 import type { Middleware } from './middleware.js';
 import { HttpError } from '../../protocol/errors.js';

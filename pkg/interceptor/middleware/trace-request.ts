@@ -12,7 +12,7 @@
 
 import { isIP } from 'node:net';
 import type { Logger } from '../../log/logger.js';
-import { DEFAULT_KUBELET_PORT, type NodeInfo, type NodeResolver } from '../node-resolver.js';
+import { DEFAULT_KUBELET_PORT, type NodeInfo, type NodeResolver } from '../../nodes/node-resolver.js';
 import { joinAddress, splitAddress, type RequestContext } from '../request-context.js';
 import type { Middleware } from './middleware.js';
 import { HttpError } from '../../protocol/errors.js';

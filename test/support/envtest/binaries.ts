@@ -50,7 +50,10 @@ export function findControlPlane(): ControlPlaneBinaries | { missing: string } {
     kubectl: executable(process.env.TEST_ASSET_KUBECTL) ?? inAssets('kubectl') ?? onPath('kubectl'),
   };
   const hints: string[] = [];
-  const missingAssets = [['kube-apiserver', found.kubeAPIServer], ['kube-controller-manager', found.kubeControllerManager]]
+  const missingAssets = [
+    ['kube-apiserver', found.kubeAPIServer],
+    ['kube-controller-manager', found.kubeControllerManager],
+  ]
     .filter(([, path]) => path === undefined)
     .map(([name]) => name);
   if (missingAssets.length > 0) hints.push(`${missingAssets.join(', ')} (set KUBEBUILDER_ASSETS to their folder)`);

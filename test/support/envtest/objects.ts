@@ -25,7 +25,16 @@ export async function putNode(cp: ControlPlane, name: string, spec: NodeSpec): P
         { type: 'Hostname', address: name },
       ],
       daemonEndpoints: { kubeletEndpoint: { Port: spec.kubeletPort } },
-      conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'stand-in kubelet', lastHeartbeatTime: new Date().toISOString(), lastTransitionTime: new Date().toISOString() }],
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'KubeletReady',
+          message: 'stand-in kubelet',
+          lastHeartbeatTime: new Date().toISOString(),
+          lastTransitionTime: new Date().toISOString(),
+        },
+      ],
     },
   };
   await must(cp, ['patch', 'node', name, '--subresource=status', '--type=merge', '-p', JSON.stringify(status)]);
@@ -44,7 +53,9 @@ export async function putPod(cp: ControlPlane, namespace: string, name: string, 
     status: {
       phase: 'Running',
       conditions: [{ type: 'Ready', status: 'True', lastTransitionTime: now }],
-      containerStatuses: [{ name: container, ready: true, restartCount: 0, image: 'registry.invalid/standin:1', imageID: '', state: { running: { startedAt: now } } }],
+      containerStatuses: [
+        { name: container, ready: true, restartCount: 0, image: 'registry.invalid/standin:1', imageID: '', state: { running: { startedAt: now } } },
+      ],
     },
   };
   await must(cp, ['patch', 'pod', name, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify(status)]);
@@ -78,6 +89,7 @@ export function autoApprove(cp: ControlPlane, prefix: string, everyMs = 300): { 
   const approved: string[] = [];
   let stopped = false;
   const loop = (async () => {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by stop()
     while (!stopped) {
       try {
         approved.push(...(await approvePendingCSRs(cp, prefix)));

@@ -50,7 +50,8 @@ export async function exposePort(h: Harness, opts: { from?: NetworkNamespace; to
   const dir = await mkdtemp(join(tmpdir(), 'yt-expose-'));
   h.defer(() => rm(dir, { recursive: true, force: true }));
   const socket = `unix:${join(dir, 'port.sock')}`;
-  const start = (ns: NetworkNamespace | undefined, args: string[]): Proc => (ns === undefined ? startProcess(h, NETNS_TOOL, args) : ns.startProcess(h, NETNS_TOOL, args));
+  const start = (ns: NetworkNamespace | undefined, args: string[]): Proc =>
+    ns === undefined ? startProcess(h, NETNS_TOOL, args) : ns.startProcess(h, NETNS_TOOL, args);
   await start(opts.from, ['forward', socket, tcp]).waitForLine(/^ready$/);
   await start(opts.to, ['forward', tcp, socket]).waitForLine(/^ready$/);
 }

@@ -95,7 +95,9 @@ function tail(q: LogQuery): string[] {
 
 /** The body of a non-follow request (sinceSeconds is accepted and ignored: every line is recent). */
 export function logBody(q: LogQuery): string {
-  const body = tail(q).map((l, i) => formatLine(l, i, q.timestamps)).join('');
+  const body = tail(q)
+    .map((l, i) => formatLine(l, i, q.timestamps))
+    .join('');
   return q.limitBytes === null ? body : Buffer.from(body).subarray(0, q.limitBytes).toString('latin1');
 }
 

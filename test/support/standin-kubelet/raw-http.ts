@@ -45,7 +45,13 @@ export function parseResponseHead(raw: string): ResponseHead {
  * Collects bytes from `socket` until `done(buffered, latestChunk)` returns an
  * index ≥ 0; rejects on end, error or timeout. Leaves the socket paused.
  */
-function collectUntil(socket: Duplex, done: (buf: Buffer, chunk: Buffer) => number, what: string, timeoutMs: number, maxBytes: number): Promise<{ data: Buffer; index: number }> {
+function collectUntil(
+  socket: Duplex,
+  done: (buf: Buffer, chunk: Buffer) => number,
+  what: string,
+  timeoutMs: number,
+  maxBytes: number,
+): Promise<{ data: Buffer; index: number }> {
   return new Promise((resolve, reject) => {
     let buf = Buffer.alloc(0);
     const finish = (err: Error | null, index = -1): void => {

@@ -72,7 +72,14 @@ export function recordRequest(req: IncomingMessage, connection: number, upgrade:
  * Resolves with `check()`'s value once it is defined, re-checking on each
  * `event`; rejects after `timeoutMs` or when `abortEvent` fires first.
  */
-export function waitUntil<T>(emitter: EventEmitter, event: string, check: () => T | undefined, timeoutMs: number, what: string, abortEvent = 'close'): Promise<T> {
+export function waitUntil<T>(
+  emitter: EventEmitter,
+  event: string,
+  check: () => T | undefined,
+  timeoutMs: number,
+  what: string,
+  abortEvent = 'close',
+): Promise<T> {
   const now = check();
   if (now !== undefined) return Promise.resolve(now);
   return new Promise((resolve, reject) => {

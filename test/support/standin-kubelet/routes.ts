@@ -11,10 +11,7 @@ export type Route =
   | { kind: 'stream'; stream: StreamKind; namespace: string; pod: string; container: string }
   | { kind: 'portForward'; namespace: string; pod: string };
 
-const METRICS =
-  '# HELP standin_kubelet_up Whether the stand-in kubelet is serving.\n' +
-  '# TYPE standin_kubelet_up gauge\n' +
-  'standin_kubelet_up 1\n';
+const METRICS = '# HELP standin_kubelet_up Whether the stand-in kubelet is serving.\n' + '# TYPE standin_kubelet_up gauge\n' + 'standin_kubelet_up 1\n';
 
 function statsSummary(nodeName: string): string {
   // Spacing as in the recorded answer (Python's json.dumps), so lengths match the fixture.
@@ -31,7 +28,10 @@ function methodNotAllowed(allowed: readonly string[]): SimpleResponse {
 
 function decodeSegments(pathname: string): string[] | null {
   try {
-    return pathname.split('/').slice(1).map((s) => decodeURIComponent(s));
+    return pathname
+      .split('/')
+      .slice(1)
+      .map((s) => decodeURIComponent(s));
   } catch (err: unknown) {
     if (err instanceof URIError) return null; // malformed percent-encoding
     throw err;
@@ -41,14 +41,19 @@ function decodeSegments(pathname: string): string[] | null {
 export function route(method: string, pathname: string, nodeName: string): Route {
   const seg = decodeSegments(pathname);
   if (seg === null) return { kind: 'simple', response: textResponse(400, 'malformed percent-encoding in the request path\n') };
-  const getOnly = (make: () => Route): Route => (method === 'GET' || method === 'HEAD' ? make() : { kind: 'simple', response: methodNotAllowed(['GET', 'HEAD']) });
-  const getOrPost = (make: () => Route): Route => (method === 'GET' || method === 'POST' ? make() : { kind: 'simple', response: methodNotAllowed(['GET', 'POST']) });
+  const getOnly = (make: () => Route): Route =>
+    method === 'GET' || method === 'HEAD' ? make() : { kind: 'simple', response: methodNotAllowed(['GET', 'HEAD']) };
+  const getOrPost = (make: () => Route): Route =>
+    method === 'GET' || method === 'POST' ? make() : { kind: 'simple', response: methodNotAllowed(['GET', 'POST']) };
   const nonEmpty = (parts: string[]): boolean => parts.every((p) => p !== '');
   const [first, ...rest] = seg;
 
   if (pathname === '/healthz') return getOnly(() => ({ kind: 'simple', response: textResponse(200, 'ok') }));
   if (pathname === '/metrics') {
-    return getOnly(() => ({ kind: 'simple', response: { status: 200, headers: [['Content-Type', 'text/plain; version=0.0.4; charset=utf-8']], body: METRICS } }));
+    return getOnly(() => ({
+      kind: 'simple',
+      response: { status: 200, headers: [['Content-Type', 'text/plain; version=0.0.4; charset=utf-8']], body: METRICS },
+    }));
   }
   if (pathname === '/stats/summary') {
     return getOnly(() => ({ kind: 'simple', response: { status: 200, headers: [['Content-Type', 'application/json']], body: statsSummary(nodeName) } }));

@@ -242,7 +242,10 @@ export class StandinKubelet extends EventEmitter {
     try {
       url = new URL(req.url ?? '/', 'https://kubelet.invalid');
     } catch (err: unknown) {
-      return { route: { kind: 'simple', response: textResponse(400, `malformed request target: ${errorMessage(err)}\n`) }, url: new URL('https://kubelet.invalid/') };
+      return {
+        route: { kind: 'simple', response: textResponse(400, `malformed request target: ${errorMessage(err)}\n`) },
+        url: new URL('https://kubelet.invalid/'),
+      };
     }
     return { route: route(req.method ?? '', url.pathname, this.opts.nodeName), url };
   }

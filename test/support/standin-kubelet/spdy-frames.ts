@@ -131,7 +131,7 @@ function controlFrame(type: number, flags: number, payload: Buffer): Buffer {
   const h = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
   h.writeUInt16BE(0x8000 | SPDY_VERSION, 0);
   h.writeUInt16BE(type, 2);
-  h.writeUInt32BE(((flags & 0xff) << 24 | payload.length) >>> 0, 4);
+  h.writeUInt32BE((((flags & 0xff) << 24) | payload.length) >>> 0, 4);
   payload.copy(h, HEADER_BYTES);
   return h;
 }
@@ -171,6 +171,6 @@ export function encodeDataHeader(streamId: number, length: number, fin: boolean)
   if (length > 0xffffff) throw new RangeError(`a DATA frame holds at most 16 MiB - 1, got ${length}`);
   const h = Buffer.allocUnsafe(HEADER_BYTES);
   h.writeUInt32BE(streamId & STREAM_ID_MASK, 0);
-  h.writeUInt32BE(((fin ? FLAG_FIN : 0) << 24 | length) >>> 0, 4);
+  h.writeUInt32BE((((fin ? FLAG_FIN : 0) << 24) | length) >>> 0, 4);
   return h;
 }

@@ -96,12 +96,7 @@ export async function readAll(stream: SpdyStream, maxBytes = 1024 * 1024): Promi
  * echo target) and resolves with how many came back verified, and the error
  * stream's text.
  */
-export async function forwardPatternEcho(
-  session: SpdySession,
-  port: number,
-  requestId: number,
-  total: number,
-): Promise<{ echoed: number; errorText: string }> {
+export async function forwardPatternEcho(session: SpdySession, port: number, requestId: number, total: number): Promise<{ echoed: number; errorText: string }> {
   const { error, data } = await openPortForward(session, port, requestId);
   const errorText = readAll(error);
   const verifier = new PatternVerifier();

@@ -39,15 +39,38 @@ export function answerStreamUpgrade(ctx: UpgradeContext, socket: Duplex, head: B
       if (r.kind !== 'stream') throw new Error('WebSocket is only negotiated for exec and attach');
       const options = parseStreamOptions(query, r.stream);
       if (typeof options === 'string') throw new Error(options);
-      socket.write(switchingProtocolsHead([['Upgrade', 'websocket'], ['Connection', 'Upgrade'], ['Sec-WebSocket-Accept', d.accept], ['Sec-WebSocket-Protocol', d.protocol]]));
-      const session = new WebSocketExecSession({ socket, head, protocol: d.protocol, options, plan: planExec(options), closeTimeoutMs: ctx.opts.closeTimeoutMs, logger: log });
+      socket.write(
+        switchingProtocolsHead([
+          ['Upgrade', 'websocket'],
+          ['Connection', 'Upgrade'],
+          ['Sec-WebSocket-Accept', d.accept],
+          ['Sec-WebSocket-Protocol', d.protocol],
+        ]),
+      );
+      const session = new WebSocketExecSession({
+        socket,
+        head,
+        protocol: d.protocol,
+        options,
+        plan: planExec(options),
+        closeTimeoutMs: ctx.opts.closeTimeoutMs,
+        logger: log,
+      });
       ctx.hold(session);
       session.start();
       return;
     }
     case 'spdy': {
       // Header order as Go's server writes it.
-      socket.write(switchingProtocolsHead([['Connection', 'Upgrade'], ['Upgrade', 'SPDY/3.1'], ['X-Stream-Protocol-Version', d.protocol], ['Date', new Date().toUTCString()], ['Content-Length', '0']]));
+      socket.write(
+        switchingProtocolsHead([
+          ['Connection', 'Upgrade'],
+          ['Upgrade', 'SPDY/3.1'],
+          ['X-Stream-Protocol-Version', d.protocol],
+          ['Date', new Date().toUTCString()],
+          ['Content-Length', '0'],
+        ]),
+      );
       const session = new SpdySession(socket, { role: 'server', closeTimeoutMs: ctx.opts.closeTimeoutMs, logger: log });
       ctx.hold(session);
       if (r.kind === 'portForward') {
@@ -63,7 +86,14 @@ export function answerStreamUpgrade(ctx: UpgradeContext, socket: Duplex, head: B
       } else {
         const options = parseStreamOptions(query, r.stream);
         if (typeof options === 'string') throw new Error(options);
-        serveSpdyExec({ session, protocol: d.protocol, options, plan: planExec(options), streamCreationTimeoutMs: ctx.opts.streamCreationTimeoutMs, logger: log });
+        serveSpdyExec({
+          session,
+          protocol: d.protocol,
+          options,
+          plan: planExec(options),
+          streamCreationTimeoutMs: ctx.opts.streamCreationTimeoutMs,
+          logger: log,
+        });
       }
       // Frames that came with the upgrade request go in only once the handlers listen.
       session.receive(head);

@@ -56,7 +56,14 @@ export function decideUpgrade(req: IncomingMessage, webSocketProtocols: readonly
   const protocol = offered.find((p) => spdyProtocols.includes(p));
   if (protocol === undefined) {
     const text = `unable to upgrade: unable to negotiate protocol: client supports [${offered.join(' ')}], server accepts [${spdyProtocols.join(' ')}]`;
-    return { kind: 'respond', response: goError(403, text, spdyProtocols.map((p) => ['X-Accepted-Stream-Protocol-Versions', p])) };
+    return {
+      kind: 'respond',
+      response: goError(
+        403,
+        text,
+        spdyProtocols.map((p) => ['X-Accepted-Stream-Protocol-Versions', p]),
+      ),
+    };
   }
   if (!hasToken(req, 'connection', 'upgrade') || !headerTokens(req, 'upgrade').some((t) => t.toLowerCase().includes('spdy/3.1'))) {
     return { kind: 'respond', response: goError(400, 'unable to upgrade: missing upgrade headers in request') };

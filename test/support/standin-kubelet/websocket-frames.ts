@@ -12,7 +12,9 @@ export const CLOSE_CODE = { normal: 1000, goingAway: 1001, protocolError: 1002, 
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
 export function webSocketAccept(key: string): string {
-  return createHash('sha1').update(key + GUID).digest('base64');
+  return createHash('sha1')
+    .update(key + GUID)
+    .digest('base64');
 }
 
 export interface FrameHandler {

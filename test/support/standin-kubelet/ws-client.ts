@@ -38,9 +38,11 @@ export async function upgradeToChannelWebSocket(req: ChannelWebSocketRequest): P
   );
   const { head, rest } = await readResponseHead(req.socket, req.timeoutMs ?? 5000);
   if (head.status !== 101) throw new UpgradeRefusedError(req.target, head.status, head.reason);
-  if (headerValue(head, 'sec-websocket-accept') !== webSocketAccept(key)) throw new WebSocketProtocolError('Sec-WebSocket-Accept does not match the key', CLOSE_CODE.protocolError);
+  if (headerValue(head, 'sec-websocket-accept') !== webSocketAccept(key))
+    throw new WebSocketProtocolError('Sec-WebSocket-Accept does not match the key', CLOSE_CODE.protocolError);
   const protocol = headerValue(head, 'sec-websocket-protocol') ?? '';
-  if (!req.protocols.includes(protocol)) throw new WebSocketProtocolError(`server chose subprotocol ${JSON.stringify(protocol)}, which was not offered`, CLOSE_CODE.protocolError);
+  if (!req.protocols.includes(protocol))
+    throw new WebSocketProtocolError(`server chose subprotocol ${JSON.stringify(protocol)}, which was not offered`, CLOSE_CODE.protocolError);
   const client = new ChannelWebSocketClient(req.socket, protocol);
   client.receive(rest);
   req.socket.resume();

@@ -1,5 +1,7 @@
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import type { Server } from 'node:net';
+import { ConfigError, errorCode } from '../protocol/errors.js';
+import { listen } from './listen.js';
 
 /**
  * Listens on a Unix socket path, replacing a stale socket file left by an
@@ -9,18 +11,12 @@ export async function listenUnix(server: Server, path: string, mode: number): Pr
   try {
     const st = await lstat(path);
     if (!st.isSocket()) {
-      throw new Error(`${path} exists and is not a socket; refusing to replace it (remove it or choose another path)`);
+      throw new ConfigError('YT_ERR_SOCKET_PATH', `${path} exists and is not a socket; refusing to replace it (remove it or choose another path)`);
     }
     await unlink(path);
   } catch (err: unknown) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    if (errorCode(err) !== 'ENOENT') throw err;
   }
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ path, backlog: 1024 }, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listen(server, { path, backlog: 1024 });
   await chmod(path, mode);
 }

@@ -22,9 +22,7 @@ export interface PeerCertificateNames {
   subjectaltname?: string | undefined;
 }
 
-export type IdentityVerdict =
-  | { ok: true }
-  | { ok: false; check: 'agent-id' | 'host' | 'ipv4' | 'ipv6'; claimed: string; reason: string };
+export type IdentityVerdict = { ok: true } | { ok: false; check: 'agent-id' | 'host' | 'ipv4' | 'ipv6'; claimed: string; reason: string };
 
 interface CertificateNames {
   commonNames: string[];
@@ -68,11 +66,7 @@ function namesOf(cert: PeerCertificateNames | undefined): CertificateNames {
 }
 
 function describe(names: CertificateNames): string {
-  const parts = [
-    ...names.commonNames.map((cn) => `CN=${cn}`),
-    ...names.dnsNames.map((d) => `DNS:${d}`),
-    ...names.ips.map((ip) => `IP:${ip}`),
-  ];
+  const parts = [...names.commonNames.map((cn) => `CN=${cn}`), ...names.dnsNames.map((d) => `DNS:${d}`), ...names.ips.map((ip) => `IP:${ip}`)];
   return parts.length === 0 ? 'no names' : parts.join(', ');
 }
 

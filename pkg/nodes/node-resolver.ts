@@ -1,7 +1,9 @@
-// How the master server finds nodes and pods. The resolvers are built outside
-// the interceptor and handed to it: in local mode from the connected agents
-// (pkg/server/agent-node-resolver.ts), in cluster mode from Node and Pod
-// informers (pkg/kube/node-resolver.ts) with the agents as a fallback.
+// How nodes and pods are found: the contract between those who know them and
+// those who ask. The master ports (pkg/interceptor) ask; the answers come from
+// the connected agents in local mode (pkg/server/agent-node-resolver.ts) and
+// from Node and Pod informers in cluster mode (pkg/kube/node-resolver.ts),
+// with the agents as a fallback. It lives below all three so that none of
+// them imports another for it.
 
 export interface NodeInfo {
   name: string;

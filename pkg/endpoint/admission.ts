@@ -1,0 +1,163 @@
+// Whether the agent endpoint takes a Connect call: the connect rate (a
+// reconnect storm is turned away with a retryable status), that it is a gRPC
+// call for AgentService/Connect, the agent's metadata, the identity check
+// against its client certificate, and the limit of streams per agent. A
+// refusal says which rule refused it, for the metric and the log line.
+
+import type { TLSSocket } from 'node:tls';
+import type { IncomingCall } from '../grpc/server-call-head.js';
+import { AGENT_CONNECT_PATH } from '../grpc/services.js';
+import { GrpcStatus } from '../grpc/status.js';
+import type { Logger } from '../log/logger.js';
+import { CONN_WINDOW_HEADER, parseConnWindow } from '../protocol/flow-control.js';
+import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
+import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
+import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
+import { ConnectRate } from './connect-rate.js';
+import type { AgentEndpointMetrics } from './metrics.js';
+
+/** What an agent's call says about it. */
+export interface AgentMetadata {
+  agentID: string;
+  identifiers: AgentIdentifiers;
+  /** The agent's window for our flow control extension, if it announced one. */
+  agentWindow: number | undefined;
+  /** What the per-agent stream limit counts this call under. */
+  identityKeys: string[];
+  /** The agent announced half-close. */
+  halfClose: boolean;
+}
+
+/** A call refused before any message, and the rule that refused it. */
+export interface Refusal {
+  code: number;
+  message: string;
+  by: 'shutdown' | 'connect_rate' | 'call' | 'identity' | 'stream_limit';
+}
+
+export interface AdmissionOptions {
+  maxStreamsPerAgent: number;
+  /** New calls admitted per second; 0 admits all. */
+  maxConnectRate: number;
+  identityCheck: AgentIdentityCheck;
+  metrics: AgentEndpointMetrics;
+  log: Logger;
+}
+
+export class Admission {
+  private readonly connectRate: ConnectRate | undefined;
+  /** Open Connect calls by agent identity: "cert:<sha256 fingerprint>" and "id:<agentID>". */
+  private readonly streamsByIdentity = new Map<string, number>();
+  private rateRefusals = 0;
+
+  constructor(private readonly opts: AdmissionOptions) {
+    const rate = opts.maxConnectRate;
+    this.connectRate = rate > 0 ? new ConnectRate(rate, 2 * rate) : undefined;
+  }
+
+  get connectRateLimit(): number | undefined {
+    return this.connectRate?.perSecond;
+  }
+
+  /** Calls the connect rate limit has refused so far, for its summary line. */
+  get connectRateRefusals(): number {
+    return this.rateRefusals;
+  }
+
+  /** Whether we take this call now, and the agent's metadata if so. */
+  admit(call: IncomingCall, shuttingDown: boolean): AgentMetadata | Refusal {
+    if (shuttingDown) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down', by: 'shutdown' };
+    if (this.connectRate !== undefined && !this.connectRate.tryTake()) {
+      this.rateRefusals++;
+      this.opts.metrics.refused('connect_rate');
+      return {
+        code: GrpcStatus.UNAVAILABLE,
+        message: `too many agents are connecting (limit ${this.connectRate.perSecond} per second, --max-agent-connect-rate); retry after a backoff`,
+        by: 'connect_rate',
+      };
+    }
+    const bad = call.check([AGENT_CONNECT_PATH]);
+    if (bad !== undefined) return { ...bad, by: 'call' };
+    return this.readAgentMetadata(call);
+  }
+
+  /** Counts a call that was admitted and served, until `release`. */
+  hold(keys: readonly string[]): void {
+    this.count(keys, 1);
+  }
+
+  release(keys: readonly string[]): void {
+    this.count(keys, -1);
+  }
+
+  private readAgentMetadata(call: IncomingCall): AgentMetadata | Refusal {
+    const ids = call.metadata('agentid');
+    if (ids.length !== 1 || ids[0] === '') {
+      const got = ids.length === 1 ? 'an empty one' : String(ids.length);
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one agent ID in the "agentid" metadata, got ${got}`, by: 'call' };
+    }
+    const agentID = ids[0]!;
+    const idValues = call.metadata('agentidentifiers');
+    if (idValues.length > 1) {
+      return {
+        code: GrpcStatus.INVALID_ARGUMENT,
+        message: `expected at most one "agentidentifiers" metadata value, got ${idValues.length}`,
+        by: 'call',
+      };
+    }
+    const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
+      this.opts.log.warn('ignoring unknown agent identifier key', { agentID, key });
+    });
+    const check = this.opts.identityCheck;
+    const peer = (call.stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+    const verdict = checkAgentIdentity(peer, agentID, identifiers, check);
+    if (!verdict.ok) {
+      this.opts.log.warn('agent refused by the identity check', {
+        agentID,
+        identityCheck: check,
+        claim: `${verdict.check}=${verdict.claimed}`,
+        reason: verdict.reason,
+      });
+      return { code: GrpcStatus.PERMISSION_DENIED, message: `agent identity check (${check}) failed: ${verdict.reason}`, by: 'identity' };
+    }
+    const fingerprint = peer?.fingerprint256;
+    const identityKeys = [`id:${agentID}`];
+    if (fingerprint !== undefined && fingerprint !== '') identityKeys.push(`cert:${fingerprint}`);
+    const over = this.overStreamLimit(identityKeys);
+    if (over !== undefined) {
+      this.opts.metrics.refused('stream_limit');
+      const by = over.key.startsWith('id:') ? `agentID ${agentID}` : `the client certificate of agent ${agentID}`;
+      return {
+        code: GrpcStatus.RESOURCE_EXHAUSTED,
+        message:
+          `too many Connect streams: ${by} already holds ${over.open} (limit ${this.opts.maxStreamsPerAgent}, ` +
+          'the server flag --max-agent-streams); close one or raise the limit',
+        by: 'stream_limit',
+      };
+    }
+    return {
+      agentID,
+      identifiers,
+      agentWindow: parseConnWindow(call.metadata(CONN_WINDOW_HEADER)),
+      halfClose: announcesHalfClose(call.metadata(HALF_CLOSE_HEADER)),
+      identityKeys,
+    };
+  }
+
+  /** The first identity key at its limit, if any. */
+  private overStreamLimit(keys: readonly string[]): { key: string; open: number } | undefined {
+    for (const key of keys) {
+      const open = this.streamsByIdentity.get(key) ?? 0;
+      if (open >= this.opts.maxStreamsPerAgent) return { key, open };
+    }
+    return undefined;
+  }
+
+  private count(keys: readonly string[], delta: 1 | -1): void {
+    for (const key of keys) {
+      const n = (this.streamsByIdentity.get(key) ?? 0) + delta;
+      if (n <= 0) this.streamsByIdentity.delete(key);
+      else this.streamsByIdentity.set(key, n);
+    }
+  }
+}

@@ -1,0 +1,383 @@
+// The agent endpoint (`--tunnel-agent-connect-port`, 10262): gRPC's
+// `AgentService/Connect` over HTTP/2 + mutual TLS. Each admitted call is
+// handed to the tunnel as an AgentLink (agent-call.ts); the tunnel never sees
+// HTTP/2, TLS or a status code.
+//
+// We terminate HTTP/2 with node:http2 instead of @grpc/grpc-js's Server
+// because grpc-js cannot raise the server's receive window, and bulk data
+// (logs, metrics, copies) flows agent → server: a 64 KiB window halves the
+// tunnel's throughput (shared/spec/environment.md). On the wire this is plain
+// gRPC: Go and grpc-js agents see headers, length-prefixed messages, status
+// trailers, keepalive pings and GOAWAY as from any gRPC server.
+
+import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import type { Registry } from 'prom-client';
+import { guardStreamHandler } from '../grpc/error-boundary.js';
+import { IncomingCall } from '../grpc/server-call-head.js';
+import { GrpcStatus } from '../grpc/status.js';
+import { LogLimiter } from '../log/log-limiter.js';
+import type { Logger } from '../log/logger.js';
+import { silentLogger } from '../log/logger.js';
+import { CallerRefusals, tlsRefusal } from '../net/caller-refusals.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { listen, stopListening } from '../net/listen.js';
+import { errorMessage } from '../protocol/errors.js';
+import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
+import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import { Admission, type Refusal } from './admission.js';
+import { AgentCall } from './agent-call.js';
+import { AgentConnection, remoteOf } from './agent-connection.js';
+import type { AgentIdentityCheck } from './agent-identity.js';
+import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
+import { within } from '../timers/sleep.js';
+
+/** New agent streams admitted per second by default (a restart of 1000 agents takes ~10 s to settle). */
+export const DEFAULT_MAX_CONNECT_RATE = 100;
+/** Default time a connection has to finish its TLS handshake. */
+export const DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+export interface AgentEndpointTLS {
+  cert: string;
+  key: string;
+  /** CA bundle that signs agent client certificates. */
+  ca: string;
+}
+
+export interface AgentEndpointOptions {
+  host?: string;
+  /** 0 picks a free port. Default 10262. */
+  port?: number;
+  tls: AgentEndpointTLS;
+  serverID: string;
+  /** Announced to agents in the `servercount` header. Default 1. */
+  serverCount?: number;
+  /** Interval of our keepalive pings. Default 10 s. */
+  keepaliveTimeMs?: number;
+  /** How long a ping may go unanswered before the connection is dropped. Default 20 s. */
+  keepaliveTimeoutMs?: number;
+  /** Pings more frequent than this are strikes (Go's EnforcementPolicy.MinTime). Default 30 s. */
+  minPingIntervalMs?: number;
+  /** HTTP/2 receive window per stream. Default 4 MiB. */
+  streamWindowSize?: number;
+  /** HTTP/2 receive window per connection. Default 16 MiB. */
+  connectionWindowSize?: number;
+  /** Largest gRPC message accepted from an agent. Default 4 MiB. */
+  maxMessageSize?: number;
+  /**
+   * Receive window per connection offered to agents that announce flow
+   * control (proto/yurttunnel_ext.proto); 0 turns the extension off.
+   * Default 1 MiB.
+   */
+  connWindow?: number;
+  /**
+   * Concurrent Connect calls one agent may hold, counted both by its client
+   * certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED.
+   * Default 4 (an agent needs one per server replica it reaches through this one address).
+   */
+  maxStreamsPerAgent?: number;
+  /** New Connect calls admitted per second (a token bucket with a burst of twice that); 0 admits all. Default 100. */
+  maxConnectRate?: number;
+  /** Bytes of control packets that may wait unwritten on one agent call before it is cut off. Default 1 MiB. */
+  controlBufferLimit?: number;
+  /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
+  identityCheck?: AgentIdentityCheck;
+  /** Offer half-close (CLOSE_WRITE) to agents that announce it. Default true. */
+  halfClose?: boolean;
+  /** How long a connection may take to finish its TLS handshake before it is closed. Default 10 s. */
+  tlsHandshakeTimeoutMs?: number;
+  logger?: Logger;
+  /** Where the endpoint's counters register (refusals, refused callers); default a registry of its own. */
+  metricsRegistry?: Registry;
+}
+
+export const DEFAULT_MAX_STREAMS_PER_AGENT = 4;
+
+/** HTTP/2 streams one agent connection may open at once (refused calls count until answered). */
+const MAX_CONCURRENT_STREAMS = 16;
+
+/** How often, at most, the connect rate limit's summary line is logged. */
+const RATE_LOG_INTERVAL_MS = 5000;
+
+/** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
+function peerCertSubject(session: Http2Session | undefined): string {
+  const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+  if (!cert?.subject) return '';
+  return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+}
+
+/** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
+function tlsParent(socket: TLSSocket): object {
+  return (socket as unknown as { _parent?: object })._parent ?? socket;
+}
+
+type Settings = Required<Omit<AgentEndpointOptions, 'host' | 'logger' | 'metricsRegistry'>> & { host: string };
+
+export class AgentEndpoint {
+  private readonly opts: Settings;
+  private readonly log: Logger;
+  private readonly server: http2.Http2SecureServer;
+  private readonly connections = new Map<Http2Session, AgentConnection>();
+  private readonly sockets = new ConnectionSet();
+  /** Peer address of each raw connection, still known after its TLS socket is gone. */
+  private readonly remoteAddresses = new WeakMap<object, string>();
+  private readonly metrics: AgentEndpointMetrics;
+  private readonly refusedCallers: CallerRefusals;
+  private readonly admission: Admission;
+  private readonly limited: LogLimiter;
+  private lastRateLog = 0;
+  private closing: Promise<void> | undefined;
+  private listening = false;
+
+  constructor(
+    private readonly tunnel: Tunnel,
+    opts: AgentEndpointOptions,
+  ) {
+    this.opts = {
+      host: opts.host ?? '0.0.0.0',
+      port: opts.port ?? 10262,
+      tls: opts.tls,
+      serverID: opts.serverID,
+      serverCount: opts.serverCount ?? 1,
+      keepaliveTimeMs: opts.keepaliveTimeMs ?? 10_000,
+      keepaliveTimeoutMs: opts.keepaliveTimeoutMs ?? 20_000,
+      minPingIntervalMs: opts.minPingIntervalMs ?? 30_000,
+      streamWindowSize: opts.streamWindowSize ?? 4 * 1024 * 1024,
+      connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
+      maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
+      connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
+      maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
+      identityCheck: opts.identityCheck ?? 'strict',
+      halfClose: opts.halfClose ?? true,
+      controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
+      maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
+      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs ?? DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS,
+    };
+    if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
+      throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
+    }
+    if (!Number.isInteger(this.opts.serverCount) || this.opts.serverCount < 1) {
+      throw new TypeError(`serverCount must be a positive integer, got ${this.opts.serverCount}`);
+    }
+    this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
+    this.limited = new LogLimiter(this.log);
+    this.metrics = new AgentEndpointMetrics(opts.metricsRegistry);
+    this.refusedCallers = new CallerRefusals('agent', ['tls_handshake_timeout', 'tls_error'], opts.metricsRegistry);
+    this.admission = new Admission({
+      maxStreamsPerAgent: this.opts.maxStreamsPerAgent,
+      maxConnectRate: this.opts.maxConnectRate,
+      identityCheck: this.opts.identityCheck,
+      metrics: this.metrics,
+      log: this.log,
+    });
+    this.server = http2.createSecureServer({
+      cert: opts.tls.cert,
+      key: opts.tls.key,
+      ca: opts.tls.ca,
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: 'TLSv1.2',
+      ALPNProtocols: ['h2'],
+      allowHTTP1: false,
+      handshakeTimeout: this.opts.tlsHandshakeTimeoutMs,
+      maxSessionMemory: 64,
+      settings: {
+        initialWindowSize: this.opts.streamWindowSize,
+        maxConcurrentStreams: Math.max(MAX_CONCURRENT_STREAMS, this.opts.maxStreamsPerAgent),
+      },
+    });
+    this.server.on('connection', (socket: Socket) => {
+      // Control packets are small and latency-bound; Nagle would hold them back.
+      socket.setNoDelay(true);
+      this.remoteAddresses.set(socket, remoteOf(socket));
+      this.sockets.add(socket);
+    });
+    this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
+    this.server.on('session', (session) => this.onSession(session));
+    this.server.on(
+      'stream',
+      guardStreamHandler(this.log, (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
+        this.onStream(stream, headers, rawHeaders),
+      ),
+    );
+    this.server.on('unknownProtocol', (socket: TLSSocket) => {
+      this.log.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
+      socket.destroy();
+    });
+  }
+
+  /**
+   * Serves a new certificate (and client CA) from the next TLS handshake on;
+   * established agent connections keep theirs.
+   */
+  setTLS(tls: AgentEndpointTLS): void {
+    this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca, minVersion: 'TLSv1.2' });
+    this.log.info('serving certificate replaced for new agent connections');
+  }
+
+  async start(): Promise<void> {
+    await listen(this.server, { port: this.opts.port, host: this.opts.host });
+    this.listening = true;
+    this.server.on('error', (err) => this.log.error('agent endpoint error', { error: errorMessage(err) }));
+    const a = this.address;
+    this.log.info('listening for agents', { address: `${a.address}:${a.port}`, serverID: this.opts.serverID });
+  }
+
+  get address(): AddressInfo {
+    return this.server.address() as AddressInfo;
+  }
+
+  /** Calls and packets refused by a limit so far, by reason (as yurttunnel_server_agent_refusals_total counts them). */
+  get refusals(): Readonly<Record<AgentRefusalReason, number>> {
+    return this.metrics.refusedSoFar;
+  }
+
+  /** Connections open on the agent port, handshaking ones included. */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
+  private onTLSError(err: Error, socket: TLSSocket): void {
+    const remoteAddress = this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket);
+    const refusal = tlsRefusal(err, socket);
+    const soFar = this.refusedCallers.add(refusal.reason);
+    if (refusal.reason === 'tls_handshake_timeout') {
+      this.limited.warn('agent connection did not finish its TLS handshake in time; closed', {
+        remoteAddress,
+        timeoutMs: this.opts.tlsHandshakeTimeoutMs,
+        closedSoFar: soFar,
+      });
+    } else {
+      this.limited.warn('agent TLS handshake failed; connection refused', { remoteAddress, error: refusal.error, refusedSoFar: soFar });
+    }
+    socket.destroy();
+  }
+
+  private onSession(session: Http2Session): void {
+    const connection = new AgentConnection(session, {
+      keepaliveTimeMs: this.opts.keepaliveTimeMs,
+      keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs,
+      minPingIntervalMs: this.opts.minPingIntervalMs,
+      connectionWindowSize: this.opts.connectionWindowSize,
+      log: this.log,
+    });
+    this.connections.set(session, connection);
+    session.once('close', () => this.connections.delete(session));
+  }
+
+  private refuse(call: IncomingCall, refusal: Refusal, connection: AgentConnection | undefined): void {
+    if (refusal.by === 'connect_rate') {
+      // A reconnect storm refuses hundreds at once: one summary line every few seconds, not one each.
+      const now = Date.now();
+      if (now - this.lastRateLog >= RATE_LOG_INTERVAL_MS) {
+        this.lastRateLog = now;
+        this.log.warn('agents refused by the connect rate limit; they retry after a backoff', {
+          refusedSoFar: this.admission.connectRateRefusals,
+          limitPerSecond: this.admission.connectRateLimit,
+        });
+      }
+    } else {
+      this.limited.warn('agent call rejected', { remoteAddress: connection?.remoteAddress ?? 'unknown', grpcStatus: refusal.code, error: refusal.message });
+    }
+    if (call.refuse(refusal)) connection?.pings.headersSent();
+  }
+
+  private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
+    const session = stream.session;
+    const connection = session === undefined ? undefined : this.connections.get(session);
+    const remoteAddress = connection?.remoteAddress ?? 'unknown';
+    connection?.opened(stream.id);
+    stream.on('error', (err) => {
+      this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
+    });
+    const call = new IncomingCall(stream, headers, rawHeaders);
+    const meta = this.admission.admit(call, this.closing !== undefined);
+    if ('code' in meta) {
+      this.refuse(call, meta, connection);
+      return;
+    }
+    // Flow control only when the agent announced its window and we offer one.
+    const flow = meta.agentWindow !== undefined && this.opts.connWindow > 0 ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow } : undefined;
+    // Headers go out at once, before any packet: agents block reading them.
+    const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
+    if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
+    const halfClose = meta.halfClose && this.opts.halfClose;
+    if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
+    call.accept(responseMetadata);
+    connection?.pings.headersSent();
+    const link = new AgentCall(stream, {
+      maxMessageSize: this.opts.maxMessageSize,
+      writeTracker: connection?.pings,
+      controlBufferLimit: this.opts.controlBufferLimit,
+      onControlRefused: () => this.metrics.refused('unread_control'),
+      onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
+      logger: this.log.child({ agentID: meta.agentID }),
+    });
+    const backend = this.tunnel.attachAgent(
+      {
+        agentID: meta.agentID,
+        identifiers: meta.identifiers,
+        remoteAddress,
+        certSubject: peerCertSubject(session),
+        flow,
+        halfClose,
+        roundTripMs: () => connection?.roundTripMs,
+      },
+      link,
+    );
+    if (backend.closed) return;
+    if (connection === undefined) {
+      // The connection went away while we answered: one removal path, the tunnel's.
+      this.tunnel.detachAgent(backend, { kind: 'failed', message: 'connection closed before the call was served' });
+      return;
+    }
+    // The agent's packets go into the tunnel until the call ends.
+    this.admission.hold(meta.identityKeys);
+    connection.calls.add(link);
+    link.start({
+      onPacket: (p) => this.tunnel.handlePacket(backend, p),
+      onClose: (reason) => {
+        connection.calls.delete(link);
+        this.admission.release(meta.identityKeys);
+        this.tunnel.detachAgent(backend, link.endOf(reason));
+      },
+    });
+  }
+
+  /** Takes no new agent connections; those already up keep their streams. */
+  stopAccepting(): void {
+    if (this.listening && this.server.listening) this.server.close();
+  }
+
+  /**
+   * Stops accepting agents, ends every agent call with UNAVAILABLE and closes
+   * every connection (after `graceMs` for them to go by themselves).
+   * Idempotent: a second call waits for the first.
+   */
+  close(graceMs = 1000): Promise<void> {
+    this.closing ??= this.doClose(graceMs);
+    return this.closing;
+  }
+
+  private async doClose(graceMs: number): Promise<void> {
+    const closed = this.listening ? stopListening(this.server) : Promise.resolve();
+    const end = { kind: 'shutdown', message: 'yurt-tunnel-server is shutting down' } as const;
+    for (const connection of this.connections.values()) {
+      for (const call of connection.calls) call.endFor(end, GrpcStatus.UNAVAILABLE);
+      connection.calls.clear();
+    }
+    const sessions = [...this.connections.keys()];
+    for (const session of sessions) session.close();
+    if (sessions.length > 0) {
+      const allClosed = Promise.all(sessions.map((s) => new Promise((r) => s.once('close', r))));
+      await within(allClosed, graceMs);
+    }
+    for (const session of this.connections.keys()) session.destroy();
+    this.sockets.destroyAll();
+    await closed;
+    this.limited.flush();
+    this.log.verbose(2, 'agent endpoint closed');
+  }
+}

@@ -1,0 +1,224 @@
+// The parts of a yurt-tunnel-server, each built from the options on the
+// tunnel core: the agent endpoint, the frontends (the proxier and the egress
+// selector's socket), the master ports with their kubelet connector, the meta
+// server, and the iptables manager. Nothing here listens; app.ts starts them.
+
+import { AgentEndpoint } from '../endpoint/agent-endpoint.js';
+import type { NodeNameOf } from '../frontend/dial-reason.js';
+import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
+import { HttpConnectServer } from '../frontend/http-connect.js';
+import { KubeletConnector } from '../interceptor/kubelet-connector.js';
+import { MasterServer } from '../interceptor/master-server.js';
+import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
+import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
+import { traceRequest } from '../interceptor/middleware/trace-request.js';
+import { RequestInterceptor } from '../interceptor/request-interceptor.js';
+import { DEFAULT_SYNC_PERIOD_MS, IptablesManager, MIN_SYNC_PERIOD_MS } from '../iptables/manager.js';
+import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
+import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
+import { PROFILING_ROUTES } from '../meta/profiling.js';
+import { NodeResolverChain, type NodeResolver } from '../nodes/node-resolver.js';
+import { IptablesError } from '../protocol/errors.js';
+import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
+import { AgentNodeResolver } from './agent-node-resolver.js';
+import type { ClusterServices } from './cluster.js';
+import { loopbackFor, type ServerOptions } from './options.js';
+import type { ServerCertificates, ServerFiles } from './startup.js';
+
+/** A frontend kube-apiserver's egress selector dials: HTTP CONNECT or ProxyService over a Unix socket. */
+export interface EgressFrontend {
+  readonly connectionCount: number;
+  start(): Promise<void>;
+  stopAccepting(): void;
+  close(): Promise<void>;
+}
+
+export function agentEndpointFor(tunnel: Tunnel, serverID: string, certs: ServerCertificates, opts: ServerOptions): AgentEndpoint {
+  return new AgentEndpoint(tunnel, {
+    host: opts.bindAddress,
+    port: opts.tunnelAgentConnectPort,
+    tls: { cert: certs.server.cert, key: certs.server.key, ca: certs.ca },
+    serverID,
+    serverCount: opts.serverCount,
+    keepaliveTimeMs: opts.keepaliveTimeMs,
+    keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+    identityCheck: opts.agentIdentityCheck,
+    maxStreamsPerAgent: opts.maxAgentStreams,
+    maxConnectRate: opts.maxAgentConnectRate,
+    tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
+    logger: opts.logger,
+    metricsRegistry: opts.metricsRegistry,
+  });
+}
+
+/** Who knows the nodes: the connected agents, and in cluster mode the informers first. */
+export function nodeResolverFor(tunnel: Tunnel, cluster: ClusterServices | undefined): NodeResolver {
+  const agents = new AgentNodeResolver(tunnel.registry);
+  return cluster === undefined ? agents : new NodeResolverChain([cluster.resolver, agents]);
+}
+
+/** The node an address belongs to, when one node has it: a failed dial names it. */
+export function nodeNamer(resolver: NodeResolver): NodeNameOf {
+  return (host) => {
+    const nodes = resolver.nodesByIP(host);
+    return nodes.length === 1 ? nodes[0]!.name : resolver.node(host)?.name;
+  };
+}
+
+/** The proxier (HTTP CONNECT on its Unix socket) and, when enabled, the egress selector's socket. */
+export function frontendsFor(tunnel: Tunnel, nodeNameOf: NodeNameOf, opts: ServerOptions): { proxier: HttpConnectServer; egress: EgressFrontend | undefined } {
+  const common = { nodeNameOf, headTimeoutMs: opts.connectHeadTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry };
+  const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, name: 'proxier', ...common });
+  const e = opts.egressSelector;
+  const egress =
+    e === undefined
+      ? undefined
+      : e.mode === 'grpc'
+        ? new GrpcProxyServer(tunnel, { path: e.uds, ...common })
+        : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', ...common });
+  return { proxier, egress };
+}
+
+/**
+ * The master ports' way to kubelets. They dial the tunnel in this process: a
+ * failure of the tunnelled connection reaches them as an error, not as a Unix
+ * socket's EOF. In cluster mode a rotated proxy-client certificate is used
+ * from the next connection on (unless --proxy-client-cert-file pins one).
+ */
+export function kubeletConnectorFor(
+  tunnel: Tunnel,
+  certs: ServerCertificates,
+  files: ServerFiles,
+  cluster: ClusterServices | undefined,
+  opts: ServerOptions,
+): KubeletConnector {
+  let kubeletTLS = { ...(files.proxyClient ?? certs.proxyClient), kubeletCA: files.kubeletCA };
+  if (cluster !== undefined && files.proxyClient === undefined) {
+    cluster.proxyClient.onRotated((pair) => {
+      kubeletTLS = { ...pair, kubeletCA: files.kubeletCA };
+    });
+  }
+  return new KubeletConnector({ dial: (address, o) => tunnel.dial(address, o), tls: () => kubeletTLS, logger: opts.logger });
+}
+
+export interface MasterParts {
+  certs: ServerCertificates;
+  files: ServerFiles;
+  cluster: ClusterServices | undefined;
+  resolver: NodeResolver;
+  nodeNameOf: NodeNameOf;
+  connector: KubeletConnector;
+}
+
+/** The secure and insecure master ports, their middleware and the request interceptor. */
+export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
+  const log = opts.logger;
+  // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
+  const settings = serverSettings(opts, p.cluster);
+  return new MasterServer({
+    secure: { host: opts.bindAddress, port: opts.securePort, cert: p.certs.server.cert, key: p.certs.server.key, clientCA: p.files.clientCA ?? p.certs.ca },
+    insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
+    middleware: [traceRequest(p.resolver, log), localhostProxy(() => settings().localhostProxyPorts, p.resolver), masterPortTLS(() => settings().mappings)],
+    interceptor: new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf }),
+    tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
+    requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
+    logger: log,
+    metricsRegistry: opts.metricsRegistry,
+  });
+}
+
+/** Rotated serving certificates go into the listeners in place: new handshakes use them, open connections stay. */
+export function followServingRotations(
+  cluster: ClusterServices,
+  certs: ServerCertificates,
+  files: ServerFiles,
+  endpoint: AgentEndpoint,
+  master: MasterServer,
+): void {
+  const clientCA = files.clientCA ?? certs.ca;
+  cluster.serving.onRotated((pair) => {
+    endpoint.setTLS({ cert: pair.cert, key: pair.key, ca: certs.ca });
+    master.setTLS({ cert: pair.cert, key: pair.key, clientCA });
+  });
+}
+
+/** The meta server (/healthz, /readyz, /metrics, /debug/*), when --meta-port is given. */
+export function metaFor(
+  tunnel: Tunnel,
+  serverID: string,
+  cluster: ClusterServices | undefined,
+  readiness: { listeners: ReadyCheck; shutdown: ReadyCheck },
+  opts: ServerOptions,
+): MetaServer | undefined {
+  if (opts.metaPort === undefined) return undefined;
+  return new MetaServer({
+    host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
+    port: opts.metaPort,
+    registry: opts.metricsRegistry!,
+    readyChecks: {
+      listeners: readiness.listeners,
+      certificates: () =>
+        cluster === undefined || (cluster.serving.current() !== undefined && cluster.proxyClient.current() !== undefined)
+          ? undefined
+          : 'waiting for the serving and proxy-client certificates',
+      shutdown: readiness.shutdown,
+    },
+    debug: {
+      '/debug/agents': () => agentStatuses(tunnel.registry, serverID),
+      '/debug/connections': (q) => connectionStatuses(tunnel.registry, q.get('agent') ?? undefined),
+    },
+    raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
+    logger: opts.logger,
+  });
+}
+
+/**
+ * The iptables manager on the master ports' bound addresses. A manager that
+ * cannot start (no iptables, no NET_ADMIN) is one error in the log; the
+ * server serves on without it.
+ */
+export async function startIptables(cluster: ClusterServices, master: MasterServer, opts: ServerOptions): Promise<IptablesManager | undefined> {
+  const log = opts.logger;
+  let syncPeriodMs = opts.iptablesSyncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
+  if (syncPeriodMs < MIN_SYNC_PERIOD_MS) {
+    log.info('--iptables-sync-period raised to its minimum', { requestedMs: syncPeriodMs, usedMs: MIN_SYNC_PERIOD_MS });
+    syncPeriodMs = MIN_SYNC_PERIOD_MS;
+  }
+  const manager = new IptablesManager({
+    nodes: cluster.nodes,
+    config: cluster.config,
+    master: {
+      secure: { host: opts.bindAddress, port: master.address('secure').port },
+      insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: master.address('insecure').port },
+    },
+    syncPeriodMs,
+    logger: log,
+    metricsRegistry: opts.metricsRegistry,
+  });
+  try {
+    await manager.start();
+    return manager;
+  } catch (err: unknown) {
+    if (!(err instanceof IptablesError)) throw err;
+    log.error(`iptables manager not started: ${err.message}; the tunnel serves on, but this host's connections to nodes are not redirected to it`, {
+      code: err.code,
+    });
+    return undefined;
+  }
+}
+
+interface ServerSettings {
+  localhostProxyPorts: ReadonlySet<number>;
+  mappings: ReadonlyMap<number, 'secure' | 'insecure'>;
+}
+
+/** The current port settings, recomputed only when the server ConfigMap changes. */
+function serverSettings(opts: ServerOptions, cluster: ClusterServices | undefined): () => ServerSettings {
+  const of = (config: ServerConfig): ServerSettings => ({ localhostProxyPorts: config.localhostProxyPorts, mappings: masterPortMappings(config) });
+  let settings = of(cluster?.config.current() ?? defaultServerConfig({ insecurePort: opts.insecurePort, localhostProxyPorts: opts.localhostProxyPorts }));
+  cluster?.config.subscribe((config) => {
+    settings = of(config);
+  });
+  return () => settings;
+}

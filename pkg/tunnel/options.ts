@@ -1,0 +1,66 @@
+// What a tunnel and each of its dials can be told, and the one check of a
+// dial's address, shared by every frontend before it asks.
+
+import type { Registry } from 'prom-client';
+import type { Logger } from '../log/logger.js';
+import type { Cancel } from '../mux/cancel.js';
+import type { ProxyStrategy } from './backend-registry.js';
+
+/** Dials one agent may have waiting for its DIAL_RSP by default; more are refused at once. */
+export const DEFAULT_MAX_PENDING_DIALS_PER_AGENT = 500;
+
+export interface TunnelOptions {
+  /** Tried in order; default `['destHost']`. */
+  strategies?: readonly ProxyStrategy[];
+  /** How long a dial may wait for the agent's DIAL_RSP. Default 10 s. */
+  dialTimeoutMs?: number;
+  /** Per-connection buffer each way before back-pressure. Default 256 KiB. */
+  connHighWaterMark?: number;
+  /**
+   * With agents that cannot half-close (upstream): how long a connection whose
+   * caller has ended its side keeps waiting for the rest of the answer while
+   * nothing arrives. Default 60 s.
+   */
+  lingerAfterEndMs?: number;
+  /**
+   * With agents that have no per-connection flow control: how long one
+   * connection's stopped reader may hold the agent's whole stream paused
+   * before that connection is closed. Default 5 s.
+   */
+  stalledConnectionTimeoutMs?: number;
+  /** Dials one agent (all its streams) may have pending; more get YT_ERR_TOO_MANY_DIALS at once. Default 500. */
+  maxPendingDialsPerAgent?: number;
+  /**
+   * Packets for connections it does not hold (DATA, DIAL_RSP, CLOSE_RSP) an
+   * agent may send in UNKNOWN_PACKET_WINDOW_MS before its stream is ended;
+   * 0 turns the limit off. Default 1000.
+   */
+  maxUnknownPacketsPerAgent?: number;
+  logger?: Logger;
+  /** Where metrics register; default a registry of the tunnel's own. */
+  metricsRegistry?: Registry;
+  /** Source of dial IDs; default random in [1, 2^63-1]. Tests use it to pin extreme values. */
+  newDialID?: () => bigint;
+}
+
+export interface DialOptions {
+  /**
+   * Chooses the agent instead of the address's host: the value of
+   * X-Tunnel-Proxy-Host (a port, if any, is ignored).
+   */
+  proxyHost?: string;
+  signal?: AbortSignal;
+  /** Cancels the dial, as `signal` does, for a caller that keeps no AbortController. */
+  cancel?: Cancel;
+  /** Overrides the tunnel's dial timeout for this dial. */
+  timeoutMs?: number;
+}
+
+/** Checks `host:port` (IPv6 in brackets) and returns an error message, or undefined if usable. */
+export function checkDialAddress(address: string): string | undefined {
+  const m = /^(\[[0-9A-Fa-f:.%\w]+\]|[^\s:[\]/]+):(\d{1,5})$/.exec(address);
+  if (m === null) return `dial address ${JSON.stringify(address)} is not host:port`;
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) return `dial address ${JSON.stringify(address)} has port ${port} out of range 1-65535`;
+  return undefined;
+}
