@@ -13,6 +13,7 @@
 // the V8 profile is then left out, as the two distort each other.
 //   cold  the first 2,000 round trips after the processes start (before any warm-up)
 //   bulk  1 GiB target → client
+//   flows 4 × 64 MiB target → client at once (as the bench's fairness row)
 //   rtt   20,000 1-byte round trips
 //   conn  2,000 new connections one after another (CONNECT → 200 → echo, target closes)
 //   rate  4,000 new connections, 8 at once
@@ -32,7 +33,7 @@ import { preparePairs, startPair, type Pair, type PairName } from './pairs.js';
 import { percentile } from './stats.js';
 
 const MiB = 1024 * 1024;
-const PHASES = ['cold', 'bulk', 'rtt', 'conn', 'rate', 'paced'] as const;
+const PHASES = ['cold', 'bulk', 'flows', 'rtt', 'conn', 'rate', 'paced'] as const;
 type Phase = (typeof PHASES)[number];
 
 interface ProbeReport {
@@ -79,6 +80,10 @@ async function runPhase(client: ClientProcess, path: BenchPath, phase: Phase): P
     case 'bulk': {
       const r = await client.call({ op: 'bulk', path, bytes: 1024 * MiB });
       return `${(r.bytes / r.seconds / MiB).toFixed(0)} MiB/s`;
+    }
+    case 'flows': {
+      const r = await client.call({ op: 'parallel', path, flows: 4, bytes: 64 * MiB });
+      return `${(r.bytes / r.seconds / MiB).toFixed(0)} MiB/s, shares ${r.shares.map((x) => (x * 100).toFixed(0)).join('/')} %`;
     }
     case 'conn': {
       const c = await client.call({ op: 'connections', path, rounds: 2000 });

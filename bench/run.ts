@@ -105,10 +105,20 @@ interface Options {
   json: string | undefined;
   verbose: boolean;
   memory: boolean;
+  rttOnly: boolean;
 }
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { rounds: 3, sizes: FULL, only: undefined, nodeArgs: [], json: undefined, verbose: process.env.BENCH_VERBOSE === '1', memory: true };
+  const opts: Options = {
+    rounds: 3,
+    sizes: FULL,
+    only: undefined,
+    nodeArgs: [],
+    json: undefined,
+    verbose: process.env.BENCH_VERBOSE === '1',
+    memory: true,
+    rttOnly: false,
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const value = (): string => {
@@ -119,6 +129,7 @@ function parseArgs(argv: string[]): Options {
     if (a === '--rounds') opts.rounds = Math.max(1, Number(value()));
     else if (a === '--quick') opts.sizes = QUICK;
     else if (a === '--no-memory') opts.memory = false;
+    else if (a === '--rtt-only') opts.rttOnly = true;
     else if (a === '--only') {
       const names: Record<string, PairName> = { ours: 'yurt-tunnel', konnectivity: 'Konnectivity', 'go-agent': 'Go agent, our server' };
       opts.only = value()
@@ -136,7 +147,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -168,6 +179,8 @@ interface Bench {
   targetPid: number;
   figures: Figures;
   sizes: Sizes;
+  /** The warm figures stop after the round trips. */
+  rttOnly: boolean;
 }
 
 /** A path under test: its route, and the server and agent processes whose CPU is counted. */
@@ -234,6 +247,10 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
   f.add(s.who, 'rttP99', percentile(r, 99));
   f.add(s.who, 'rttP999', percentile(r, 99.9));
   if (hasPair) f.add(s.who, 'rttCpu', ((rcpu.perPid[0]! + rcpu.perPid[1]!) / sizes.rttRounds) * 1e6);
+  if (b.rttOnly) {
+    f.add(s.who, 'others', (others.reduce((a, x) => a + x, 0) / others.length) * 100);
+    return;
+  }
 
   const c = await client.call({ op: 'connections', path: s.path, rounds: sizes.connRounds });
   f.add(s.who, 'connP50', percentile(c, 50));
@@ -431,7 +448,7 @@ async function main(): Promise<void> {
     if (opts.nodeArgs.length > 0) console.log(`Node options for our server and agent: ${opts.nodeArgs.join(' ')}`);
 
     client = await ClientProcess.start();
-    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes };
+    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes, rttOnly: opts.rttOnly };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     await warmUp(b, direct);
     for (let round = 0; round < opts.rounds; round++) {
@@ -452,7 +469,7 @@ async function main(): Promise<void> {
         }
       }
     }
-    if (opts.memory) {
+    if (opts.memory && !opts.rttOnly) {
       for (const name of pairs) {
         console.log(`memory: ${name}`);
         const pair = await startPair(name, ctx);

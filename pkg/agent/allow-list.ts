@@ -11,7 +11,12 @@ interface Rule {
   port: number | undefined;
 }
 
+/** Decisions an AllowList remembers (a dial's BlockList checks cost more than the rest of its checks); forgotten all at once beyond this. */
+const REMEMBERED_DECISIONS = 1024;
+
 export class AllowList {
+  private readonly decisions = new Map<string, boolean>();
+
   private constructor(
     private readonly rules: readonly Rule[],
     readonly allowsEverything: boolean,
@@ -43,6 +48,16 @@ export class AllowList {
   /** Whether `ip` (an IP literal, already resolved) and `port` may be dialled. */
   allows(ip: string, port: number): boolean {
     if (this.allowsEverything) return true;
+    const key = `${ip} ${port}`;
+    const known = this.decisions.get(key);
+    if (known !== undefined) return known;
+    const allowed = this.check(ip, port);
+    if (this.decisions.size >= REMEMBERED_DECISIONS) this.decisions.clear();
+    this.decisions.set(key, allowed);
+    return allowed;
+  }
+
+  private check(ip: string, port: number): boolean {
     const family = isIP(ip);
     if (family === 0) return false;
     const type = family === 6 ? 'ipv6' : 'ipv4';

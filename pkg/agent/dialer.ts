@@ -5,6 +5,7 @@
 import { lookup } from 'node:dns/promises';
 import { connect, isIP, type Socket } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
+import type { Cancel } from '../mux/cancel.js';
 import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
 
@@ -44,7 +45,7 @@ export class Dialer {
   }
 
   /** Connects to `address`; rejects with an AgentDialError whose message is fit for DIAL_RSP. */
-  async dial(address: string, signal?: AbortSignal): Promise<Socket> {
+  async dial(address: string, cancel?: Cancel): Promise<Socket> {
     const deadline = Date.now() + this.timeoutMs;
     const target = splitHostPort(address);
     if (target === undefined) throw new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`);
@@ -61,17 +62,17 @@ export class Dialer {
     if (!this.allowList.allows(ip, target.port)) {
       throw new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description));
     }
-    if (signal?.aborted) throw new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`);
-    return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), signal);
+    if (cancel?.isCancelled === true) throw new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`);
+    return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), cancel);
   }
 
-  private connect(address: string, ip: string, port: number, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
+  private connect(address: string, ip: string, port: number, timeoutMs: number, cancel?: Cancel): Promise<Socket> {
     return new Promise((resolve, reject) => {
       // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
       const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true });
       const done = (err?: AgentDialError): void => {
         clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
+        cancel?.clear();
         socket.off('connect', onConnect);
         socket.off('error', onError);
         if (err === undefined) {
@@ -86,12 +87,12 @@ export class Dialer {
         const text = (err.code !== undefined && ERRNO_TEXT[err.code]) || err.message;
         done(new AgentDialError(err.code ?? 'YT_ERR_DIAL_FAILED', `dial tcp ${address}: ${text}`, { cause: err }));
       };
-      const onAbort = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+      const onCancel = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
       const timer = setTimeout(() => done(new AgentDialError('YT_ERR_DIAL_TIMEOUT', timeoutMessage(address, this.timeoutMs))), timeoutMs);
       timer.unref();
       socket.once('connect', onConnect);
       socket.once('error', onError);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      cancel?.listen(onCancel);
     });
   }
 }

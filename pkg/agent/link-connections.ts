@@ -1,15 +1,15 @@
 // The dials and connections of one server link: a DIAL_REQ is answered
 // asynchronously (the agent-wide dial limit, the dialer's allow-list and
-// timeout), a connection that opens is spliced to its target socket and kept
+// timeout), a connection that opens is joined to its target socket (a
+// SocketRelay, endpoint-conn.ts) and kept
 // in the link's table by connectID until it ends, a DIAL_CLS cancels its
 // dial, and when the link goes every dial and connection goes with it.
 
 import type { Socket } from 'node:net';
 import type { Logger } from '../log/logger.js';
+import { Cancel } from '../mux/cancel.js';
 import { ConnTable } from '../mux/conn-table.js';
-import { REMOTE_CLOSE_EVENT } from '../mux/packet-conn.js';
 import type { PacketLink } from '../mux/packet-link.js';
-import { splice } from '../mux/splice.js';
 import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { DialRequestPacket, KnownPacket } from '../protocol/packet.js';
@@ -51,7 +51,7 @@ export interface LinkTerms {
 
 export class LinkConnections {
   private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new Map<bigint, AbortController>();
+  private readonly dials = new Map<bigint, Cancel>();
   private nextConnectID = 1n;
   private terms: LinkTerms | undefined;
   private closed = false;
@@ -103,7 +103,7 @@ export class LinkConnections {
     const dial = this.dials.get(random);
     if (dial === undefined) return;
     this.opts.log.verbose(3, 'server cancelled a dial', { dialID: random.toString() });
-    dial.abort();
+    dial.cancel();
   }
 
   /** Answers a DIAL_REQ: DIAL_RSP with a connectID once the target is connected, or with the error. */
@@ -127,16 +127,16 @@ export class LinkConnections {
       fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
       return;
     }
-    const abort = new AbortController();
-    this.dials.set(random, abort);
+    const cancel = new Cancel();
+    this.dials.set(random, cancel);
     const started = performance.now();
-    this.opts.dialer.dial(address, abort.signal).then(
+    this.opts.dialer.dial(address, cancel).then(
       (socket) => {
         this.dials.delete(random);
         limit.release();
         this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
         const terms = this.terms;
-        if (abort.signal.aborted || this.closed || terms === undefined) {
+        if (cancel.isCancelled || this.closed || terms === undefined) {
           socket.destroy();
           return;
         }
@@ -147,7 +147,7 @@ export class LinkConnections {
         limit.release();
         this.opts.metrics?.dialFailed(errorCode(err));
         // A cancelled dial needs no answer: the server has forgotten it.
-        if (abort.signal.aborted || this.closed) return;
+        if (cancel.isCancelled || this.closed) return;
         fail(errorMessage(err));
       },
     );
@@ -163,16 +163,8 @@ export class LinkConnections {
       halfClose: terms.halfClose,
     });
     this.conns.add(conn);
-    conn.once('close', () => {
+    conn.onClose = (err) => {
       this.conns.remove(conn);
-      this.opts.onConnectionClosed?.();
-    });
-    // DIAL_RSP goes out before any DATA of this connection.
-    this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
-    if (log.enabled(3)) {
-      log.verbose(3, 'connection established', { dialID: random.toString(), connectID: connectID.toString(), dialAddress: address });
-    }
-    splice(socket, conn, (err) => {
       // The access line: one per tunnelled connection, when it ends.
       if (log.enabled(2)) {
         log.verbose(2, 'connection ended', {
@@ -185,40 +177,21 @@ export class LinkConnections {
           ...(err !== undefined ? { error: err.message } : {}),
         });
       }
-    });
-    stopReadingOnRemoteClose(socket, conn);
+      this.opts.onConnectionClosed?.();
+    };
+    // DIAL_RSP goes out before any DATA of this connection.
+    this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
+    if (log.enabled(3)) {
+      log.verbose(3, 'connection established', { dialID: random.toString(), connectID: connectID.toString(), dialAddress: address });
+    }
+    conn.attach(socket);
   }
 
   /** The link is gone: every dial is cancelled, and every connection fails (its target is reset). */
   closeAll(err: Error): void {
     this.closed = true;
-    for (const d of this.dials.values()) d.abort();
+    for (const d of this.dials.values()) d.cancel();
     this.dials.clear();
     for (const c of this.conns.takeAll()) c.destroy(err);
   }
-}
-
-/**
- * The server closed the connection (CLOSE_REQ): nothing the target still
- * sends will be delivered, so stop reading it. Left to the pipe, the socket
- * would be drained at full speed into garbage until the target answers our
- * FIN (everything in its send buffer and our receive buffer, megabytes per
- * connection on a fast link); under churn that garbage was most of the
- * agent's memory peak. What the server sent before its CLOSE_REQ is still
- * written out (the pipe ends the socket once it is); then the socket goes.
- */
-function stopReadingOnRemoteClose(socket: Socket, conn: EndpointConn): void {
-  conn.once(REMOTE_CLOSE_EVENT, () => {
-    if (socket.destroyed) return;
-    socket.unpipe(conn);
-    socket.pause();
-    // A normal end on both sides: the connection goes first, so that the
-    // socket's close (before its own EOF) is not taken for a failure.
-    const done = (): void => {
-      conn.destroy();
-      socket.destroy();
-    };
-    if (socket.writableFinished) done();
-    else socket.once('finish', done);
-  });
 }

@@ -5,7 +5,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { DialFailureReason } from '../protocol/errors.js';
 
-export const CONNECTION_ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
+export const CONNECTION_ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n', 'latin1');
 
 export function statusForDialFailure(code: DialFailureReason): number {
   switch (code) {

@@ -8,11 +8,11 @@ import type { Registry } from 'prom-client';
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { splice } from '../mux/splice.js';
+import { Cancel } from '../mux/cancel.js';
 import { CallerRefusals } from '../net/caller-refusals.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { stopListening } from '../net/listen.js';
-import { DialError, errorMessage } from '../protocol/errors.js';
+import { asError, DialError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
@@ -142,20 +142,18 @@ export class HttpConnectServer {
     // was sent is delivered, and the answer comes back. An EOF with nothing
     // sent is how a caller such as kube-apiserver abandons a dial (a close
     // and a half-close look the same on a socket): the dial is cancelled.
-    const abort = new AbortController();
+    const cancel = new Cancel();
     const pendingChunks: Buffer[] = early.length > 0 ? [early] : [];
     let pendingBytes = early.length;
-    let clientEnded = false;
     const onData = (chunk: Buffer): void => {
       pendingChunks.push(chunk);
       pendingBytes += chunk.length;
       if (pendingBytes >= this.maxHeadBytes) socket.pause();
     };
     const onEnd = (): void => {
-      clientEnded = true;
-      if (pendingBytes === 0) abort.abort();
+      if (pendingBytes === 0) cancel.cancel();
     };
-    const onGone = (): void => abort.abort();
+    const onGone = (): void => cancel.cancel();
     socket.on('data', onData);
     socket.once('end', onEnd);
     socket.once('close', onGone);
@@ -169,10 +167,10 @@ export class HttpConnectServer {
 
     let conn;
     try {
-      conn = await this.tunnel.dial(target, { proxyHost, signal: abort.signal });
+      conn = await this.tunnel.dialRelay(target, { proxyHost, cancel });
     } catch (err: unknown) {
       stopWatching();
-      if (socket.destroyed || abort.signal.aborted) {
+      if (socket.destroyed || cancel.isCancelled) {
         socket.destroy();
         return;
       }
@@ -189,17 +187,21 @@ export class HttpConnectServer {
       return;
     }
     stopWatching();
-    if (socket.destroyed || abort.signal.aborted) {
+    if (socket.destroyed || cancel.isCancelled) {
       conn.destroy();
       socket.destroy();
       return;
     }
-    socket.write(CONNECTION_ESTABLISHED);
-    for (const chunk of pendingChunks) conn.write(chunk);
-    // A client that half-closed during the dial will not end the pipe itself.
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by the 'end' listener during the dial
-    if (clientEnded || socket.readableEnded) conn.end();
-    splice(socket, conn);
+    try {
+      socket.write(CONNECTION_ESTABLISHED);
+      // What the client sent during the dial goes first; a client that
+      // half-closed during the dial (its EOF read already) ends its direction.
+      conn.attach(socket, pendingChunks);
+    } catch (err: unknown) {
+      // Not left in the agent's table, holding its target open.
+      conn.destroy(asError(err));
+      throw err;
+    }
   }
 
   /** Takes no new clients; open connections go on. */

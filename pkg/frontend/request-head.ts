@@ -16,17 +16,19 @@ export type HeadParseResult =
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const VERSION = /^HTTP\/1\.[01]$/;
 
+const LF = 0x0a;
+const CR = 0x0d;
+
 /** Index just past the first blank line (CRLF or bare LF endings) within `limit`, or -1. */
 function headEnd(buf: Buffer, limit: number): number {
-  const ends = [
-    [buf.indexOf('\r\n\r\n'), 4],
-    [buf.indexOf('\n\n'), 2],
-    [buf.indexOf('\n\r\n'), 3],
-  ]
-    .filter(([at]) => at! >= 0)
-    .map(([at, len]) => at! + len!)
-    .filter((end) => end <= limit);
-  return ends.length === 0 ? -1 : Math.min(...ends);
+  // The first line feed that starts an empty line ends the head; a later one cannot end it sooner.
+  for (let i = buf.indexOf(LF); i >= 0 && i < limit; i = buf.indexOf(LF, i + 1)) {
+    let end = -1;
+    if (buf[i + 1] === LF) end = i + 2;
+    else if (buf[i + 1] === CR && buf[i + 2] === LF) end = i + 3;
+    if (end >= 0) return end <= limit ? end : -1;
+  }
+  return -1;
 }
 
 export function parseRequestHead(buf: Buffer, maxHeadBytes: number): HeadParseResult {
@@ -38,9 +40,13 @@ export function parseRequestHead(buf: Buffer, maxHeadBytes: number): HeadParseRe
     return { kind: 'incomplete' };
   }
   const text = buf.toString('latin1', 0, end);
-  const lines = text.split(/\r?\n/);
+  const lines = text.split('\n');
   // The head ends with an empty line, which split() leaves as two empty strings.
-  lines.splice(-2);
+  lines.length -= 2;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    if (line.charCodeAt(line.length - 1) === CR) lines[i] = line.slice(0, -1);
+  }
   const requestLine = lines.shift() ?? '';
   const parts = requestLine.split(' ');
   if (parts.length !== 3 || !TOKEN.test(parts[0]!) || parts[1] === '' || !VERSION.test(parts[2]!)) {

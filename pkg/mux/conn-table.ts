@@ -2,12 +2,12 @@
 // before the peer acknowledged it leaves a tombstone for a while, so DATA still
 // in flight for it is dropped quietly instead of answered with a close.
 
-import type { PacketConn } from './packet-conn.js';
+import type { MuxConn } from './mux-conn.js';
 
 /** How long packets for a connection we closed are silently dropped. */
 export const TOMBSTONE_MS = 30_000;
 
-export class ConnTable<C extends PacketConn> {
+export class ConnTable<C extends MuxConn> {
   private readonly conns = new Map<bigint, C>();
   private readonly tombstones = new Map<bigint, number>();
 

@@ -21,6 +21,7 @@ import { Duplex } from 'node:stream';
 import { ConnectionClosedError, ConnectionStalledError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
+import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
 
 /**
@@ -65,7 +66,7 @@ export interface PacketConnOptions {
   stallTimeoutMs?: number;
 }
 
-export abstract class PacketConn extends Duplex {
+export abstract class PacketConn extends Duplex implements MuxConn {
   readonly connectID: bigint;
   protected readonly link: PacketLink;
   /** Bytes received from / sent to the peer, for logs and metrics. */

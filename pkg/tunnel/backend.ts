@@ -10,6 +10,7 @@ import type { AgentLink } from './agent-link.js';
 import type { Session } from './session-table.js';
 import type { SessionLink } from './session-link.js';
 import type { TunnelConn } from './tunnel-conn.js';
+import type { TunnelRelay } from './tunnel-relay.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UnknownPackets } from './unknown-packets.js';
 
 export interface BackendInfo {
@@ -51,7 +52,7 @@ export class Backend {
   suspendReason: string | undefined;
 
   /** Connections established through this stream. */
-  readonly conns = new ConnTable<TunnelConn>();
+  readonly conns = new ConnTable<TunnelConn | TunnelRelay>();
   /** Dial IDs pending on this backend. */
   readonly pendingDials = new Set<bigint>();
   /** Packets the agent sent for connections it does not hold here. */

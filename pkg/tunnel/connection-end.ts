@@ -5,10 +5,21 @@
 import type { Logger } from '../log/logger.js';
 import { ConnectionStalledError, errorCode } from '../protocol/errors.js';
 import type { TunnelMetrics } from './metrics.js';
-import type { TunnelConn } from './tunnel-conn.js';
 
-export function recordConnectionEnd(conn: TunnelConn, metrics: TunnelMetrics, log: Logger): void {
-  const err = conn.errored;
+/** What is recorded of an ended connection, whichever shape it had (a TunnelConn or a TunnelRelay). */
+export interface EndedConnection {
+  readonly agentID: string;
+  readonly address: string;
+  readonly connectID: bigint;
+  readonly bytesSent: number;
+  readonly bytesReceived: number;
+  readonly openedAt: number;
+  /** Session resumes the connection lived through. */
+  readonly resumes: number;
+}
+
+/** `err` is the failure that ended the connection, null for a clean end. */
+export function recordConnectionEnd(conn: EndedConnection, err: Error | null, metrics: TunnelMetrics, log: Logger): void {
   const where = { agentID: conn.agentID, dialAddress: conn.address, connectID: conn.connectID.toString() };
   if (err instanceof ConnectionStalledError) {
     log.verbose(2, 'closed a stalled connection', { ...where, reason: err.code, error: err.message });

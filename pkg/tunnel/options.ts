@@ -3,6 +3,7 @@
 
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
+import type { Cancel } from '../mux/cancel.js';
 import type { ProxyStrategy } from './backend-registry.js';
 
 /** Dials one agent may have waiting for its DIAL_RSP by default; more are refused at once. */
@@ -49,6 +50,8 @@ export interface DialOptions {
    */
   proxyHost?: string;
   signal?: AbortSignal;
+  /** Cancels the dial, as `signal` does, for a caller that keeps no AbortController. */
+  cancel?: Cancel;
   /** Overrides the tunnel's dial timeout for this dial. */
   timeoutMs?: number;
 }

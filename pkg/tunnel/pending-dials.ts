@@ -1,20 +1,25 @@
 // Dials sent to an agent and not yet answered, keyed by dial ID (`random`).
 // Every entry has a deadline, and `take` is the only way out: it clears the
-// timer and the abort listener, so whoever takes an entry settles it, once.
+// timer and the cancel listener, so whoever takes an entry settles it, once.
 
 import type { Backend } from './backend.js';
+import type { Cancel } from '../mux/cancel.js';
 import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
+import type { TunnelRelay } from './tunnel-relay.js';
 
 export interface PendingDial {
   random: bigint;
   backend: Backend;
   address: string;
   startedAt: number;
-  resolve(conn: TunnelConn): void;
+  /** The caller joins a socket to the connection (a TunnelRelay), or wants a Duplex (TunnelConn). */
+  relay: boolean;
+  resolve(conn: TunnelConn | TunnelRelay): void;
   reject(err: Error): void;
   timer?: NodeJS.Timeout;
   abortListener?: Disposable;
+  cancel?: Cancel;
 }
 
 export class PendingDials {
@@ -41,6 +46,7 @@ export class PendingDials {
     dial.backend.pendingDials.delete(random);
     if (dial.timer !== undefined) clearTimeout(dial.timer);
     dial.abortListener?.[Symbol.dispose]();
+    dial.cancel?.clear();
     return dial;
   }
 

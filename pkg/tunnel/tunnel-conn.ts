@@ -13,8 +13,8 @@ export interface TunnelConnAgent {
   readonly link: PacketLink;
   /** The agent negotiated half-close, and with it reads CLOSE_REQ's error. */
   readonly halfClose: boolean;
-  /** Times the agent's session was resumed so far (session resume). */
-  readonly resumes: number;
+  /** Times the agent's session was resumed so far (session resume); none when absent. */
+  readonly resumes?: number;
 }
 
 export class TunnelConn extends PacketConn {
@@ -30,14 +30,14 @@ export class TunnelConn extends PacketConn {
     super(agent.link, connectID, opts);
     this.agentID = agent.agentID;
     this.agent = agent;
-    this.resumesAtOpen = agent.resumes;
+    this.resumesAtOpen = agent.resumes ?? 0;
     this.address = address;
     this.closeWithError = agent.halfClose;
   }
 
   /** Times the agent's session was resumed while this connection was open: the blips it survived. */
   get resumes(): number {
-    return this.agent.resumes - this.resumesAtOpen;
+    return (this.agent.resumes ?? 0) - this.resumesAtOpen;
   }
 
   // node:http's Agent refs a pooled connection when it reuses it (as it
@@ -52,8 +52,16 @@ export class TunnelConn extends PacketConn {
   }
 
   protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
-    if (remoteInitiated) return undefined;
-    if (err !== null && this.closeWithError) return { type: 'CLOSE_REQ', connectID: this.connectID, error: err.message || err.name };
-    return { type: 'CLOSE_REQ', connectID: this.connectID };
+    return serverFinalPacket(this.connectID, this.closeWithError, remoteInitiated, err);
   }
+}
+
+/**
+ * The server's final packet: none when the agent ended first; otherwise
+ * CLOSE_REQ, carrying the error to an agent that reads it.
+ */
+export function serverFinalPacket(connectID: bigint, closeWithError: boolean, remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
+  if (remoteInitiated) return undefined;
+  if (err !== null && closeWithError) return { type: 'CLOSE_REQ', connectID, error: err.message || err.name };
+  return { type: 'CLOSE_REQ', connectID };
 }

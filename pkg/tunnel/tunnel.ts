@@ -20,6 +20,7 @@ import { recordConnectionEnd } from './connection-end.js';
 import { TunnelMetrics } from './metrics.js';
 import { PendingDials, type PendingDial } from './pending-dials.js';
 import { TunnelConn } from './tunnel-conn.js';
+import { TunnelRelay } from './tunnel-relay.js';
 import { checkDialAddress, DEFAULT_MAX_PENDING_DIALS_PER_AGENT, type DialOptions, type TunnelOptions } from './options.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
 import { ResumeMetrics, type SessionExpiry } from './resume-metrics.js';
@@ -112,11 +113,24 @@ export class Tunnel {
    * rejects with a DialError whose `code` says why not.
    */
   dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
+    return this.startDial(address, opts, false) as Promise<TunnelConn>;
+  }
+
+  /**
+   * As dial(), but the connection is a TunnelRelay, to be joined to a socket
+   * (relay.attach): no stream object per connection.
+   */
+  dialRelay(address: string, opts: DialOptions = {}): Promise<TunnelRelay> {
+    return this.startDial(address, opts, true) as Promise<TunnelRelay>;
+  }
+
+  private startDial(address: string, opts: DialOptions, relay: boolean): Promise<TunnelConn | TunnelRelay> {
     const fail = (code: DialFailureReason, message: string): Promise<never> => Promise.reject(this.dialFailure(code, message, 2, { dialAddress: address }));
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
-    if (opts.signal?.aborted) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
+    if (opts.signal?.aborted === true || opts.cancel?.isCancelled === true)
+      return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
 
     const host = removePortFromHost(opts.proxyHost ?? address);
     const backend = this.registry.pick(this.strategies, host);
@@ -141,8 +155,8 @@ export class Tunnel {
     while (this.pending.has(random)) random = this.newDialID();
     const timeoutMs = opts.timeoutMs ?? this.dialTimeoutMs;
 
-    return new Promise<TunnelConn>((resolve, reject) => {
-      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), resolve, reject };
+    return new Promise<TunnelConn | TunnelRelay>((resolve, reject) => {
+      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), relay, resolve, reject };
       dial.timer = setTimeout(() => {
         this.failDial(random, 'YT_ERR_DIAL_TIMEOUT', `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`, true);
       }, timeoutMs);
@@ -151,6 +165,10 @@ export class Tunnel {
         dial.abortListener = addAbortListener(opts.signal, () => {
           this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
         });
+      }
+      if (opts.cancel !== undefined) {
+        dial.cancel = opts.cancel;
+        opts.cancel.listen(() => this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true));
       }
       this.pending.add(dial);
       if (this.log.enabled(3)) {
@@ -481,19 +499,24 @@ export class Tunnel {
       this.failPending(dial, reason, message, 1, { error });
       return;
     }
-    const conn = new TunnelConn(backend, connectID, dial.address, {
+    const connOpts = {
       highWaterMark: this.connHighWaterMark,
       flow: backend.flow,
       halfClose: backend.halfClose,
       lingerAfterEndMs: this.lingerAfterEndMs,
       stallTimeoutMs: this.stalledConnectionTimeoutMs,
-    });
+    };
+    let conn: TunnelConn | TunnelRelay;
+    if (dial.relay) {
+      const relay = new TunnelRelay(backend, connectID, dial.address, connOpts);
+      relay.onClose = (err) => this.connectionClosed(backend, relay, err ?? null);
+      conn = relay;
+    } else {
+      const duplex = new TunnelConn(backend, connectID, dial.address, connOpts);
+      duplex.once('close', () => this.connectionClosed(backend, duplex, duplex.errored));
+      conn = duplex;
+    }
     backend.conns.add(conn);
-    conn.once('close', () => {
-      backend.conns.remove(conn);
-      this.idle.check();
-      recordConnectionEnd(conn, this.metrics, this.log);
-    });
     this.metrics.dialSucceeded((performance.now() - dial.startedAt) / 1000);
     if (this.log.enabled(3)) {
       this.log.verbose(3, 'connection established', {
@@ -504,6 +527,13 @@ export class Tunnel {
       });
     }
     dial.resolve(conn);
+  }
+
+  /** A connection is over: out of the table, counted and logged. */
+  private connectionClosed(backend: Backend, conn: TunnelConn | TunnelRelay, err: Error | null): void {
+    backend.conns.remove(conn);
+    this.idle.check();
+    recordConnectionEnd(conn, err, this.metrics, this.log);
   }
 
   /**

@@ -163,3 +163,15 @@ test('defaultFor with no node IPs allows loopback only', LIMIT, () => {
   assert.equal(list.allows('127.0.0.1', 10250), true);
   assert.equal(list.allows('10.0.0.5', 10250), false);
 });
+
+test('a decision asked again is the same decision, also for addresses and ports that run together as text, and beyond what is remembered', LIMIT, () => {
+  const list = AllowList.parse('10.0.0.1:11,10.0.0.11:1');
+  for (let round = 0; round < 2; round++) {
+    assert.equal(list.allows('10.0.0.1', 11), true);
+    assert.equal(list.allows('10.0.0.11', 1), true);
+    assert.equal(list.allows('10.0.0.1', 1), false);
+    assert.equal(list.allows('10.0.0.11', 11), false);
+    // More distinct questions than the list remembers.
+    for (let port = 1; port <= 3000; port++) assert.equal(list.allows('10.0.0.1', port), port === 11);
+  }
+});

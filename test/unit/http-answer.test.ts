@@ -30,7 +30,7 @@ for (const [reason, status] of Object.entries(EXPECTED_STATUS) as Array<[DialFai
 }
 
 test('the success answer is the exact 200 line and a blank line, nothing else', LIMIT, () => {
-  assert.equal(CONNECTION_ESTABLISHED, 'HTTP/1.1 200 Connection Established\r\n\r\n');
+  assert.equal(CONNECTION_ESTABLISHED.toString('latin1'), 'HTTP/1.1 200 Connection Established\r\n\r\n');
 });
 
 test('errorResponse: status line, headers, blank line and a one-line body, byte for byte', LIMIT, () => {

@@ -1,7 +1,7 @@
 // The proxier's boundary: an error while serving one CONNECT client (here a
-// tunnel connection that throws when written to) closes that client and is
-// logged with its stack; it is never an unhandled rejection, and the proxier
-// keeps serving.
+// tunnel connection that throws when joined to its socket) closes that client and is
+// logged with its stack, and the tunnel connection is closed too; it is never
+// an unhandled rejection, and the proxier keeps serving.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
@@ -18,13 +18,15 @@ test('an error thrown while serving one client closes only that client, logged w
   const h = harness(t);
   const log = new MemoryLogger();
   let dials = 0;
+  const destroyed: Error[] = [];
   const faulty = {
-    dial: async () => {
+    dialRelay: async () => {
       dials++;
       return {
-        write: () => {
+        attach: () => {
           throw new Error('boom in the tunnel connection');
         },
+        destroy: (err: Error) => void destroyed.push(err),
       };
     },
   } as unknown as Tunnel;
@@ -48,4 +50,9 @@ test('an error thrown while serving one client closes only that client, logged w
   await waitFor('both logged', () => log.find('internal error serving a CONNECT client').length === 2);
   assert.match(String(log.find('internal error serving a CONNECT client')[0]!.fields.stack), /boom in the tunnel connection/);
   assert.deepEqual(rejections, []);
+  // The tunnel connection does not outlive its client.
+  assert.deepEqual(
+    destroyed.map((e) => e.message),
+    ['boom in the tunnel connection', 'boom in the tunnel connection'],
+  );
 });

@@ -1,15 +1,16 @@
-// One multiplexed connection over a packet link, on both sides: the server's
-// TunnelConn (ends with CLOSE_REQ, waits for CLOSE_RSP) and the agent's
-// EndpointConn (owes exactly one CLOSE_RSP). The link is a recording fake, so
-// every packet and every pause/resume of the shared stream is counted.
+// One multiplexed connection over a packet link as a Duplex (PacketConn), with
+// either side's close handshake: the server's TunnelConn (ends with CLOSE_REQ,
+// waits for CLOSE_RSP) and an agent-side subclass owing exactly one CLOSE_RSP
+// (the agent itself joins its sockets with a SocketRelay: socket-relay.test).
+// The link is a recording fake, so every packet and every pause/resume of the
+// shared stream is counted.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { setImmediate as tick } from 'node:timers/promises';
-import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { ConnTable, TOMBSTONE_MS } from '../../pkg/mux/conn-table.js';
-import { MAX_DATA_PAYLOAD, type PacketConn } from '../../pkg/mux/packet-conn.js';
+import { MAX_DATA_PAYLOAD, PacketConn, type PacketConnOptions } from '../../pkg/mux/packet-conn.js';
 import { MAX_AUTO_WINDOW } from '../../pkg/protocol/flow-control.js';
 import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
@@ -83,8 +84,27 @@ function tunnelConn(
   return conn;
 }
 
-function endpointConn(h: Harness, link: RecordingLink, connectID = 7n, opts: { highWaterMark?: number; closeTimeoutMs?: number } = {}): EndpointConn {
-  const conn = new EndpointConn(link, connectID, '10.0.0.5:10250', opts);
+/** A PacketConn with the agent's close handshake: one CLOSE_RSP, however it ends. */
+class AgentSideConn extends PacketConn {
+  protected readonly endsWithFinalPacket = true;
+
+  constructor(
+    link: RecordingLink,
+    connectID: bigint,
+    readonly address: string,
+    opts?: PacketConnOptions,
+  ) {
+    super(link, connectID, opts);
+  }
+
+  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket {
+    const error = err !== null && !remoteInitiated ? err.message || err.name : '';
+    return { type: 'CLOSE_RSP', connectID: this.connectID, error };
+  }
+}
+
+function endpointConn(h: Harness, link: RecordingLink, connectID = 7n, opts: { highWaterMark?: number; closeTimeoutMs?: number } = {}): AgentSideConn {
+  const conn = new AgentSideConn(link, connectID, '10.0.0.5:10250', opts);
   h.defer(() => conn.destroy());
   return conn;
 }
@@ -190,7 +210,7 @@ test("sendHighWaterMark bounds what writers may queue, apart from the receive si
   const h = harness(t);
   const link = new RecordingLink();
   link.holdCallbacks = true;
-  const conn = new EndpointConn(link, 8n, '10.0.0.5:10250', { highWaterMark: 256, sendHighWaterMark: 64 });
+  const conn = new AgentSideConn(link, 8n, '10.0.0.5:10250', { highWaterMark: 256, sendHighWaterMark: 64 });
   h.defer(() => conn.destroy());
   assert.equal(conn.writableHighWaterMark, 64);
   assert.equal(conn.readableHighWaterMark, 256);
@@ -407,9 +427,9 @@ test('the close timer destroys a connection whose local reader never takes the e
   assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
 });
 
-// --- EndpointConn: the agent side -----------------------------------------
+// --- the agent's close handshake on a PacketConn -----------------------------------------
 
-test('EndpointConn sends one CLOSE_RSP when its target ends (local end)', LIMIT, async (t) => {
+test('An agent-side PacketConn sends one CLOSE_RSP when its target ends (local end)', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -420,7 +440,7 @@ test('EndpointConn sends one CLOSE_RSP when its target ends (local end)', LIMIT,
   assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
 });
 
-test('EndpointConn sends one CLOSE_RSP when the server sent CLOSE_REQ (remoteClose)', LIMIT, async (t) => {
+test('An agent-side PacketConn sends one CLOSE_RSP when the server sent CLOSE_REQ (remoteClose)', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -431,7 +451,7 @@ test('EndpointConn sends one CLOSE_RSP when the server sent CLOSE_REQ (remoteClo
   assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
 });
 
-test('EndpointConn destroyed with an error sends one CLOSE_RSP carrying the error text', LIMIT, async (t) => {
+test('An agent-side PacketConn destroyed with an error sends one CLOSE_RSP carrying the error text', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -444,7 +464,7 @@ test('EndpointConn destroyed with an error sends one CLOSE_RSP carrying the erro
   assert.equal(errors.length, 1);
 });
 
-test('EndpointConn destroyed without an error sends one CLOSE_RSP with no error text', LIMIT, async (t) => {
+test('An agent-side PacketConn destroyed without an error sends one CLOSE_RSP with no error text', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -453,7 +473,7 @@ test('EndpointConn destroyed without an error sends one CLOSE_RSP with no error 
   assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
 });
 
-test('EndpointConn: end, then remoteClose, then destroy(err) still make one CLOSE_RSP', LIMIT, async (t) => {
+test('An agent-side PacketConn: end, then remoteClose, then destroy(err) still make one CLOSE_RSP', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -471,7 +491,7 @@ test('EndpointConn: end, then remoteClose, then destroy(err) still make one CLOS
 test('ConnTable: remove before the peer closed leaves a tombstone; after, none', LIMIT, (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const table = new ConnTable<EndpointConn>();
+  const table = new ConnTable<AgentSideConn>();
   const open = endpointConn(h, link, 1n);
   const peerClosed = endpointConn(h, link, 2n);
   table.add(open);
@@ -497,7 +517,7 @@ test('ConnTable: remove before the peer closed leaves a tombstone; after, none',
 test('ConnTable: remove() of a connection that is no longer the entry for its ID does nothing', LIMIT, (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const table = new ConnTable<EndpointConn>();
+  const table = new ConnTable<AgentSideConn>();
   const old = endpointConn(h, link, 5n);
   const current = endpointConn(h, link, 5n);
   table.add(old);
@@ -509,7 +529,7 @@ test('ConnTable: remove() of a connection that is no longer the entry for its ID
 
 test('ConnTable: takeTombstone() consumes the tombstone once', LIMIT, (t) => {
   const h = harness(t);
-  const table = new ConnTable<EndpointConn>();
+  const table = new ConnTable<AgentSideConn>();
   table.add(endpointConn(h, new RecordingLink(), 3n));
   table.remove(table.get(3n)!);
   assert.equal(table.takeTombstone(3n), true);
@@ -521,7 +541,7 @@ test('ConnTable: takeTombstone() consumes the tombstone once', LIMIT, (t) => {
 test('ConnTable: tombstones expire TOMBSTONE_MS after removal, by sweep() or on lookup', LIMIT, (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const table = new ConnTable<EndpointConn>();
+  const table = new ConnTable<AgentSideConn>();
   const a = endpointConn(h, link, 1n);
   const b = endpointConn(h, link, 2n);
   table.add(a);
@@ -544,7 +564,7 @@ test('ConnTable: tombstones expire TOMBSTONE_MS after removal, by sweep() or on 
 test('ConnTable: add() over a tombstone clears it; takeAll() empties everything', LIMIT, (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const table = new ConnTable<EndpointConn>();
+  const table = new ConnTable<AgentSideConn>();
   const a = endpointConn(h, link, 1n);
   table.add(a);
   table.remove(a);
@@ -638,7 +658,7 @@ const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
 test("with flow control a connection sends no more than the peer's window until credit comes", LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const conn = new EndpointConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
+  const conn = new AgentSideConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
   h.defer(() => conn.destroy());
   let done = false;
   conn.write(Buffer.alloc(100 * 1024, 1), () => (done = true));
@@ -668,7 +688,7 @@ test("with flow control a connection sends no more than the peer's window until 
 test('with flow control a full buffer does not pause the shared link; consumption grants credit back', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const conn = new EndpointConn(link, 6n, '10.0.0.5:10250', { flow: FLOW });
+  const conn = new AgentSideConn(link, 6n, '10.0.0.5:10250', { flow: FLOW });
   h.defer(() => conn.destroy());
   for (let i = 0; i < 8; i++) conn.deliver(Buffer.alloc(8 * 1024, i)); // a whole window, unread
   assert.equal(link.pauses, 0, 'the link keeps flowing for the other connections');
@@ -691,7 +711,7 @@ test('with flow control a full buffer does not pause the shared link; consumptio
 test('with flow control a peer that ignores the window makes the link pause, as without it', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const conn = new EndpointConn(link, 7n, '10.0.0.5:10250', { flow: FLOW });
+  const conn = new AgentSideConn(link, 7n, '10.0.0.5:10250', { flow: FLOW });
   h.defer(() => conn.destroy());
   for (let i = 0; i < 9; i++) conn.deliver(Buffer.alloc(8 * 1024, i)); // one chunk past the window
   assert.equal(link.pauses, 1);
@@ -711,7 +731,7 @@ test('credit is ignored without flow control, and a zero or negative grant chang
     300 * 1024,
     'no window applies',
   );
-  const flowing = new EndpointConn(link, 9n, '10.0.0.5:10250', { flow: { sendWindow: 16 * 1024, receiveWindow: 16 * 1024 } });
+  const flowing = new AgentSideConn(link, 9n, '10.0.0.5:10250', { flow: { sendWindow: 16 * 1024, receiveWindow: 16 * 1024 } });
   h.defer(() => flowing.destroy());
   flowing.grantCredit(0);
   flowing.grantCredit(-5);
@@ -724,7 +744,7 @@ test('credit is ignored without flow control, and a zero or negative grant chang
 test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow one does not', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
-  const fast = new EndpointConn(link, 10n, '10.0.0.5:10250', { flow: FLOW });
+  const fast = new AgentSideConn(link, 10n, '10.0.0.5:10250', { flow: FLOW });
   h.defer(() => fast.destroy());
   fast.on('data', () => {});
   let granted = 0;
@@ -738,7 +758,7 @@ test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow 
   assert.ok(granted > delivered, `widened: granted ${granted} for ${delivered} consumed`);
   assert.ok(granted - delivered <= MAX_AUTO_WINDOW - FLOW.receiveWindow, 'never past MAX_AUTO_WINDOW');
 
-  const slow = new EndpointConn(link, 11n, '10.0.0.5:10250', { flow: FLOW });
+  const slow = new AgentSideConn(link, 11n, '10.0.0.5:10250', { flow: FLOW });
   h.defer(() => slow.destroy());
   for (let i = 0; i < 4; i++) slow.deliver(Buffer.alloc(8 * 1024));
   slow.read(16 * 1024); // a little is read; the buffer is never empty

@@ -75,6 +75,13 @@ test('bare-LF line endings parse like CRLF ones', LIMIT, () => {
   assert.deepEqual(lf.head, crlf.head);
 });
 
+test('mixed endings: a bare-LF line followed by a CRLF blank line ends the head there', LIMIT, () => {
+  const text = 'CONNECT 10.0.0.5:10250 HTTP/1.1\nHost: 10.0.0.5:10250\r\nX-Tunnel-Proxy-Host: node1\n\r\n';
+  const { head, length } = complete(parse(text + 'rest\r\n\r\n'));
+  assert.equal(length, text.length);
+  assert.deepEqual(head, complete(parse(CONNECT_CRLF)).head);
+});
+
 test('a head with no header lines is complete', LIMIT, () => {
   const { head, length } = complete(parse('CONNECT node1:10250 HTTP/1.0\r\n\r\nrest'));
   assert.equal(length, 'CONNECT node1:10250 HTTP/1.0\r\n\r\n'.length);

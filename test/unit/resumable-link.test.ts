@@ -10,7 +10,6 @@ import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
-import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { PacketConn } from '../../pkg/mux/packet-conn.js';
 import { ResumableLink, type ResumableLinkOptions } from '../../pkg/mux/resumable-link.js';
 import { ConnectionClosedError, ResumeError } from '../../pkg/protocol/errors.js';
@@ -304,6 +303,14 @@ class ServerSideConn extends PacketConn {
   }
 }
 
+/** The agent's side as a Duplex: it owes a CLOSE_RSP however the connection ends. */
+class AgentSideConn extends PacketConn {
+  protected readonly endsWithFinalPacket = true;
+  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket {
+    return { type: 'CLOSE_RSP', connectID: this.connectID, error: err !== null && !remoteInitiated ? err.message : '' };
+  }
+}
+
 /** What Tunnel.handlePacket and ServerConnection.onPacket do for one connection. */
 function dispatch(conn: () => PacketConn): (p: Packet) => void {
   return (p) => {
@@ -359,7 +366,7 @@ test('8 MiB each way through real connections (flow control, half-close) arrive 
   // Small windows, so that credit (WINDOW_UPDATE) has to cross many times, and cross the blips.
   const flow = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
   server = new ServerSideConn(s.a, 1n, { flow, halfClose: true });
-  agent = new EndpointConn(s.b, 1n, '127.0.0.1:1', { flow, halfClose: true });
+  agent = new AgentSideConn(s.b, 1n, { flow, halfClose: true });
   h.defer(() => {
     server.destroy();
     agent.destroy();
@@ -417,7 +424,7 @@ test('over real gRPC packet calls (HTTP/2): 8 MiB each way survive their connect
   await connectPair();
   const flow = { sendWindow: 1024 * 1024, receiveWindow: 1024 * 1024 };
   server = new ServerSideConn(a, 1n, { flow, halfClose: true });
-  agent = new EndpointConn(b, 1n, '127.0.0.1:1', { flow, halfClose: true });
+  agent = new AgentSideConn(b, 1n, { flow, halfClose: true });
   h.defer(() => (server.destroy(), agent.destroy()));
   const up = randomBytes(8 * 1024 * 1024);
   const down = randomBytes(8 * 1024 * 1024);

@@ -1,0 +1,508 @@
+// One tunnelled connection joined straight to a local socket: the agent's
+// connection to its target, the server's to an HTTP CONNECT client. Chunks
+// move between the socket and the packet link with explicit back-pressure,
+// and one close path ends both. It keeps every promise of a PacketConn joined
+// to a socket by splice() (packet-conn.ts and splice.ts say what they are),
+// without the Duplex and the two pipe()s per connection that profiles showed
+// as a quarter of what a new connection costs:
+// - flow control (the peer's window and our grants), or, without it, the
+//   shared link paused while the socket is full, with the stall limit;
+// - half-close (CLOSE_WRITE) between our own ends; against upstream peers the
+//   server lingers after its caller's end for the rest of the answer;
+// - the close handshake: the final packet owed by each side, once, and the
+//   close timer for a peer or a socket that never finishes closing;
+// - a cut connection is not a finished one: a failure on either side is an
+//   abortive close of the other (abortStream; a final packet carrying the
+//   error); a clean end (EOF) stays an end, after the last bytes.
+
+import type { Socket } from 'node:net';
+import { ConnectionClosedError, ConnectionStalledError, InternalError } from '../protocol/errors.js';
+import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
+import type { KnownPacket } from '../protocol/packet.js';
+import { abortStream } from './abort.js';
+import type { MuxConn } from './mux-conn.js';
+import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
+import type { PacketLink } from './packet-link.js';
+
+/**
+ * As for a PacketConn. `highWaterMark` bounds what waits in the socket's
+ * write buffer before the link is paused (without flow control);
+ * `sendHighWaterMark` what was read from the socket and not yet taken by the
+ * link before the socket is paused.
+ */
+export type SocketRelayOptions = PacketConnOptions;
+
+/** How a socket that closed before its end is reported to the other side. */
+const CUT = 'the other side of the connection closed before its end';
+
+export abstract class SocketRelay implements MuxConn {
+  readonly connectID: bigint;
+  protected readonly link: PacketLink;
+  bytesReceived = 0;
+  bytesSent = 0;
+  readonly openedAt = Date.now();
+  /** Called once when the connection is over, with the failure that ended it, if any. */
+  onClose: ((err: Error | undefined) => void) | undefined;
+
+  private socket: Socket | undefined;
+  /** What the peer sent before the socket was attached. */
+  private early: Buffer[] | undefined;
+  /** Why the connection failed before the socket was attached. */
+  private failure: Error | undefined;
+  private done = false;
+
+  // The peer's side.
+  /** The peer has ended the connection: nothing more will arrive. */
+  private remoteEnded = false;
+  /** The peer's CLOSE_WRITE arrived: it sends no more, but still reads. */
+  private peerWriteEnded = false;
+  /** We sent CLOSE_WRITE. */
+  private writeEndSent = false;
+  private finalSent = false;
+
+  // The socket's side.
+  /** The socket's EOF was seen. */
+  private localEnded = false;
+  /** What follows the socket's EOF (CLOSE_WRITE, linger or the final packet) has run. */
+  private localEndHandled = false;
+  /** socket.end() was asked for: nothing more goes to the socket. */
+  private inboundEnded = false;
+  /** Nothing more is read from the socket (the peer is gone; the socket closes once its writes are out). */
+  private stopReading = false;
+  /** We close the socket ourselves after a clean end: its close is not a failure. */
+  private closingSocket = false;
+  /** The socket closed cleanly while bytes for the peer still waited. */
+  private socketClosed = false;
+
+  private readonly halfClose: boolean;
+  private readonly lingerAfterEndMs: number | undefined;
+  private readonly stallTimeoutMs: number | undefined;
+  private readonly closeTimeoutMs: number;
+  private readonly highWaterMark: number;
+  private readonly sendHighWaterMark: number;
+  private closeTimer: NodeJS.Timeout | undefined;
+  private lingerTimer: NodeJS.Timeout | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
+  private holdingLink = false;
+
+  // Socket → link.
+  /** Chunks read from the socket and not yet handed to the link; the first from `queueOffset`. */
+  private readonly queue: Buffer[] = [];
+  private queueOffset = 0;
+  /** Bytes read from the socket that the link has not taken yet. */
+  private queued = 0;
+  /** Size of the piece the link has not called back for. */
+  private inFlight = 0;
+  private inLink = false;
+  private inSendCall = false;
+  private socketPaused = false;
+  /** Bytes we may still send before the peer grants more. */
+  private sendCredit: number;
+
+  // Link → socket.
+  private readonly flow: FlowWindows | undefined;
+  /** The socket's write buffer is over its mark: what it holds is not consumed yet. */
+  private awaitingDrain = false;
+  /** Received bytes granted back to the peer. */
+  private granted = 0;
+  /** Our current receive window; starts at flow.receiveWindow, widens for a reader that keeps up. */
+  private receiveWindow: number;
+
+  constructor(link: PacketLink, connectID: bigint, opts: SocketRelayOptions = {}) {
+    const flow = opts.flow;
+    this.link = link;
+    this.connectID = connectID;
+    this.flow = flow;
+    this.halfClose = opts.halfClose === true;
+    this.lingerAfterEndMs = this.halfClose ? undefined : opts.lingerAfterEndMs;
+    this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
+    this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
+    this.highWaterMark = opts.highWaterMark ?? 256 * 1024;
+    this.sendHighWaterMark = opts.sendHighWaterMark ?? this.highWaterMark;
+    this.sendCredit = flow?.sendWindow ?? Infinity;
+    this.receiveWindow = flow?.receiveWindow ?? 0;
+  }
+
+  /**
+   * The packet that tells the peer this side is done, or undefined if none is
+   * owed. `remoteInitiated` is true when the peer ended the connection first.
+   */
+  protected abstract finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined;
+
+  /** True if, once our final packet is sent, no acknowledgement is awaited (the agent's side). */
+  protected abstract readonly endsWithFinalPacket: boolean;
+
+  get remoteClosed(): boolean {
+    return this.remoteEnded;
+  }
+
+  /** Whether the connection is over. */
+  get closed(): boolean {
+    return this.done;
+  }
+
+  /**
+   * Joins the connection to `socket`. `pending` holds bytes the socket
+   * delivered before (they go to the peer first); a socket whose EOF was
+   * already read counts as ended.
+   */
+  attach(socket: Socket, pending: readonly Buffer[] = []): void {
+    if (this.socket !== undefined) throw new InternalError(`connection ${this.connectID} is already attached to a socket`);
+    this.socket = socket;
+    if (this.done) {
+      abortStream(socket, this.failure ?? new ConnectionClosedError(CUT));
+      return;
+    }
+    socket.on('data', this.onSocketData);
+    socket.on('end', this.onSocketEnd);
+    socket.on('error', this.onSocketError);
+    socket.on('close', this.onSocketClose);
+    socket.on('drain', this.onSocketDrain);
+    const early = this.early;
+    this.early = undefined;
+    if (early !== undefined) for (const chunk of early) this.toSocket(socket, chunk);
+    if (this.inboundEnded) socket.end();
+    if (this.stopReading) this.closeAfterFlush(socket);
+    for (const chunk of pending) this.onSocketData(chunk);
+    if (socket.destroyed) this.onSocketClose();
+    else if (socket.readableEnded) this.onSocketEnd();
+    else if (!this.socketPaused && !this.stopReading) socket.resume();
+  }
+
+  // ------------------------------------------------------------ link → socket
+
+  deliver(data: Buffer): void {
+    if (this.remoteEnded || this.peerWriteEnded || this.inboundEnded || this.done) return;
+    if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
+    this.bytesReceived += data.length;
+    const socket = this.socket;
+    if (socket === undefined) (this.early ??= []).push(data);
+    else this.toSocket(socket, data);
+  }
+
+  private toSocket(socket: Socket, data: Buffer): void {
+    if (!socket.write(data)) this.awaitingDrain = true;
+    // The link is held only while a 'drain' is due to release it (below the
+    // socket's own mark, write() returns true and no 'drain' comes).
+    if (!this.awaitingDrain) {
+      if (this.flow !== undefined) this.grant(true);
+      return;
+    }
+    const buffered = socket.writableLength;
+    if (this.flow === undefined) {
+      if (buffered >= this.highWaterMark) this.holdLink(buffered);
+    } else if (this.bytesReceived - this.granted > this.receiveWindow) {
+      // A peer that ignores our window (it has sent more than we granted it):
+      // pause the link, as without flow control. The socket's buffer alone is
+      // no sign of that: it also holds granted bytes its reader has not taken.
+      this.holdLink(buffered);
+    }
+  }
+
+  private readonly onSocketDrain = (): void => {
+    if (this.done) return;
+    this.awaitingDrain = false;
+    this.releaseLink();
+    // A reader that held us up gets its credit back, but no wider window.
+    if (this.flow !== undefined) this.grant(false);
+  };
+
+  /**
+   * Grants back what the socket took, in batches of a quarter window. A
+   * reader that keeps up is waiting on the window, not the other way round:
+   * its window widens (bulk copies over long paths need more in flight). A
+   * slow reader's window, and the memory it can pin, stays as announced.
+   */
+  private grant(mayWiden: boolean): void {
+    if (this.remoteEnded) return;
+    const consumed = this.bytesReceived - this.granted;
+    if (consumed < this.receiveWindow / 4) return;
+    this.granted += consumed;
+    let widen = 0;
+    if (mayWiden && this.receiveWindow < MAX_AUTO_WINDOW) {
+      widen = Math.min(this.receiveWindow, MAX_AUTO_WINDOW - this.receiveWindow);
+      this.receiveWindow += widen;
+    }
+    this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed + widen) });
+  }
+
+  private holdLink(buffered: number): void {
+    if (this.holdingLink) return;
+    this.holdingLink = true;
+    this.link.pauseReceive(this);
+    const ms = this.stallTimeoutMs;
+    if (ms === undefined) return;
+    this.stallTimer = setTimeout(() => {
+      this.stallTimer = undefined;
+      this.fail(
+        new ConnectionStalledError(
+          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.socket?.writableLength ?? buffered} bytes waited ` +
+            "and the shared link was paused for it; closed so that the link's other connections keep flowing",
+        ),
+      );
+    }, ms);
+    this.stallTimer.unref();
+  }
+
+  private releaseLink(): void {
+    if (!this.holdingLink) return;
+    this.holdingLink = false;
+    clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+    this.link.resumeReceive(this);
+  }
+
+  /** Ends what goes to the socket, after what was delivered. */
+  private endInbound(): void {
+    if (this.inboundEnded) return;
+    this.inboundEnded = true;
+    this.socket?.end();
+  }
+
+  remoteEndWrite(): void {
+    if (!this.halfClose || this.peerWriteEnded || this.remoteEnded || this.done) return;
+    this.peerWriteEnded = true;
+    this.endInbound();
+  }
+
+  remoteClose(err?: Error): void {
+    if (this.remoteEnded || this.done) return;
+    this.remoteEnded = true;
+    if (err !== undefined) {
+      this.fail(err);
+      return;
+    }
+    // The peer reads nothing more: what waits to be sent is dropped.
+    this.dropQueue();
+    this.endInbound();
+    this.startCloseTimer();
+    // The agent stops reading its target: left to flow, the socket would be
+    // drained at full speed into garbage until the target answers our FIN
+    // (megabytes per connection on a fast link; under churn, most of the
+    // agent's memory peak). A server without half-close ends at once too, as
+    // a Duplex that may not stay half-open. Only a half-closing server waits
+    // for its caller's end.
+    if (this.endsWithFinalPacket || !this.halfClose) {
+      this.stopReading = true;
+      if (this.socket !== undefined) this.closeAfterFlush(this.socket);
+    }
+    if (!this.inLink) this.sendQueueEmpty();
+  }
+
+  /** Stops reading `socket` and closes it once what was written to it is out. */
+  private closeAfterFlush(socket: Socket): void {
+    socket.pause();
+    if (socket.writableFinished) this.closeSocketCleanly();
+    else socket.once('finish', this.closeSocketCleanly);
+  }
+
+  private readonly closeSocketCleanly = (): void => {
+    if (this.done) return;
+    this.closingSocket = true;
+    this.socket!.destroy();
+  };
+
+  // ------------------------------------------------------------ socket → link
+
+  private readonly onSocketData = (chunk: Buffer): void => {
+    // The peer is gone for this connection: nobody will read it.
+    if (this.remoteEnded || this.finalSent || this.done) return;
+    this.bytesSent += chunk.length;
+    this.queued += chunk.length;
+    this.queue.push(chunk);
+    if (!this.inLink) this.pump();
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- pump() may end the connection (the link's callback runs synchronously)
+    if (this.queued >= this.sendHighWaterMark && !this.socketPaused && !this.done) {
+      this.socketPaused = true;
+      this.socket!.pause();
+    }
+  };
+
+  /** Hands queued chunks to the link, in pieces no larger than MAX_DATA_PAYLOAD or the credit left. */
+  private pump(): void {
+    const queue = this.queue;
+    while (queue.length > 0) {
+      if (this.remoteEnded || this.finalSent || this.done) {
+        this.dropQueue();
+        break;
+      }
+      if (this.sendCredit <= 0) return;
+      const chunk = queue[0]!;
+      const offset = this.queueOffset;
+      const n = Math.min(chunk.length - offset, MAX_DATA_PAYLOAD, this.sendCredit);
+      const piece = offset === 0 && n === chunk.length ? chunk : chunk.subarray(offset, offset + n);
+      if (offset + n === chunk.length) {
+        queue.shift();
+        this.queueOffset = 0;
+      } else {
+        this.queueOffset = offset + n;
+      }
+      this.sendCredit -= n;
+      this.inFlight = n;
+      this.inLink = true;
+      this.inSendCall = true;
+      this.link.sendData(this.connectID, piece, this.onLinkTook);
+      this.inSendCall = false;
+      // The link calls back later, when it has room again.
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- onLinkTook clears it when the link calls back within sendData()
+      if (this.inLink) return;
+    }
+    this.sendQueueEmpty();
+  }
+
+  private readonly onLinkTook = (err?: Error | null): void => {
+    this.inLink = false;
+    this.queued -= this.inFlight;
+    this.inFlight = 0;
+    if (err) {
+      this.fail(err);
+      return;
+    }
+    if (!this.inSendCall) this.pump();
+  };
+
+  grantCredit(bytes: number): void {
+    if (this.flow === undefined || !(bytes > 0)) return;
+    this.sendCredit += bytes;
+    if (!this.inLink && this.queue.length > 0) this.pump();
+  }
+
+  private dropQueue(): void {
+    this.queue.length = 0;
+    this.queueOffset = 0;
+    this.queued = this.inFlight;
+  }
+
+  /** Everything read from the socket is with the link. */
+  private sendQueueEmpty(): void {
+    if (this.done) return;
+    if (this.socketPaused) {
+      this.socketPaused = false;
+      if (!this.stopReading) this.socket?.resume();
+    }
+    if (this.localEnded) this.localEnd();
+    if (this.socketClosed) this.finish(undefined);
+  }
+
+  private readonly onSocketEnd = (): void => {
+    if (this.localEnded || this.done) return;
+    this.localEnded = true;
+    // Otherwise pump() gets here once the link has taken the last bytes.
+    if (!this.inLink && this.queue.length === 0) this.localEnd();
+  };
+
+  /** The socket's bytes have all gone to the peer after its EOF: tell the peer. */
+  private localEnd(): void {
+    if (this.localEndHandled || this.done) return;
+    this.localEndHandled = true;
+    if (this.halfClose && !this.remoteEnded && !this.peerWriteEnded) {
+      // Our direction is done; the peer's goes on until its CLOSE_WRITE.
+      this.writeEndSent = true;
+      this.link.sendControl({ type: 'CLOSE_WRITE', connectID: this.connectID });
+      return;
+    }
+    if (this.lingerAfterEndMs !== undefined && !this.remoteEnded) {
+      // An upstream peer cannot half-close: read its answer until it closes, or it goes quiet.
+      this.lingerTimer = setTimeout(this.onLingerExpired, this.lingerAfterEndMs);
+      this.lingerTimer.unref();
+      return;
+    }
+    this.sendFinal(null);
+    if (this.endsWithFinalPacket) {
+      if (!this.remoteEnded) {
+        this.remoteEnded = true;
+        this.endInbound();
+      }
+    } else {
+      this.startCloseTimer();
+    }
+  }
+
+  private readonly onLingerExpired = (): void => {
+    this.lingerTimer = undefined;
+    if (this.done) return;
+    this.sendFinal(null);
+    if (this.socket !== undefined) abortStream(this.socket, new ConnectionClosedError(CUT));
+    this.finish(undefined);
+  };
+
+  private readonly onSocketError = (err: Error): void => this.fail(err);
+
+  private readonly onSocketClose = (): void => {
+    if (this.done) return;
+    if (this.closingSocket) {
+      this.finish(undefined);
+      return;
+    }
+    if (!this.localEnded) {
+      // A close without EOF: a reset, or a local destroy.
+      this.fail(new ConnectionClosedError(CUT));
+      return;
+    }
+    if (this.inLink || this.queue.length > 0) {
+      // The last bytes still wait for the link or the peer's window.
+      this.socketClosed = true;
+      this.startCloseTimer();
+      return;
+    }
+    this.localEnd();
+    this.finish(undefined);
+  };
+
+  // ------------------------------------------------------------ the close path
+
+  /** Closes the connection now: the socket abortively, the peer told (with `err`, if any). */
+  destroy(err?: Error): void {
+    if (this.done) return;
+    if (this.socket !== undefined) abortStream(this.socket, err ?? new ConnectionClosedError(CUT));
+    this.finish(err);
+  }
+
+  /** A failure: the socket is closed abortively, the peer told why. */
+  private fail(err: Error): void {
+    if (this.done) return;
+    if (this.socket !== undefined) abortStream(this.socket, err);
+    else this.failure = err;
+    this.finish(err);
+  }
+
+  private finish(err: Error | undefined): void {
+    if (this.done) return;
+    this.done = true;
+    this.sendFinal(err ?? null);
+    clearTimeout(this.closeTimer);
+    clearTimeout(this.lingerTimer);
+    clearTimeout(this.stallTimer);
+    this.closeTimer = this.lingerTimer = this.stallTimer = undefined;
+    this.releaseLink();
+    this.dropQueue();
+    this.early = undefined;
+    const onClose = this.onClose;
+    this.onClose = undefined;
+    onClose?.(err);
+  }
+
+  private sendFinal(err: Error | null): void {
+    if (this.finalSent) return;
+    this.finalSent = true;
+    // Both directions ended by CLOSE_WRITEs: the peer has finished as much as we have.
+    const bothHalvesDone = this.peerWriteEnded && this.writeEndSent;
+    const packet = this.finalPacket(this.remoteEnded || (err === null && bothHalvesDone), err);
+    if (packet !== undefined) this.link.sendControl(packet);
+  }
+
+  /** A peer (or a socket) that never finishes closing must not keep the connection forever. */
+  private startCloseTimer(): void {
+    if (this.closeTimer !== undefined || this.done) return;
+    this.closeTimer = setTimeout(() => {
+      this.closeTimer = undefined;
+      // While the link is suspended (session resume) the peer cannot answer: wait another round.
+      if (this.link.suspended === true) {
+        this.startCloseTimer();
+        return;
+      }
+      this.fail(new ConnectionClosedError(`connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`));
+    }, this.closeTimeoutMs);
+    this.closeTimer.unref();
+  }
+}

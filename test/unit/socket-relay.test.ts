@@ -1,0 +1,381 @@
+// A tunnelled connection joined straight to a socket (SocketRelay), on both
+// sides: the agent's EndpointConn (owes exactly one CLOSE_RSP; the target's
+// reset is that CLOSE_RSP's error) and the server's TunnelRelay (ends with
+// CLOSE_REQ; the agent's error resets the caller). Real loopback sockets; the
+// link is a recording fake, so every packet and every pause/resume of the
+// shared stream is counted.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { createServer, connect, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
+import { MAX_DATA_PAYLOAD } from '../../pkg/mux/packet-conn.js';
+import type { SocketRelay } from '../../pkg/mux/socket-relay.js';
+import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
+import type { KnownPacket } from '../../pkg/protocol/packet.js';
+import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
+import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
+import { harness, type Harness } from '../support/harness.js';
+import { waitFor } from '../support/tunnel.js';
+
+const LIMIT = { timeout: 20_000 };
+const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
+
+class RecordingLink implements AgentLink {
+  readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
+  readonly control: KnownPacket[] = [];
+  pauses = 0;
+  resumes = 0;
+  holdCallbacks = false;
+  private readonly pending: Array<(err?: Error | null) => void> = [];
+
+  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
+    this.data.push({ connectID, data: Buffer.from(data) });
+    if (this.holdCallbacks) this.pending.push(cb);
+    else cb();
+  }
+
+  sendControl(packet: KnownPacket): boolean {
+    this.control.push(packet);
+    return true;
+  }
+
+  pauseReceive(): void {
+    this.pauses++;
+  }
+
+  resumeReceive(): void {
+    this.resumes++;
+  }
+
+  close(): void {
+    assert.fail('a connection closed the whole agent link');
+  }
+
+  get pendingCallbacks(): number {
+    return this.pending.length;
+  }
+
+  releaseOne(): void {
+    const cb = this.pending.shift();
+    assert.ok(cb !== undefined, 'no sendData callback is waiting');
+    cb();
+  }
+
+  sentBytes(): Buffer {
+    return Buffer.concat(this.data.map((d) => d.data));
+  }
+
+  ofType(type: KnownPacket['type']): KnownPacket[] {
+    return this.control.filter((p) => p.type === type);
+  }
+}
+
+/** Two ends of one loopback TCP connection: `near` is joined to the relay, `far` plays the target or the caller. */
+async function socketPair(h: Harness): Promise<{ near: Socket; far: Socket }> {
+  const server = createServer({ allowHalfOpen: true });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  h.defer(() => new Promise<void>((r) => server.close(() => r())));
+  const port = (server.address() as { port: number }).port;
+  const accepted = once(server, 'connection') as Promise<[Socket]>;
+  const near = connect({ host: '127.0.0.1', port, allowHalfOpen: true, noDelay: true });
+  const [far] = await accepted;
+  await once(near, 'connect');
+  far.on('error', () => {});
+  h.defer(() => {
+    near.destroy();
+    far.destroy();
+  });
+  return { near, far };
+}
+
+/** The relay's end: resolves with the error it ended with (undefined for a clean close). */
+function ended(relay: SocketRelay): Promise<Error | undefined> {
+  return new Promise((resolve) => {
+    relay.onClose = resolve;
+  });
+}
+
+function endpoint(link: RecordingLink, opts: ConstructorParameters<typeof EndpointConn>[3] = {}, connectID = 7n): EndpointConn {
+  return new EndpointConn(link, connectID, '10.0.0.5:10250', opts);
+}
+
+function tunnelRelay(link: RecordingLink, opts: ConstructorParameters<typeof TunnelRelay>[3] = {}, agent: { halfClose?: boolean } = {}): TunnelRelay {
+  return new TunnelRelay({ agentID: 'node-a', link, halfClose: agent.halfClose === true }, 9n, '10.0.0.5:10250', opts);
+}
+
+async function readAtLeast(socket: Socket, n: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let got = 0;
+  while (got < n) {
+    const [chunk] = (await once(socket, 'data')) as [Buffer];
+    chunks.push(chunk);
+    got += chunk.length;
+  }
+  return Buffer.concat(chunks);
+}
+
+test('bytes from the socket become DATA for the connectID, split at MAX_DATA_PAYLOAD, each piece after the link took the previous', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  link.holdCallbacks = true;
+  const relay = endpoint(link);
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  const big = Buffer.alloc(MAX_DATA_PAYLOAD + 1000, 7);
+  far.write(big);
+  await waitFor('the first piece', () => link.data.length >= 1);
+  // Everything the socket delivered so far waits for the first callback.
+  assert.equal(link.data.length, 1);
+  while (link.sentBytes().length < big.length) {
+    if (link.pendingCallbacks > 0) link.releaseOne();
+    else await new Promise((r) => setImmediate(r));
+  }
+  assert.ok(link.data.every((d) => d.connectID === 7n && d.data.length <= MAX_DATA_PAYLOAD));
+  assert.ok(link.sentBytes().equals(big));
+  assert.equal(relay.bytesSent, big.length);
+});
+
+test('DATA delivered before the socket is attached is written first, then what follows', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link);
+  h.defer(() => relay.destroy());
+  relay.deliver(Buffer.from('early '));
+  relay.attach(near);
+  relay.deliver(Buffer.from('late'));
+  assert.equal((await readAtLeast(far, 10)).toString(), 'early late');
+  assert.equal(relay.bytesReceived, 10);
+});
+
+test('EndpointConn: the target ends (no half-close): one CLOSE_RSP without error, after its last bytes; a clean close', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link);
+  const closed = ended(relay);
+  relay.attach(near);
+  far.end('bye');
+  assert.equal(await closed, undefined);
+  assert.equal(link.sentBytes().toString(), 'bye');
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+  await once(far, 'close');
+});
+
+test('EndpointConn: CLOSE_REQ (remoteClose) ends the target after what was delivered, stops reading it, and answers one CLOSE_RSP', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link);
+  const closed = ended(relay);
+  relay.attach(near);
+  relay.deliver(Buffer.from('last words'));
+  relay.remoteClose();
+  relay.deliver(Buffer.from('dropped'));
+  const got: Buffer[] = [];
+  far.on('data', (c: Buffer) => got.push(c));
+  await once(far, 'end');
+  assert.equal(Buffer.concat(got).toString(), 'last words');
+  assert.equal(await closed, undefined);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+  // remoteClose, end and destroy afterwards change nothing.
+  relay.remoteClose();
+  relay.destroy(new Error('late'));
+  assert.equal(link.ofType('CLOSE_RSP').length, 1);
+});
+
+test('EndpointConn: a target that resets makes one CLOSE_RSP carrying the error', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link);
+  const closed = ended(relay);
+  relay.attach(near);
+  far.resetAndDestroy();
+  const err = await closed;
+  assert.ok(err !== undefined);
+  const rsp = link.ofType('CLOSE_RSP');
+  assert.equal(rsp.length, 1);
+  assert.ok(rsp[0]!.type === 'CLOSE_RSP' && rsp[0]!.error !== '', 'the CLOSE_RSP says why');
+});
+
+test(
+  "EndpointConn with half-close: the target's end is CLOSE_WRITE; the server still sends; its CLOSE_WRITE ends the target and one CLOSE_RSP follows",
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    const link = new RecordingLink();
+    const relay = endpoint(link, { halfClose: true });
+    const closed = ended(relay);
+    relay.attach(near);
+    far.end('request');
+    await waitFor('CLOSE_WRITE', () => link.ofType('CLOSE_WRITE').length === 1);
+    assert.equal(link.sentBytes().toString(), 'request');
+    relay.deliver(Buffer.from('answer'));
+    relay.remoteEndWrite();
+    const got: Buffer[] = [];
+    far.on('data', (c: Buffer) => got.push(c));
+    await once(far, 'end');
+    assert.equal(Buffer.concat(got).toString(), 'answer');
+    assert.equal(await closed, undefined);
+    assert.deepEqual(link.ofType('CLOSE_RSP'), [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
+  },
+);
+
+test("TunnelRelay: the agent's CLOSE_RSP with an error resets the caller; nothing is sent back", LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = tunnelRelay(link);
+  const closed = ended(relay);
+  relay.attach(near);
+  const farError = once(far, 'error').then(([e]) => e as NodeJS.ErrnoException);
+  relay.remoteClose(new ConnectionClosedError('target reset'));
+  assert.ok((await closed) instanceof ConnectionClosedError);
+  assert.equal((await farError).code, 'ECONNRESET');
+  assert.deepEqual(link.control, []);
+});
+
+test("TunnelRelay: the caller's end (no half-close) is one CLOSE_REQ; the caller is closed once the agent answers", LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = tunnelRelay(link);
+  const closed = ended(relay);
+  relay.attach(near);
+  far.end('GET /');
+  await waitFor('CLOSE_REQ', () => link.control.length === 1);
+  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
+  assert.equal(link.sentBytes().toString(), 'GET /');
+  relay.remoteClose();
+  await once(far, 'end');
+  assert.equal(await closed, undefined);
+  assert.equal(link.control.length, 1);
+});
+
+test('TunnelRelay: a caller that closes without its end (a reset) tells an agent that reads errors why (CLOSE_REQ with an error)', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = tunnelRelay(link, {}, { halfClose: true });
+  const closed = ended(relay);
+  relay.attach(near);
+  far.resetAndDestroy();
+  assert.ok((await closed) !== undefined);
+  const req = link.ofType('CLOSE_REQ');
+  assert.equal(req.length, 1);
+  assert.ok(req[0]!.type === 'CLOSE_REQ' && req[0]!.error !== undefined && req[0]!.error !== '');
+});
+
+test('attach() with bytes read during the dial and a socket whose EOF came then: the bytes go first, then the end', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = tunnelRelay(link, { halfClose: true }, { halfClose: true });
+  h.defer(() => relay.destroy());
+  const early: Buffer[] = [];
+  near.on('data', (c: Buffer) => early.push(c));
+  far.end('sent during the dial');
+  await once(near, 'end');
+  near.removeAllListeners('data');
+  relay.attach(near, early);
+  assert.equal(link.sentBytes().toString(), 'sent during the dial');
+  assert.deepEqual(link.control, [{ type: 'CLOSE_WRITE', connectID: 9n }]);
+});
+
+test("with flow control: no more than the peer's window is sent until WINDOW_UPDATE grants more", LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link, { flow: FLOW });
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  far.write(Buffer.alloc(3 * FLOW.sendWindow, 1));
+  await waitFor('a window of DATA', () => link.sentBytes().length === FLOW.sendWindow);
+  // More is in the socket; none of it goes out without credit.
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(link.sentBytes().length, FLOW.sendWindow);
+  relay.grantCredit(FLOW.sendWindow);
+  await waitFor('the next window', () => link.sentBytes().length === 2 * FLOW.sendWindow);
+});
+
+test('with flow control: what the socket took is granted back (WINDOW_UPDATE), and the shared link is never paused', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link, { flow: FLOW });
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  far.resume();
+  for (let i = 0; i < 8; i++) relay.deliver(Buffer.alloc(FLOW.receiveWindow / 8, 2));
+  const updates = link.ofType('WINDOW_UPDATE');
+  assert.ok(updates.length >= 1, 'consumption was granted back');
+  assert.equal(link.pauses, 0);
+});
+
+test('with flow control: a slow reader whose peer keeps to the window never pauses the shared link; a byte past the window does', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link, { flow: FLOW });
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  far.pause();
+  // A well-behaved peer: sends only what it was granted, in 1 KiB pieces, until the reader's buffers are full.
+  const granted = (): number => FLOW.receiveWindow + link.ofType('WINDOW_UPDATE').reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
+  let sent = 0;
+  for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024;) {
+    const credit = granted() - sent;
+    if (credit <= 0) {
+      idle++;
+      await new Promise((r) => setTimeout(r, 20));
+      continue;
+    }
+    idle = 0;
+    const n = Math.min(1024, credit);
+    relay.deliver(Buffer.alloc(n, 4));
+    sent += n;
+    if (sent % (64 * 1024) === 0) await new Promise((r) => setImmediate(r));
+  }
+  assert.ok(near.writableLength > 0, 'the reader fell behind');
+  assert.equal(link.pauses, 0, 'a peer within its window never pauses the link');
+  relay.deliver(Buffer.alloc(1024, 5));
+  assert.equal(link.pauses, 1, 'one past the window does');
+});
+
+for (const highWaterMark of [64 * 1024, 1024]) {
+  test(
+    `without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`,
+    LIMIT,
+    async (t) => {
+      const h = harness(t);
+      const { near, far } = await socketPair(h);
+      const link = new RecordingLink();
+      const relay = endpoint(link, { highWaterMark });
+      h.defer(() => relay.destroy());
+      relay.attach(near);
+      far.pause();
+      // Small pieces, so that the mark is crossed while the socket's own (16 KiB) is not.
+      const piece = Buffer.alloc(512, 3);
+      let delivered = 0;
+      // Until the kernel's buffers are full and the socket holds the mark; a paused link delivers no more.
+      while (link.pauses === 0 && delivered < 100_000) {
+        relay.deliver(piece);
+        delivered++;
+        if (delivered % 64 === 0) await new Promise((r) => setImmediate(r));
+      }
+      assert.equal(link.pauses, 1, 'the link was paused for the full socket');
+      relay.deliver(piece);
+      assert.equal(link.pauses, 1, 'once');
+      assert.equal(link.resumes, 0);
+      far.resume();
+      await waitFor('the link resumed', () => link.resumes === 1);
+      assert.equal(link.pauses, 1);
+    },
+  );
+}
