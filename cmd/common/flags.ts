@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { InvalidArgumentError, Option } from 'commander';
+import { MAX_RESUME_WINDOW_MS, MIN_RESUME_WINDOW_MS } from '../../pkg/protocol/resume.js';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -102,4 +103,23 @@ export function parsePositiveDuration(text: string): number {
 export function durationOption(flags: string, description: string, defaultText: string, opts: { positive?: boolean } = {}): Option {
   const parse = opts.positive === true ? parsePositiveDuration : parseDuration;
   return new Option(flags, description).argParser(parse).default(parse(defaultText), defaultText);
+}
+
+/** --resume-window: 0 (off) or a window the resume metadata can carry; anything else is refused, not quietly taken as off. */
+export function parseResumeWindow(text: string): number {
+  const ms = parseDuration(text);
+  if (ms !== 0 && (ms < MIN_RESUME_WINDOW_MS || ms > MAX_RESUME_WINDOW_MS)) {
+    throw new InvalidArgumentError(`use 0 (off) or a window from 100ms to 10m (got ${JSON.stringify(text)})`);
+  }
+  return ms;
+}
+
+/** The one --resume-window flag both binaries take. */
+export function resumeWindowOption(): Option {
+  return new Option(
+    '--resume-window <duration>',
+    'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off',
+  )
+    .argParser(parseResumeWindow)
+    .default(parseResumeWindow('10s'), '10s');
 }

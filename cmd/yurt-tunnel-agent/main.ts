@@ -6,7 +6,17 @@ import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
-import { durationOption, packageVersion, parseBool, parseIP, parseLogFormat, parseNonNegativeInt, parsePort, parsePositiveInt } from '../common/flags.js';
+import {
+  durationOption,
+  packageVersion,
+  parseBool,
+  parseIP,
+  parseLogFormat,
+  parseNonNegativeInt,
+  parsePort,
+  parsePositiveInt,
+  resumeWindowOption,
+} from '../common/flags.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
 interface AgentFlags {
@@ -83,13 +93,7 @@ const program = new Command('yurt-tunnel-agent')
       '30s',
     ),
   )
-  .addOption(
-    durationOption(
-      '--resume-window <duration>',
-      'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off',
-      '10s',
-    ),
-  )
+  .addOption(resumeWindowOption())
   .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
   .option(
     '--max-concurrent-dials <n>',

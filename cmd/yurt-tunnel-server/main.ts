@@ -31,6 +31,7 @@ import {
   parsePort,
   parsePortList,
   parsePositiveInt,
+  resumeWindowOption,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
 import { errorMessage } from '../../pkg/protocol/errors.js';
@@ -193,13 +194,7 @@ const program = new Command('yurt-tunnel-server')
     'strict' as AgentIdentityCheck,
   )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
-  .addOption(
-    durationOption(
-      '--resume-window <duration>',
-      'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off',
-      '10s',
-    ),
-  )
+  .addOption(resumeWindowOption())
   .option(
     '--max-agent-streams <n>',
     'concurrent Connect streams one agent may hold, counted by its client certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED',

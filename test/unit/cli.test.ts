@@ -261,12 +261,16 @@ test('agent --agent-identifiers zone=a: exit 1, one line naming the unknown key'
   );
 });
 
-test('agent --dial-timeout soon and --node-ip node1: one line naming the flag', LIMIT, async (t) => {
+test('agent --dial-timeout soon, --resume-window 50ms and --node-ip node1: one line naming the flag', LIMIT, async (t) => {
   const h = harness(t);
   const base = [...(await baseAgentFlags(h)), '--tunnelserver-addr', '127.0.0.1:1'];
   assertRefused(
     await run(h, AGENT, [...base, '--dial-timeout', 'soon']),
     `error: option '--dial-timeout <duration>' argument 'soon' is invalid. not a duration: use e.g. 10s, 500ms, 1m (got "soon")`,
+  );
+  assertRefused(
+    await run(h, AGENT, [...base, '--resume-window', '50ms']),
+    `error: option '--resume-window <duration>' argument '50ms' is invalid. use 0 (off) or a window from 100ms to 10m (got "50ms")`,
   );
   assertRefused(
     await run(h, AGENT, [...base, '--node-ip', 'node1']),

@@ -17,6 +17,7 @@ import {
   parseNonNegativeInt,
   parsePort,
   parsePositiveInt,
+  parseResumeWindow,
 } from '../../cmd/common/flags.js';
 import { repoRoot } from '../support/upstream.js';
 
@@ -52,6 +53,17 @@ test('parseDuration refuses what is not a duration', LIMIT, () => {
   for (const text of ['soon', '', '10x', '-1s', 's', 'ms', '1m30', '10 s', ' 10s', '10s ', '1.s', '1..5s', '1s500', '1e3', '10sec']) {
     assert.throws(() => parseDuration(text), invalid(`not a duration: use e.g. 10s, 500ms, 1m (got ${JSON.stringify(text)})`), JSON.stringify(text));
   }
+});
+
+test('parseResumeWindow takes 0 (off) or 100ms to 10m, and refuses what resume metadata could not carry', LIMIT, () => {
+  assert.equal(parseResumeWindow('0'), 0);
+  assert.equal(parseResumeWindow('100ms'), 100);
+  assert.equal(parseResumeWindow('10s'), 10_000);
+  assert.equal(parseResumeWindow('10m'), 600_000);
+  for (const text of ['50ms', '10m1ms', '1h']) {
+    assert.throws(() => parseResumeWindow(text), invalid(`use 0 (off) or a window from 100ms to 10m (got ${JSON.stringify(text)})`), text);
+  }
+  assert.throws(() => parseResumeWindow('soon'), invalid('not a duration: use e.g. 10s, 500ms, 1m (got "soon")'));
 });
 
 test('parsePort accepts 0-65535', LIMIT, () => {
