@@ -6,42 +6,27 @@
 // (default 20,000).
 
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
+import { connect } from 'node:net';
 import { test } from 'node:test';
 import { harness } from '../support/harness.js';
-import { connectVia, startHangingListener, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
+import { connectVia, startChurnTarget, startHangingListener, startTunnel, waitFor } from '../support/tunnel.js';
 
 const TOTAL = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
 const CONCURRENCY = 200;
 
 test(`churn: ${TOTAL} connections ending every way leave every table empty and nothing open`, { timeout: 300_000 }, async (t) => {
   const h = harness(t);
-  const block = Buffer.alloc(16 * 1024, 3);
   // First byte from the client says how the target behaves: 'e' echo, 'c' answer then close first, 's' stream until gone.
   // How each target connection's end first showed: a clean EOF or an error (a reset), by mode.
   const targetEnds: Record<string, { eof: number; reset: number }> = { e: { eof: 0, reset: 0 }, c: { eof: 0, reset: 0 }, s: { eof: 0, reset: 0 } };
-  const target = await startTCPServer(h, (s: Socket) => {
-    s.once('data', (first: Buffer) => {
-      const mode = String.fromCharCode(first[0]!);
-      let seen = false;
-      const saw = (how: 'eof' | 'reset'): void => {
-        if (!seen) targetEnds[mode]![how]++;
-        seen = true;
-      };
-      s.once('end', () => saw('eof'));
-      s.once('error', () => saw('reset'));
-      if (mode === 'c') s.end('bye');
-      else if (mode === 's') {
-        const pump = (): void => {
-          while (!s.destroyed && s.writable && s.write(block));
-        };
-        s.on('drain', pump);
-        pump();
-      } else {
-        s.write(first);
-        s.pipe(s);
-      }
-    });
+  const target = await startChurnTarget(h, (s, mode) => {
+    let seen = false;
+    const saw = (how: 'eof' | 'reset'): void => {
+      if (!seen) targetEnds[mode]![how]++;
+      seen = true;
+    };
+    s.once('end', () => saw('eof'));
+    s.once('error', () => saw('reset'));
   });
   const hanging = await startHangingListener(h);
   const { server, agent } = await startTunnel(h, { agent: { dialTimeoutMs: 60_000 } });

@@ -18,6 +18,7 @@ import { testPKI } from '../support/pki.js';
 import {
   connectVia,
   startAgent,
+  startChurnTarget,
   startEchoServer,
   startHangingListener,
   startServer,
@@ -348,25 +349,8 @@ test(
   async (t) => {
     const h = harness(t);
     const total = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
-    const block = Buffer.alloc(16 * 1024, 3);
     // First byte from the client says how the target behaves: 'e' echo, 'c' answer then close first, 's' stream until gone.
-    const target = await startTCPServer(h, (s: Socket) => {
-      s.on('error', () => {});
-      s.once('data', (first: Buffer) => {
-        const mode = String.fromCharCode(first[0]!);
-        if (mode === 'c') s.end('bye');
-        else if (mode === 's') {
-          const pump = (): void => {
-            while (!s.destroyed && s.writable && s.write(block));
-          };
-          s.on('drain', pump);
-          pump();
-        } else {
-          s.write(first);
-          s.pipe(s);
-        }
-      });
-    });
+    const target = await startChurnTarget(h);
     const hanging = await startHangingListener(h);
     const { server, agent, relay } = await setup(h);
     const counts = { normal: 0, targetFirst: 0, reset: 0, cancelled: 0 };

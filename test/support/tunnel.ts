@@ -280,6 +280,35 @@ export function startFirehose(h: Harness): Promise<{ server: Server; port: numbe
   });
 }
 
+/**
+ * The churn tests' target: the client's first byte says how it behaves: 'c' answers "bye" and
+ * closes first, 's' streams 16 KiB blocks until the connection goes, anything else echoes (that
+ * byte too). `onConnection` sees each connection with its mode first, e.g. to watch how it ends.
+ */
+export function startChurnTarget(
+  h: Harness,
+  onConnection: (s: Socket, mode: string) => void = () => {},
+): Promise<{ server: Server; port: number; sockets: Set<Socket> }> {
+  const block = Buffer.alloc(16 * 1024, 3);
+  return startTCPServer(h, (s) => {
+    s.once('data', (first: Buffer) => {
+      const mode = String.fromCharCode(first[0]!);
+      onConnection(s, mode);
+      if (mode === 'c') s.end('bye');
+      else if (mode === 's') {
+        const pump = (): void => {
+          while (!s.destroyed && s.writable && s.write(block));
+        };
+        s.on('drain', pump);
+        pump();
+      } else {
+        s.write(first);
+        s.pipe(s);
+      }
+    });
+  });
+}
+
 /** An echo server: every byte comes back; closes when the client closes. */
 export function startEchoServer(h: Harness): Promise<{ server: Server; port: number; sockets: Set<Socket> }> {
   return startTCPServer(h, (s) => s.pipe(s));
