@@ -10,7 +10,8 @@
 // - half-close (CLOSE_WRITE) between our own ends; against upstream peers the
 //   server lingers after its caller's end for the rest of the answer;
 // - the close handshake: the final packet owed by each side, once, and the
-//   close timer for a peer or a socket that never finishes closing;
+//   close timer for a peer or a socket that never finishes closing (it, and
+//   the linger, wait on while the link is suspended: session resume);
 // - a cut connection is not a finished one: a failure on either side is an
 //   abortive close of the other (abortStream; a final packet carrying the
 //   error); a clean end (EOF) stays an end, after the last bytes.
@@ -419,6 +420,11 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   private readonly onLingerExpired = (): void => {
+    // While the link is suspended (session resume) the peer cannot answer: its silence says nothing yet.
+    if (this.linkSuspended && !this.done) {
+      this.lingerTimer?.refresh();
+      return;
+    }
     this.lingerTimer = undefined;
     if (this.done) return;
     this.sendFinal(null);
@@ -491,13 +497,18 @@ export abstract class SocketRelay implements MuxConn {
     if (packet !== undefined) this.link.sendControl(packet);
   }
 
+  /** The link's transport is gone for now and may come back (session resume): waiting on the peer is no failure yet. */
+  get linkSuspended(): boolean {
+    return this.link.suspended === true;
+  }
+
   /** A peer (or a socket) that never finishes closing must not keep the connection forever. */
   private startCloseTimer(): void {
     if (this.closeTimer !== undefined || this.done) return;
     this.closeTimer = setTimeout(() => {
       this.closeTimer = undefined;
       // While the link is suspended (session resume) the peer cannot answer: wait another round.
-      if (this.link.suspended === true) {
+      if (this.linkSuspended) {
         this.startCloseTimer();
         return;
       }

@@ -379,3 +379,82 @@ for (const highWaterMark of [64 * 1024, 1024]) {
     },
   );
 }
+
+/**
+ * A link whose transport can go (session resume) from suspend() until
+ * resume(): DATA callbacks wait meanwhile. Counts how often a timer asked
+ * whether it is suspended, so a test can wait for timers that expired during
+ * the blip.
+ */
+class SuspendableLink extends RecordingLink {
+  private isSuspended = false;
+  asked = 0;
+
+  get suspended(): boolean {
+    this.asked++;
+    return this.isSuspended;
+  }
+
+  suspend(): void {
+    this.isSuspended = true;
+    this.holdCallbacks = true;
+  }
+
+  resume(): void {
+    this.isSuspended = false;
+    this.holdCallbacks = false;
+    while (this.pendingCallbacks > 0) this.releaseOne();
+  }
+}
+
+test('TunnelRelay on a suspended link: its last bytes wait for the link however many close timeouts pass, then it closes cleanly', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new SuspendableLink();
+  link.suspend();
+  const relay = tunnelRelay(link, { halfClose: true, closeTimeoutMs: 50 }, { halfClose: true });
+  h.defer(() => relay.destroy());
+  const end = ended(relay);
+  relay.attach(near);
+  // The agent has finished (CLOSE_WRITE); the caller sends its tail and ends: its socket
+  // closes while the tail waits for the link, and the close timer starts.
+  relay.remoteEndWrite();
+  far.end('the tail');
+  await waitFor('the tail handed to the link', () => link.pendingCallbacks === 1);
+  // The close timer expires three times during the blip; each time the link is still suspended.
+  await waitFor('three close timeouts during the blip', () => link.asked >= 3);
+  assert.equal(relay.closed, false, 'the relay waited for its link');
+  link.resume();
+  assert.equal(await end, undefined, 'a clean close');
+  assert.equal(link.sentBytes().toString(), 'the tail');
+  assert.deepEqual(
+    link.ofType('CLOSE_REQ').map((p) => (p as { error?: string }).error ?? ''),
+    [''],
+    'one CLOSE_REQ, without an error',
+  );
+});
+
+test(
+  "TunnelRelay on a suspended link: waiting for the agent's CLOSE_RSP outlasts the close timeout; the answer after the resume closes it cleanly",
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    const link = new SuspendableLink();
+    const relay = tunnelRelay(link, { closeTimeoutMs: 50 });
+    h.defer(() => relay.destroy());
+    const end = ended(relay);
+    relay.attach(near);
+    // The caller ends; CLOSE_REQ goes out, and the agent's CLOSE_RSP is awaited while the link is down.
+    link.suspend();
+    far.end();
+    await waitFor('CLOSE_REQ sent', () => link.ofType('CLOSE_REQ').length === 1);
+    const askedBefore = link.asked;
+    await waitFor('three close timeouts during the blip', () => link.asked >= askedBefore + 3);
+    assert.equal(relay.closed, false, 'the relay waited for the agent');
+    link.resume();
+    relay.remoteClose();
+    assert.equal(await end, undefined, 'a clean close');
+    assert.equal((link.ofType('CLOSE_REQ')[0] as { error?: string }).error ?? '', '');
+  },
+);
