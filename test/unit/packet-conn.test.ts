@@ -16,57 +16,12 @@ import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
 import type { KnownPacket, WindowUpdatePacket } from '../../pkg/protocol/packet.js';
-import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import { Backend } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
 import { harness, type Harness } from '../support/harness.js';
+import { RecordingLink } from '../support/recording-link.js';
 
 const LIMIT = { timeout: 10_000 };
-
-/** Records what a connection asks of its link; can hold back sendData's callback. */
-class RecordingLink implements AgentLink {
-  readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
-  readonly control: KnownPacket[] = [];
-  pauses = 0;
-  resumes = 0;
-  /** While true, sendData callbacks wait in `pending` until release(). */
-  holdCallbacks = false;
-  private readonly pending: Array<(err?: Error | null) => void> = [];
-
-  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
-    this.data.push({ connectID, data: Buffer.from(data) });
-    if (this.holdCallbacks) this.pending.push(cb);
-    else cb();
-  }
-
-  sendControl(packet: KnownPacket): boolean {
-    this.control.push(packet);
-    return true;
-  }
-
-  pauseReceive(_holder: object): void {
-    this.pauses++;
-  }
-
-  resumeReceive(_holder: object): void {
-    this.resumes++;
-  }
-
-  close(): void {
-    assert.fail('a connection closed the whole agent link');
-  }
-
-  get pendingCallbacks(): number {
-    return this.pending.length;
-  }
-
-  /** Calls the oldest held callback. */
-  releaseOne(): void {
-    const cb = this.pending.shift();
-    assert.ok(cb !== undefined, 'no sendData callback is waiting');
-    cb();
-  }
-}
 
 function tunnelConn(
   h: Harness,

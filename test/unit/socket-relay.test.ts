@@ -13,64 +13,13 @@ import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { MAX_DATA_PAYLOAD } from '../../pkg/mux/packet-conn.js';
 import type { SocketRelay } from '../../pkg/mux/socket-relay.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
-import type { KnownPacket } from '../../pkg/protocol/packet.js';
-import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { waitFor } from '../support/tunnel.js';
+import { RecordingLink } from '../support/recording-link.js';
 
 const LIMIT = { timeout: 20_000 };
 const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
-
-class RecordingLink implements AgentLink {
-  readonly data: Array<{ connectID: bigint; data: Buffer }> = [];
-  readonly control: KnownPacket[] = [];
-  pauses = 0;
-  resumes = 0;
-  holdCallbacks = false;
-  private readonly pending: Array<(err?: Error | null) => void> = [];
-
-  sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
-    this.data.push({ connectID, data: Buffer.from(data) });
-    if (this.holdCallbacks) this.pending.push(cb);
-    else cb();
-  }
-
-  sendControl(packet: KnownPacket): boolean {
-    this.control.push(packet);
-    return true;
-  }
-
-  pauseReceive(): void {
-    this.pauses++;
-  }
-
-  resumeReceive(): void {
-    this.resumes++;
-  }
-
-  close(): void {
-    assert.fail('a connection closed the whole agent link');
-  }
-
-  get pendingCallbacks(): number {
-    return this.pending.length;
-  }
-
-  releaseOne(): void {
-    const cb = this.pending.shift();
-    assert.ok(cb !== undefined, 'no sendData callback is waiting');
-    cb();
-  }
-
-  sentBytes(): Buffer {
-    return Buffer.concat(this.data.map((d) => d.data));
-  }
-
-  ofType(type: KnownPacket['type']): KnownPacket[] {
-    return this.control.filter((p) => p.type === type);
-  }
-}
 
 /** Two ends of one loopback TCP connection: `near` is joined to the relay, `far` plays the target or the caller. */
 async function socketPair(h: Harness): Promise<{ near: Socket; far: Socket }> {
