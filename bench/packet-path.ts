@@ -12,7 +12,7 @@
 // acknowledgements), so that what resume costs per packet shows beside it.
 
 import { PerformanceObserver } from 'node:perf_hooks';
-import { memoryLinkPair, type MemoryLinkPair } from '../test/support/memory-link.js';
+import { memoryLinkPair, sendWithBackPressure, type MemoryLinkPair } from '../test/support/memory-link.js';
 import { countBufferAllocations } from '../test/support/buffer-allocations.js';
 import type { PacketLink } from '../pkg/mux/packet-link.js';
 import { ResumableLink } from '../pkg/mux/resumable-link.js';
@@ -114,24 +114,7 @@ function bulk(messages: number) {
       pair.onServerPacket((p) => {
         if (p.type === 'DATA' && ++received === messages) resolve();
       });
-      let sent = 0;
-      const next = (): void => {
-        while (sent < messages) {
-          sent++;
-          let waiting = true;
-          pair.agent.sendData(7n, payload, () => {
-            if (waiting) waiting = false;
-            else next();
-          });
-          // The link is full: the callback comes on drain and sends on.
-          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- false if the callback already ran
-          if (waiting) {
-            waiting = false;
-            return;
-          }
-        }
-      };
-      next();
+      sendWithBackPressure(pair.agent, 7n, payload, messages);
     });
 }
 

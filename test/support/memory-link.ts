@@ -10,6 +10,7 @@ import { Duplex } from 'node:stream';
 import { ClientPacketCall } from '../../pkg/grpc/client-call.js';
 import { ServerPacketCall } from '../../pkg/grpc/server-call.js';
 import type { Packet } from '../../pkg/protocol/packet.js';
+import type { PacketLink } from '../../pkg/mux/packet-link.js';
 
 const STREAM_WINDOW = 4 * 1024 * 1024;
 const CONNECTION_WINDOW = 16 * 1024 * 1024;
@@ -150,4 +151,29 @@ export async function memoryLinkPair(): Promise<MemoryLinkPair> {
       for (const s of [agentTransport, serverTransport]) s.destroy();
     },
   };
+}
+
+/**
+ * Sends `count` DATA packets of `payload` on `link` as fast as it takes them: on
+ * while sendData calls back at once, and on from the callback once the link
+ * was full (back-pressure), as a connection's writer does.
+ */
+export function sendWithBackPressure(link: Pick<PacketLink, 'sendData'>, connectID: bigint, payload: Buffer, count: number): void {
+  let sent = 0;
+  const next = (): void => {
+    while (sent < count) {
+      sent++;
+      let waiting = true;
+      link.sendData(connectID, payload, () => {
+        if (waiting) waiting = false;
+        else next();
+      });
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- false if the callback already ran
+      if (waiting) {
+        waiting = false;
+        return;
+      }
+    }
+  };
+  next();
 }

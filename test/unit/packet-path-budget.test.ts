@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Packet } from '../../pkg/protocol/packet.js';
 import { countBufferAllocations } from '../support/buffer-allocations.js';
-import { memoryLinkPair, type MemoryLinkPair } from '../support/memory-link.js';
+import { memoryLinkPair, sendWithBackPressure, type MemoryLinkPair } from '../support/memory-link.js';
 
 const KiB = 1024;
 
@@ -98,23 +98,7 @@ test('bulk: a 64 KiB payload is not copied on the way out and joined once on the
         all.push(p);
         if (all.length === N) resolve(all);
       });
-      let sent = 0;
-      const next = (): void => {
-        while (sent < N) {
-          sent++;
-          let waiting = true;
-          pair.agent.sendData(5n, payload, () => {
-            if (waiting) waiting = false;
-            else next();
-          });
-          // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- false if the callback already ran
-          if (waiting) {
-            waiting = false;
-            return;
-          }
-        }
-      };
-      next();
+      sendWithBackPressure(pair.agent, 5n, payload, N);
     });
   });
   assert.ok(got.every((p) => p.type === 'DATA' && p.data.length === payload.length));
