@@ -23,6 +23,7 @@ import {
   startHangingListener,
   startServer,
   startTCPServer,
+  tunnelTablesEmpty,
   waitFor,
   type TestAgent,
   type TestServer,
@@ -462,17 +463,7 @@ test(
     await waitFor('the last blip bridged', () => agent.clients.connectedServers === 1 && server.tunnel.sessions.suspendedCount === 0, 15_000);
     assert.ok(server.log.find('agent link resumed').length >= 5, 'the blips were bridged by resumes');
     assert.equal(server.log.find('agent session expired').length, 0, 'no session expired');
-    await waitFor(
-      'every table empty',
-      () =>
-        server.tunnel.pendingDialCount === 0 &&
-        server.tunnel.establishedCount() === 0 &&
-        agent.clients.connCount === 0 &&
-        agent.clients.pendingDialCount === 0 &&
-        target.sockets.size === 0 &&
-        server.tunnel.sessions.suspendedCount === 0,
-      30_000,
-    );
+    await waitFor('every table empty', () => tunnelTablesEmpty(server, agent) && target.sockets.size === 0, 30_000);
     assert.equal(server.tunnel.sessions.size, 1, 'one session: the live link');
     forgetLogs();
     const liveAfter = await live();

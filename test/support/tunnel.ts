@@ -416,3 +416,14 @@ export async function startRelay(h: Harness, targetPort: number): Promise<{ port
   const relay = await startBlipRelay(h, [targetPort]);
   return { port: relay.port, freeze: () => relay.freeze(), connections: () => relay.connections() };
 }
+
+/** True when neither end holds a connection, a pending dial or a suspended session: what every churn ends with. */
+export function tunnelTablesEmpty(server: TestServer, agent: TestAgent): boolean {
+  return (
+    server.tunnel.pendingDialCount === 0 &&
+    server.tunnel.establishedCount() === 0 &&
+    server.tunnel.sessions.suspendedCount === 0 &&
+    agent.clients.connCount === 0 &&
+    agent.clients.pendingDialCount === 0
+  );
+}
