@@ -99,7 +99,10 @@ export class WebSocketExecSession extends EventEmitter {
 
   private onChannelData(channel: number, data: Buffer): void {
     if (channel === CHANNEL.stdin) {
-      if (this.opts.plan.echoStdin && !this.stdinClosed && !this.finished) this.sendChannel(CHANNEL.stdout, data);
+      if (this.opts.plan.echoStdin && !this.stdinClosed && !this.finished) {
+        const echo = this.opts.plan.transform(data);
+        if (echo.length > 0) this.sendChannel(CHANNEL.stdout, echo);
+      }
     } else if (channel === CHANNEL.close && this.opts.protocol === 'v5.channel.k8s.io') {
       // Each payload byte names a channel the client will not write to again.
       if (data.includes(CHANNEL.stdin) && !this.stdinClosed) {
