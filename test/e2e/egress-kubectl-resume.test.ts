@@ -43,6 +43,8 @@ function runKubectl(cp: ControlPlane, args: string[]): Kubectl {
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (text: string) => pieces.push({ at: performance.now(), text }));
   child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+  // A kubectl that exited early fails the test by its exit; a write to its closed stdin must not end the process first.
+  child.stdin.on('error', () => {});
   const k: Kubectl = {
     child,
     pieces,
