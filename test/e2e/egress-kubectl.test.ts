@@ -61,11 +61,12 @@ function kubectlCases(state: () => { cp: ControlPlane; kubelet: StandinKubelet; 
     const { cp } = state();
     const plain = await cp.kubectl(['exec', 'p1', '-c', 'c1', '--', 'echo', 'hello', 'from', 'the', 'edge']);
     assert.equal(plain.code, 0, plain.stderr);
-    assert.equal(plain.stdout, 'hello from the edge\n');
+    // kubectl's complaints (e.g. "Unknown stream id 1, discarding message") say why output is missing.
+    assert.equal(plain.stdout, 'hello from the edge\n', plain.stderr);
     const input = 'stdin through the tunnel\n'.repeat(100);
     const interactive = await cp.kubectl(['exec', '-i', 'p1', '-c', 'c1', '--', 'cat'], { input });
     assert.equal(interactive.code, 0, interactive.stderr);
-    assert.equal(interactive.stdout, input);
+    assert.equal(interactive.stdout, input, interactive.stderr);
   });
 
   test('kubectl port-forward: a byte-exact echo through the forwarded port', async () => {

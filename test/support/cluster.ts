@@ -57,19 +57,23 @@ export async function startTestAgent(
   return agent;
 }
 
-/** An agent that bootstraps its certificate with node `node`'s kubelet identity. */
+/**
+ * An agent that bootstraps its certificate with node `node`'s kubelet identity;
+ * `extra` overrides the tests' options (e.g. tunnelServerAddr: a relay in front of `server`).
+ */
 export async function startClusterAgent(
   h: Harness,
   cp: ControlPlane,
   server: TunnelServer,
   dir: string,
   node: string,
-  log = new MemoryLogger(2),
+  extra: Partial<AgentOptions> = {},
 ): Promise<TunnelAgent> {
   return startTestAgent(h, server, {
     nodeName: node,
     certDir: join(dir, `agent-${node}-pki`),
     kubeSource: { kind: 'kubeconfig', path: await kubeletKubeconfig(cp, node) },
-    logger: log,
+    logger: new MemoryLogger(2),
+    ...extra,
   });
 }

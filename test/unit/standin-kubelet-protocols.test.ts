@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { constants, inflateSync } from 'node:zlib';
 import { PatternVerifier, patternByte, patternBytes } from '../support/standin-kubelet/bytes.js';
 import { PatternMismatchError, SpdyProtocolError, WebSocketProtocolError } from '../support/standin-kubelet/errors.js';
-import { parseStreamOptions, planExec } from '../support/standin-kubelet/exec.js';
+import { lineNumberer, parseStreamOptions, planExec } from '../support/standin-kubelet/exec.js';
 import { parseLogQuery } from '../support/standin-kubelet/logs.js';
 import { ChunkedDecoder } from '../support/standin-kubelet/raw-http.js';
 import {
@@ -238,6 +238,13 @@ test('query parsing follows the kubelet: flags are "1", log options Go-parsed an
   assert.equal(planExec({ command: ['echo', 'a', 'b'], stdin: true, stdout: true, stderr: false, tty: false }).output.toString(), 'a b\n');
   assert.equal(planExec({ command: ['false'], stdin: false, stdout: true, stderr: false, tty: false }).exitCode, 1);
 
+  assert.equal(
+    planExec({ command: ['cat'], stdin: true, stdout: true, stderr: false, tty: false })
+      .transform(Buffer.from('as is'))
+      .toString(),
+    'as is',
+  );
+
   assert.deepEqual(parseLogQuery(new URLSearchParams('follow=T&tailLines=2&timestamps=1&limitBytes=5&sinceSeconds=10')), {
     follow: true,
     timestamps: true,
@@ -247,4 +254,22 @@ test('query parsing follows the kubelet: flags are "1", log options Go-parsed an
   });
   assert.equal((parseLogQuery(new URLSearchParams('tailLines=two')) as { status: number }).status, 400);
   assert.equal((parseLogQuery(new URLSearchParams('sinceSeconds=5&sinceTime=2024-01-01T00:00:00Z')) as { status: number }).status, 422);
+});
+
+test('nl numbers whole stdin lines with its session, the same at every split point, and keeps a partial line for its end', LIMIT, () => {
+  const input = Buffer.from('one\n\nthree and more\nfour');
+  for (let cut = 0; cut <= input.length; cut++) {
+    const nl = lineNumberer('s1');
+    const out = Buffer.concat([nl(input.subarray(0, cut)), nl(input.subarray(cut))]).toString();
+    assert.equal(out, 's1 1 one\ns1 2 \ns1 3 three and more\n', `cut at ${cut}`);
+    assert.equal(nl(Buffer.from('\n')).toString(), 's1 4 four\n');
+  }
+  const opts = { command: ['nl'], stdin: true, stdout: true, stderr: false, tty: false };
+  const [a, b] = [planExec(opts), planExec(opts)];
+  assert.equal(a.echoStdin, true);
+  assert.notEqual(
+    a.transform(Buffer.from('x\n')).toString().split(' ')[0],
+    b.transform(Buffer.from('x\n')).toString().split(' ')[0],
+    'each exec has its own session',
+  );
 });

@@ -33,6 +33,12 @@ export interface StandinKubeletOptions {
   execWebSocketProtocols?: readonly string[];
   /** How long exec/port-forward wait for the client's streams; default 30 000 ms (kubelet's default). */
   streamCreationTimeoutMs?: number;
+  /**
+   * How long a WebSocket exec's command takes to start (its first output, its exit); default 50 ms, 0 at once.
+   * A real runtime takes about that to start a process; kubectl v1.32 (client-go before
+   * kubernetes#131203) discards WebSocket messages that arrive before it has set up its streams.
+   */
+  execStartDelayMs?: number;
   /** How long a WebSocket/SPDY close waits for the peer; default 1000 ms. */
   closeTimeoutMs?: number;
   /** Entries kept in each record array; default 100 000. */
@@ -52,6 +58,7 @@ export interface ResolvedOptions {
   targets: ReadonlyMap<number, PortForwardTarget>;
   execWebSocketProtocols: readonly string[];
   streamCreationTimeoutMs: number;
+  execStartDelayMs: number;
   closeTimeoutMs: number;
   maxRecords: number;
 }
@@ -64,6 +71,12 @@ function pem(value: unknown, name: string): string {
 function positive(value: number | undefined, fallback: number, name: string): number {
   const v = value ?? fallback;
   if (!Number.isFinite(v) || v <= 0) throw new TypeError(`StandinKubelet: option ${name} must be a positive number, got ${String(value)}`);
+  return v;
+}
+
+function notNegative(value: number | undefined, fallback: number, name: string): number {
+  const v = value ?? fallback;
+  if (!Number.isFinite(v) || v < 0) throw new TypeError(`StandinKubelet: option ${name} must be a number of at least 0, got ${String(value)}`);
   return v;
 }
 
@@ -97,6 +110,7 @@ export function resolveOptions(opts: StandinKubeletOptions): ResolvedOptions {
     targets,
     execWebSocketProtocols,
     streamCreationTimeoutMs: positive(opts.streamCreationTimeoutMs, 30_000, 'streamCreationTimeoutMs'),
+    execStartDelayMs: notNegative(opts.execStartDelayMs, 50, 'execStartDelayMs'),
     closeTimeoutMs: positive(opts.closeTimeoutMs, 1000, 'closeTimeoutMs'),
     maxRecords: positive(opts.maxRecords, 100_000, 'maxRecords'),
   };

@@ -82,12 +82,19 @@ async function run(o: SpdyExecOptions, streams: Map<string, SpdyStream>): Promis
   if (o.plan.output.length > 0) stdout?.write(o.plan.output);
   if (stdin !== undefined) {
     if (o.plan.echoStdin && stdout !== undefined) {
-      stdin.pipe(stdout, { end: false });
+      const echo = (data: Buffer): void => {
+        const out = o.plan.transform(data);
+        if (out.length === 0 || stdout.write(out)) return;
+        // Stop reading stdin until the client has taken our output.
+        stdin.pause();
+        stdout.once('drain', () => stdin.resume());
+      };
+      stdin.on('data', echo);
       await new Promise<void>((resolve) => {
         stdin.once('end', resolve);
         stdin.once('close', resolve);
       });
-      stdin.unpipe(stdout);
+      stdin.off('data', echo);
     } else {
       stdin.resume();
     }

@@ -53,6 +53,7 @@ export function answerStreamUpgrade(ctx: UpgradeContext, socket: Duplex, head: B
         protocol: d.protocol,
         options,
         plan: planExec(options),
+        startDelayMs: ctx.opts.execStartDelayMs,
         closeTimeoutMs: ctx.opts.closeTimeoutMs,
         logger: log,
       });

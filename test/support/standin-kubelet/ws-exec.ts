@@ -19,6 +19,8 @@ export interface WebSocketExecOptions {
   protocol: string;
   options: StreamOptions;
   plan: ExecPlan;
+  /** How long the command takes to start: its output and exit come no sooner (a client may not be ready for them at once). */
+  startDelayMs: number;
   /** How long to wait for the peer's close frame after ours; default 1000 ms. */
   closeTimeoutMs: number;
   logger: Logger;
@@ -42,6 +44,7 @@ export class WebSocketExecSession extends EventEmitter {
   private closeReceived = false;
   private waitingForDrain = false;
   private closeTimer: NodeJS.Timeout | null = null;
+  private startTimer: NodeJS.Timeout | null = null;
 
   constructor(opts: WebSocketExecOptions) {
     super();
@@ -57,14 +60,25 @@ export class WebSocketExecSession extends EventEmitter {
     this.socket.once('close', () => {
       if (this.closeTimer !== null) clearTimeout(this.closeTimer);
       this.closeTimer = null;
+      if (this.startTimer !== null) clearTimeout(this.startTimer);
+      this.startTimer = null;
       this.emit('close');
     });
   }
 
-  /** Call after the 101 is written. */
+  /** Call after the 101 is written; the command starts after startDelayMs. */
   start(): void {
-    if (this.opts.plan.output.length > 0) this.sendChannel(CHANNEL.stdout, this.opts.plan.output);
-    if (!this.opts.plan.echoStdin) this.finish(this.opts.plan.exitCode);
+    const run = (): void => {
+      this.startTimer = null;
+      if (this.opts.plan.output.length > 0) this.sendChannel(CHANNEL.stdout, this.opts.plan.output);
+      if (!this.opts.plan.echoStdin) this.finish(this.opts.plan.exitCode);
+    };
+    if (this.opts.startDelayMs > 0) {
+      this.startTimer = setTimeout(run, this.opts.startDelayMs);
+      this.startTimer.unref();
+    } else {
+      run();
+    }
     if (this.opts.head.length > 0) this.onSocketData(this.opts.head);
   }
 
@@ -99,7 +113,10 @@ export class WebSocketExecSession extends EventEmitter {
 
   private onChannelData(channel: number, data: Buffer): void {
     if (channel === CHANNEL.stdin) {
-      if (this.opts.plan.echoStdin && !this.stdinClosed && !this.finished) this.sendChannel(CHANNEL.stdout, data);
+      if (this.opts.plan.echoStdin && !this.stdinClosed && !this.finished) {
+        const echo = this.opts.plan.transform(data);
+        if (echo.length > 0) this.sendChannel(CHANNEL.stdout, echo);
+      }
     } else if (channel === CHANNEL.close && this.opts.protocol === 'v5.channel.k8s.io') {
       // Each payload byte names a channel the client will not write to again.
       if (data.includes(CHANNEL.stdin) && !this.stdinClosed) {
