@@ -9,16 +9,40 @@
 // A token is "<id>.<secret>": the ID finds the session, the secret proves the
 // right to it. Only a hash of the secret is kept, and it is compared in
 // constant time, so neither memory nor timing gives it away. A token that is
-// right but comes with another certificate or agentID is "foreign": the
-// session is not handed over, nor touched.
+// right but comes with another agentID, or with a certificate that is not the
+// same identity (below), is "foreign": the session is not handed over, nor
+// touched.
+//
+// Which certificate may take a session back: when the server's identity
+// check verified that the certificate names the agentID (--agent-identity-check
+// strict or agent-id), any certificate a trusted CA issued that names it is
+// that agent's, as every new link already assumes; so an agent whose
+// certificate was renewed during a blip resumes with the new one. When
+// nothing ties agentID to the certificate (identity check none, where agents
+// may share one certificate and claim any agentID), only the very
+// certificate that opened the session (its SHA-256 fingerprint) may.
 
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SESSION_ID_BYTES, SESSION_SECRET_BYTES, parseSessionToken, type SessionClaim } from '../protocol/resume.js';
 
-/** Who opened a session: the claimed agentID, and the SHA-256 fingerprint of the verified client certificate. */
+/** Who opened (or presents a claim on) a session: the agentID, and the verified client certificate. */
 export interface SessionOwner {
   agentID: string;
+  /** SHA-256 fingerprint of the client certificate ('' if none). */
   fingerprint: string;
+  /** The server's identity check verified that the certificate names agentID (not so with --agent-identity-check none). */
+  identityVerified: boolean;
+}
+
+/**
+ * Whether `caller` is the agent that owns a session: the same agentID, and
+ * either the same certificate, or both certificates verified to name that
+ * agentID (a certificate renewed for the same node).
+ */
+export function sameOwner(owner: SessionOwner, caller: SessionOwner): boolean {
+  if (caller.agentID !== owner.agentID || caller.fingerprint === '' || owner.fingerprint === '') return false;
+  if (caller.fingerprint === owner.fingerprint) return true;
+  return owner.identityVerified && caller.identityVerified;
 }
 
 export class Session<V> {
@@ -51,7 +75,7 @@ export type SessionLookup<V> =
   | { kind: 'found'; session: Session<V> }
   /** No such session here (never was, expired, or the secret is wrong): the call starts a new one. */
   | { kind: 'unknown'; reason: 'no-session' | 'wrong-secret' | 'malformed' }
-  /** The token is right, but the agentID or certificate is not the one it was issued to: refuse; leave the session alone. */
+  /** The token is right, but the agentID or certificate is not its owner's (sameOwner): refuse; leave the session alone. */
   | { kind: 'foreign'; session: Session<V> }
   /** An attempt not above one already taken: a call that arrived late; refuse it. */
   | { kind: 'stale'; session: Session<V> };
@@ -114,7 +138,7 @@ export class SessionTable<V> {
     const session = this.sessions.get(token.id);
     if (session === undefined) return { kind: 'unknown', reason: 'no-session' };
     if (!timingSafeEqual(sha256(token.secret), session.secretHash)) return { kind: 'unknown', reason: 'wrong-secret' };
-    if (caller.agentID !== session.owner.agentID || caller.fingerprint !== session.owner.fingerprint) return { kind: 'foreign', session };
+    if (!sameOwner(session.owner, caller)) return { kind: 'foreign', session };
     if (claim.attempt <= session.lastAttempt) return { kind: 'stale', session };
     return { kind: 'found', session };
   }

@@ -3,7 +3,7 @@
 // while; a silent one forwards nothing and leaves the old flows dark.
 
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
+import { createHash, X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
@@ -109,6 +109,25 @@ function agentSession(agent: TestAgent): ServerConnection {
   const c = (agent.clients as unknown as { clients: Map<string, ServerConnection> }).clients.get('test-server');
   assert.ok(c !== undefined, 'the agent holds a link to test-server');
   return c;
+}
+
+/** A raw agent call with `pair`'s certificate, as `agentID`, presenting one claim on `token`. */
+function dialWithClaim(server: TestServer, pair: { cert: string; key: string }, agentID: string, token: string): ReturnType<typeof dialServer> {
+  return dialServer(
+    {
+      address: server.agentAddress,
+      verifyName: '127.0.0.1',
+      tls: { ca: testPKI().ca.cert, cert: pair.cert, key: pair.key },
+      agentID,
+      identifiers: '',
+      receiveWindow: 1 * MiB,
+      connWindow: 1 * MiB,
+      halfClose: true,
+      handshakeTimeoutMs: 10_000,
+      resume: { windowMs: 10_000, claims: [{ token, received: 0, attempt: 1_000 }] },
+    },
+    silentLogger(),
+  );
 }
 
 const TRANSFER = 256 * MiB;
@@ -278,6 +297,82 @@ test("a session token presented over another agent's certificate is refused, and
   }
   assert.equal(back, 'still mine');
 });
+
+test('an agent whose certificate was renewed during a blip resumes its session with the new certificate, byte-exact', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  let sent: Promise<string> | undefined;
+  const source = await startTCPServer(h, (s) => {
+    sent = pump(s, 32 * MiB);
+  });
+  const { server, agent, relay } = await setup(h);
+  // The renewal (pkg/certs rotation) hands the agent a new key and certificate for the same node from the same CA.
+  const pki = testPKI();
+  const renewed = pki.issue({
+    commonName: 'system:node:edge-1',
+    organizations: ['system:nodes'],
+    dnsNames: ['edge-1'],
+    ips: ['127.0.0.1'],
+    usages: ['clientAuth'],
+  });
+  const res = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(res.status, 200);
+  let blipped: Promise<void> | undefined;
+  const hashIn = createHash('sha256').update(res.rest);
+  const received = drain(res.socket, (n) => {
+    if (blipped !== undefined || n < 8 * MiB) return;
+    blipped = relay.blip('reset', 2000);
+    // Before the agent can redial: every dial from now on presents the renewed certificate.
+    agent.clients.setTLS({ ca: pki.ca.cert, cert: renewed.cert, key: renewed.key });
+  });
+  res.socket.on('data', (c: Buffer) => hashIn.update(c));
+  const r = await received;
+  await blipped;
+  assert.equal(r.bytes + res.rest.length, 32 * MiB);
+  assert.equal(hashIn.digest('hex'), await sent, 'the bytes arrived once each, in order');
+  const resumed = server.log.find('agent link resumed');
+  assert.equal(resumed.length, 1, 'the session was resumed');
+  assert.equal(resumed[0]!.fields.certificateRenewed, true);
+  assert.equal(server.log.find('session token presented with another certificate or agentID; not honoured').length, 0);
+  const [backend] = server.tunnel.registry.streamsOf('edge-1');
+  assert.match(backend!.certSubject, /^CN=system:node:edge-1;/, 'the session now runs on the renewed certificate');
+  assert.equal(backend!.session?.owner.fingerprint, new X509Certificate(renewed.cert).fingerprint256);
+  res.socket.destroy();
+});
+
+test(
+  'with --agent-identity-check none a session stays bound to its certificate: another certificate claiming the same agentID does not take it',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const server = await startServer(h, { endpoint: { identityCheck: 'none' } });
+    const agent = startAgent(h, server.agentAddress, { nodeName: 'edge-1', connection: { resumeWindowMs: 10_000 } });
+    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+    const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(res.status, 200);
+    const token = agentSession(agent).sessionToken;
+    assert.ok(token !== undefined);
+    const [owner] = server.tunnel.registry.streamsOf('edge-1');
+    // Nothing ties agentID to the certificate here: edge-2's certificate may say "edge-1", but not take edge-1's session.
+    const dialed = await dialWithClaim(server, testPKI().agent('edge-2', 'host=edge-2'), 'edge-1', token);
+    h.defer(() => dialed.session.destroy());
+    assert.ok(dialed.offer !== undefined);
+    assert.equal(dialed.offer.resumedReceived, undefined, 'not a resume');
+    const refused = server.log.find('session token presented with another certificate or agentID; not honoured');
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0]!.fields.sameAgentID, true);
+    assert.ok(owner !== undefined && !owner.closed && !owner.suspended, "the owner's session carries on");
+    assert.equal(owner.session?.resumes, 0);
+    res.socket.resume();
+    res.socket.write('still mine');
+    let back = '';
+    for await (const c of res.socket) {
+      back += String(c);
+      if (back.length >= 10) break;
+    }
+    assert.equal(back, 'still mine');
+  },
+);
 
 test('a silent blip: the agent notices, comes back, and its resume supersedes the call the server still holds', { timeout: 60_000 }, async (t) => {
   const h = harness(t);
