@@ -337,6 +337,18 @@ export class AgentEndpoint {
         this.tunnel.resumeMetrics.claimRefused('stale_attempt');
         this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
       }
+      for (const ended of claims.ended) {
+        // The agent came back too late: its connections are gone on this side; the call carries a fresh session.
+        this.tunnel.resumeMetrics.claimRefused(ended.how === 'expired' ? 'session_expired' : 'session_ended');
+        this.limited.warn('session claim on a session that is over here; the agent gets a fresh one', {
+          agentID: meta.agentID,
+          sessionOf: ended.agentID,
+          session: ended.id,
+          how: ended.how,
+          endedMsAgo: Date.now() - ended.endedAt,
+          remoteAddress,
+        });
+      }
       if (claims.found === undefined && claims.stale.length > 0) {
         this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
         return;

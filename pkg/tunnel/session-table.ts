@@ -70,6 +70,18 @@ export class Session<V> {
   }
 }
 
+/** How a session left the table: its window passed (or the per-agent limit pushed it out), or its owner ended it. */
+export type SessionEnd = 'expired' | 'ended';
+
+/** A session no longer in the table, as a late claim on it finds it (ENDED_REMEMBERED). */
+export interface EndedSession {
+  id: string;
+  agentID: string;
+  how: SessionEnd;
+  /** When it left the table (ms since the epoch). */
+  endedAt: number;
+}
+
 export type SessionLookup<V> =
   /** The caller may take the session back (take()). */
   | { kind: 'found'; session: Session<V> }
@@ -78,7 +90,9 @@ export type SessionLookup<V> =
   /** The token is right, but the agentID or certificate is not its owner's (sameOwner): refuse; leave the session alone. */
   | { kind: 'foreign'; session: Session<V> }
   /** An attempt not above one already taken: a call that arrived late; refuse it. */
-  | { kind: 'stale'; session: Session<V> };
+  | { kind: 'stale'; session: Session<V> }
+  /** The token was one of ours, but the session is over (the agent came back too late): the call starts a new one. */
+  | { kind: 'ended'; ended: EndedSession };
 
 /** What the claims of one call found. */
 export interface ClaimResolution<V> {
@@ -88,7 +102,9 @@ export interface ClaimResolution<V> {
   foreign: Session<V>[];
   /** Sessions claimed with an attempt already superseded: the call is a late one. */
   stale: Session<V>[];
-  /** Claims that found nothing here (another replica's, expired, or wrong). */
+  /** Sessions this server held, but that are over: the agent came back too late. */
+  ended: EndedSession[];
+  /** Claims that found nothing here (another replica's, long gone, or wrong). */
   unknown: number;
 }
 
@@ -102,6 +118,14 @@ export interface SessionTableOptions<V> {
   maxSuspendedPerAgent?: number;
 }
 
+/**
+ * Sessions remembered after they leave the table, newest kept, so that a
+ * claim arriving after the window (or after the session was ended) is told
+ * apart from another replica's: the server can say, and count, that an agent
+ * came back too late. About 100 bytes each.
+ */
+const ENDED_REMEMBERED = 1024;
+
 function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
@@ -110,6 +134,8 @@ export class SessionTable<V> {
   private readonly sessions = new Map<string, Session<V>>();
   /** Suspended sessions by agentID, oldest first (a Set keeps insertion order). */
   private readonly suspendedByAgent = new Map<string, Set<Session<V>>>();
+  /** Sessions that left the table, oldest first, with the hash that proves a claim on them (ENDED_REMEMBERED). */
+  private readonly endedSessions = new Map<string, { ended: EndedSession; secretHash: Buffer }>();
   private readonly onExpire: (session: Session<V>) => void;
   private readonly maxSuspendedPerAgent: number;
 
@@ -136,7 +162,11 @@ export class SessionTable<V> {
     const token = parseSessionToken(claim.token);
     if (token === undefined) return { kind: 'unknown', reason: 'malformed' };
     const session = this.sessions.get(token.id);
-    if (session === undefined) return { kind: 'unknown', reason: 'no-session' };
+    if (session === undefined) {
+      const gone = this.endedSessions.get(token.id);
+      if (gone !== undefined && timingSafeEqual(sha256(token.secret), gone.secretHash)) return { kind: 'ended', ended: { ...gone.ended } };
+      return { kind: 'unknown', reason: 'no-session' };
+    }
     if (!timingSafeEqual(sha256(token.secret), session.secretHash)) return { kind: 'unknown', reason: 'wrong-secret' };
     if (!sameOwner(session.owner, caller)) return { kind: 'foreign', session };
     if (claim.attempt <= session.lastAttempt) return { kind: 'stale', session };
@@ -150,12 +180,13 @@ export class SessionTable<V> {
    * metrics. Changes nothing.
    */
   resolve(claims: readonly SessionClaim[], caller: SessionOwner): ClaimResolution<V> {
-    const out: ClaimResolution<V> = { found: undefined, foreign: [], stale: [], unknown: 0 };
+    const out: ClaimResolution<V> = { found: undefined, foreign: [], stale: [], ended: [], unknown: 0 };
     for (const claim of claims) {
       const r = this.find(claim, caller);
       if (r.kind === 'found') out.found ??= { session: r.session, claim };
       else if (r.kind === 'foreign') out.foreign.push(r.session);
       else if (r.kind === 'stale') out.stale.push(r.session);
+      else if (r.kind === 'ended') out.ended.push(r.ended);
       else out.unknown++;
     }
     return out;
@@ -198,10 +229,12 @@ export class SessionTable<V> {
   }
 
   /** Takes the session out (a goodbye, or its link ended it); no onExpire. True if it was there. */
-  end(session: Session<V>): boolean {
+  end(session: Session<V>, how: SessionEnd = 'ended', now = Date.now()): boolean {
     if (this.sessions.get(session.id) !== session) return false;
     this.stopTimer(session);
     this.sessions.delete(session.id);
+    this.endedSessions.set(session.id, { ended: { id: session.id, agentID: session.owner.agentID, how, endedAt: now }, secretHash: session.secretHash });
+    if (this.endedSessions.size > ENDED_REMEMBERED) this.endedSessions.delete(this.endedSessions.keys().next().value!);
     return true;
   }
 
@@ -225,10 +258,11 @@ export class SessionTable<V> {
     for (const session of this.sessions.values()) clearTimeout(session.timer);
     this.sessions.clear();
     this.suspendedByAgent.clear();
+    this.endedSessions.clear();
   }
 
   private expire(session: Session<V>): void {
-    if (!this.end(session)) return;
+    if (!this.end(session, 'expired')) return;
     this.onExpire(session);
   }
 

@@ -22,11 +22,13 @@ import {
   startEchoServer,
   startHangingListener,
   startServer,
+  readExactly,
   startTCPServer,
   tunnelTablesEmpty,
   waitFor,
   type TestAgent,
   type TestServer,
+  type TestServerOptions,
 } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -87,8 +89,8 @@ interface Setup {
   relay: BlipRelay;
 }
 
-async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs): Promise<Setup> {
-  const server = await startServer(h, { endpoint: { resumeWindowMs: serverWindowMs } });
+async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs, extra: TestServerOptions = {}): Promise<Setup> {
+  const server = await startServer(h, { ...extra, endpoint: { resumeWindowMs: serverWindowMs, ...extra.endpoint } });
   const relay = await startBlipRelay(h, [server.endpoint.address.port]);
   const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: windowMs } });
   await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
@@ -251,6 +253,130 @@ test(
     await blip;
     // After the blip the agent is back with a fresh session.
     await waitFor('agent edge-1 to register again', () => server.tunnel.registry.agentCount === 1, 10_000);
+  },
+);
+
+test(
+  'dials in flight when the session expires (sent before the drop, or while suspended) fail with 503 YT_ERR_AGENT_LOST within window + 1 s; nothing is left in the tables',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const hanging = await startHangingListener(h);
+    const windowMs = 1000;
+    const { server, agent, relay } = await setup(h, windowMs);
+    // The agent's dial to a listener that never accepts stays pending on both sides.
+    const before = connectVia(server.udsPath, `127.0.0.1:${hanging}`);
+    await waitFor('the dial to be pending on both sides', () => server.tunnel.pendingDialCount === 1 && agent.clients.pendingDialCount === 1);
+    const started = performance.now();
+    const blip = relay.blip('reset', 4000);
+    await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+    // The suspended agent is the only one: this dial waits in its session.
+    const during = connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    const answers = await Promise.all([before, during]);
+    const tookMs = performance.now() - started;
+    for (const a of answers) {
+      assert.equal(a.status, 503, a.head);
+      assert.match(
+        a.head,
+        /^HTTP\/1\.1 503 Service Unavailable: dial to 127\.0\.0\.1:\d+ failed: agent edge-1's link dropped \(.+\) and did not come back within the 1000 ms resume window\r\n/,
+      );
+      a.socket.destroy();
+    }
+    assert.ok(tookMs < windowMs + 1000, `the callers had their answer after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
+    // The typed reason is in the access log and the metric.
+    assert.deepEqual(
+      server.log.find('CONNECT failed').map((r) => r.fields.reason),
+      ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST'],
+    );
+    assert.equal(server.tunnel.pendingDialCount, 0);
+    assert.equal(server.tunnel.establishedCount(), 0);
+    assert.equal(server.tunnel.sessions.size, 0);
+    assert.equal(server.tunnel.registry.agentCount, 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_AGENT_LOST"\} 2$/m);
+    // The agent gives its session up on its own clock: its dial to the hanging listener is dropped with it.
+    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0 && agent.clients.pendingDialCount === 0, windowMs + 1000);
+    assert.equal(agent.clients.connCount, 0);
+    await blip;
+  },
+);
+
+test(
+  'a dial sent while suspended whose timeout comes before the window fails with 504 YT_ERR_DIAL_TIMEOUT; the expiry then leaves nothing behind',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const windowMs = 3000;
+    const dialTimeoutMs = 1000;
+    const { server, agent, relay } = await setup(h, windowMs, windowMs, { tunnel: { dialTimeoutMs } });
+    const blip = relay.blip('reset', windowMs + 3000);
+    await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+    const suspendedAt = performance.now();
+    const answer = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    const tookMs = performance.now() - suspendedAt;
+    assert.equal(answer.status, 504, answer.head);
+    assert.match(answer.head, /^HTTP\/1\.1 504 Gateway Timeout: agent edge-1 did not answer the dial to 127\.0\.0\.1:\d+ within 1000 ms\r\n/);
+    assert.deepEqual(
+      server.log.find('CONNECT failed').map((r) => r.fields.reason),
+      ['YT_ERR_DIAL_TIMEOUT'],
+    );
+    assert.ok(tookMs < dialTimeoutMs + 1000, `the caller had its answer after ${Math.round(tookMs)} ms (dial timeout ${dialTimeoutMs} ms)`);
+    answer.socket.destroy();
+    assert.equal(server.tunnel.pendingDialCount, 0, 'the timed-out dial left the table at once');
+    // The DIAL_CLS that tells the agent waits in the session; the expiry frees it with everything else.
+    await waitFor('the session to expire', () => server.tunnel.sessions.size === 0, windowMs + 1000);
+    assert.equal(server.tunnel.registry.agentCount, 0);
+    assert.equal(server.tunnel.establishedCount(), 0);
+    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0, windowMs + 1000);
+    assert.equal(agent.clients.pendingDialCount, 0);
+    assert.equal(agent.clients.connCount, 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_DIAL_TIMEOUT"\} 1$/m);
+    await blip;
+  },
+);
+
+test(
+  'an agent that comes back after the server expired its session gets a fresh link: the late claim is logged and counted, new dials work',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    // The server notices the dark link by its keepalive within ~0.4 s; the agent by its liveness check only after
+    // window/2 (3 s). So the server's window passes ~2.5 s before the agent's: the agent still holds a session
+    // the server has ended when the path heals.
+    const windowMs = 6000;
+    const { server, agent, relay } = await setup(h, windowMs, windowMs, { endpoint: { keepaliveTimeMs: 200, keepaliveTimeoutMs: 200 } });
+    const old = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(old.status, 200);
+    const oldClosed = once(old.socket, 'close');
+    relay.freeze();
+    await waitFor('the server to expire the session', () => server.log.find('agent session expired; closing its connections').length === 1, windowMs + 3000);
+    assert.equal(agent.clients.suspendedServers, 1, 'the agent still holds its session (else this test proves nothing)');
+    relay.heal();
+    await waitFor('a fresh link', () => server.tunnel.registry.agentCount === 1 && agent.clients.connectedServers === 1, 10_000);
+    const late = server.log.find('session claim on a session that is over here; the agent gets a fresh one');
+    assert.ok(late.length >= 1, 'the late claim is logged');
+    assert.equal(late[0]!.fields.how, 'expired');
+    assert.equal(late[0]!.fields.sessionOf, 'edge-1');
+    assert.ok(Number(late[0]!.fields.endedMsAgo) >= 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_session_claims_refused_total\{reason="session_expired"\} [1-9]\d*$/m);
+    // The agent learnt from the answer that its session is gone, rather than waiting for its own window.
+    await waitFor('the agent to drop the session', () => agent.clients.suspendedServers === 0, 5000);
+    assert.deepEqual(
+      agent.log.find('session with the tunnel server expired; closing its connections').map((r) => r.fields.reason),
+      ['lost_by_server'],
+    );
+    await oldClosed;
+    assert.equal(server.tunnel.sessions.size, 1, 'the fresh link only');
+    const fresh = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(fresh.status, 200, fresh.head);
+    fresh.socket.write('fresh');
+    assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
+    fresh.socket.destroy();
   },
 );
 

@@ -100,8 +100,34 @@ test("one call's claims: the first this server can hand back, and the refused on
   assert.deepEqual(r.foreign, [someoneElses.session]);
   assert.deepEqual(r.stale, [second.session]);
   assert.equal(r.unknown, 1);
-  assert.deepEqual(sessions.resolve([], EDGE1), { found: undefined, foreign: [], stale: [], unknown: 0 });
+  assert.deepEqual(sessions.resolve([], EDGE1), { found: undefined, foreign: [], stale: [], ended: [], unknown: 0 });
   assert.equal(mine.session.resumes, 0, 'resolving takes nothing');
+});
+
+test('a claim on a session that is over is told apart from one never issued here: how it ended, when, whose; bounded', (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const expiring = sessions.open(EDGE1, 10_000, 'expires');
+  const ending = sessions.open(EDGE1, 10_000, 'ends');
+  const endedAt = Date.now();
+  sessions.end(ending.session, 'ended', endedAt);
+  sessions.end(expiring.session, 'expired', endedAt + 1);
+  assert.deepEqual(sessions.find({ token: ending.token, received: 0, attempt: 1 }, EDGE1), {
+    kind: 'ended',
+    ended: { id: ending.session.id, agentID: 'edge-1', how: 'ended', endedAt },
+  });
+  const r = sessions.resolve([{ token: expiring.token, received: 0, attempt: 1 }], EDGE1);
+  assert.deepEqual(r.ended, [{ id: expiring.session.id, agentID: 'edge-1', how: 'expired', endedAt: endedAt + 1 }]);
+  assert.equal(r.found, undefined);
+  // The ID alone proves nothing: with a wrong secret it is unknown, as any guess.
+  assert.deepEqual(sessions.find({ token: `${ending.session.id}.${'A'.repeat(43)}`, received: 0, attempt: 1 }, EDGE1), {
+    kind: 'unknown',
+    reason: 'no-session',
+  });
+  // Only so many are remembered: the oldest are forgotten first.
+  for (let i = 0; i < 1024; i++) sessions.end(sessions.open(EDGE2, 10_000, 'filler').session);
+  assert.deepEqual(sessions.find({ token: ending.token, received: 0, attempt: 1 }, EDGE1), { kind: 'unknown', reason: 'no-session' });
+  assert.equal(sessions.size, 0);
 });
 
 test('only a hash of the secret is kept', (t) => {
