@@ -14,6 +14,7 @@ import { formatAgents } from '../../pkg/meta/agents-status.js';
 import { agentStatuses } from '../../pkg/tunnel/debug.js';
 import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
+import type { LogRecord } from '../support/memory-logger.js';
 import { testPKI } from '../support/pki.js';
 import {
   connectVia,
@@ -499,6 +500,44 @@ test(
     assert.equal(back, 'still mine');
   },
 );
+
+test('under a bulk upload from the agent, a reset is noticed by the agent within 1 s of it, not by its liveness check', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  // The agent's side of a download: its socket's send buffer stays full, as on a busy uplink.
+  const source = await startTCPServer(h, (s) => {
+    const block = Buffer.alloc(CHUNK, 7);
+    const go = (): void => {
+      while (!s.destroyed && s.write(block));
+      if (!s.destroyed) s.once('drain', go);
+    };
+    go();
+  });
+  // The liveness check would take window/2 = 4 s.
+  const { server, agent, relay } = await setup(h, 8000);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(res.status, 200);
+  res.socket.resume();
+  const dropped = (): LogRecord[] => agent.log.find('link to tunnel server dropped; keeping its connections for the resume window');
+  // Without the nudge about one reset in four went unnoticed until the liveness check: eight blips in a row.
+  const noticedMs: number[] = [];
+  for (let i = 0; i < 8; i++) {
+    await waitFor('bulk traffic', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === false, 10_000);
+    const seen = dropped().length;
+    const sentBefore = res.socket.bytesRead;
+    await waitFor('the transfer to run', () => res.socket.bytesRead >= sentBefore + 4 * MiB, 10_000);
+    const blipAt = performance.now();
+    const blip = relay.blip('reset', 300);
+    await waitFor('the agent to notice', () => dropped().length > seen, 10_000);
+    const record = dropped()[seen]!;
+    noticedMs.push(Math.round(record.at - blipAt));
+    assert.doesNotMatch(String(record.fields.reason), /nothing heard/, `blip ${i}: noticed by the liveness check (${noticedMs.join(', ')} ms)`);
+    await blip;
+    await waitFor('the resume', () => agent.clients.connectedServers === 1 && server.tunnel.sessions.suspendedCount === 0, 10_000);
+  }
+  console.log('reset noticed after (ms)', noticedMs.join(', '));
+  for (const ms of noticedMs) assert.ok(ms < 1000, `noticed after ${noticedMs.join(', ')} ms`);
+  res.socket.destroy();
+});
 
 test('a silent blip: the agent notices, comes back, and its resume supersedes the call the server still holds', { timeout: 60_000 }, async (t) => {
   const h = harness(t);
