@@ -23,11 +23,15 @@ import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { Keepalive } from '../grpc/keepalive.js';
 import { LivenessWatch } from '../mux/liveness.js';
+import { nudgeRead } from '../net/read-nudge.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import { dialServer, type AgentTLS, type DialedCall, type ServerIdentity } from './server-dial.js';
 
 export type { AgentTLS, ServerIdentity } from './server-dial.js';
+
+/** Quiet on a resumable link after which its socket is made to read (read-nudge.ts): a reset then shows at once. */
+const NUDGE_AFTER_QUIET_MS = 200;
 
 /** How long a goodbye waits for the server's trailers before the connection is destroyed. */
 const GOODBYE_GRACE_MS = 1000;
@@ -252,6 +256,9 @@ export class ServerConnection {
             if (!err) liveness.received();
           });
         },
+        // A reset that arrives in the middle of a large write is not reported until the socket reads again (read-nudge.ts).
+        nudge: () => nudgeRead(dialed.socket),
+        nudgeMs: Math.min(NUDGE_AFTER_QUIET_MS, r.windowMs / 8),
         onDead: (silentMs) => {
           this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs });
           this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);

@@ -27,8 +27,14 @@ export interface AgentMetadata {
   identityKeys: string[];
   /** The agent announced half-close. */
   halfClose: boolean;
-  /** SHA-256 fingerprint of the verified client certificate ('' if none): what a session is bound to. */
+  /** SHA-256 fingerprint of the verified client certificate ('' if none). */
   fingerprint: string;
+  /**
+   * The identity check verified that the certificate names agentID (off with
+   * --agent-identity-check none): a session it opened may be taken back with
+   * another certificate naming the same agent (session-table.ts).
+   */
+  identityVerified: boolean;
   /** The agent's resume window, when it announced session resume. */
   resumeWindowMs: number | undefined;
   /** The sessions the agent asks to resume. */
@@ -146,6 +152,7 @@ export class Admission {
       halfClose: announcesHalfClose(call.metadata(HALF_CLOSE_HEADER)),
       identityKeys,
       fingerprint,
+      identityVerified: check !== 'none' && fingerprint !== '',
       resumeWindowMs: parseResumeWindow(call.metadata(RESUME_HEADER)),
       claims,
     };

@@ -28,7 +28,7 @@ import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../protocol/flow-contro
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
 import { DEFAULT_RESUME_WINDOW_MS, RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER } from '../protocol/resume.js';
 import type { Backend } from '../tunnel/backend.js';
-import type { ClaimResolution } from '../tunnel/session-table.js';
+import type { ClaimResolution, SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentMetadata, type Refusal } from './admission.js';
 import { AgentCall } from './agent-call.js';
@@ -119,6 +119,11 @@ function peerCertSubject(session: Http2Session | undefined): string {
   const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
   if (!cert?.subject) return '';
   return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+}
+
+/** Who a call is, for the session table: its agentID and certificate, and whether the identity check tied them. */
+function ownerOf(meta: AgentMetadata): SessionOwner {
+  return { agentID: meta.agentID, fingerprint: meta.fingerprint, identityVerified: meta.identityVerified };
 }
 
 /** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
@@ -310,7 +315,7 @@ export class AgentEndpoint {
     let claims: ClaimResolution<Backend> | undefined;
     const meta = this.admission.admit(call, this.closing !== undefined, (m) => {
       if (this.resumeWindowFor(m) === undefined || m.claims.length === 0) return false;
-      claims = this.tunnel.sessions.resolve(m.claims, { agentID: m.agentID, fingerprint: m.fingerprint });
+      claims = this.tunnel.sessions.resolve(m.claims, ownerOf(m));
       return claims.found !== undefined;
     });
     if ('code' in meta) {
@@ -323,6 +328,7 @@ export class AgentEndpoint {
         this.limited.warn('session token presented with another certificate or agentID; not honoured', {
           agentID: meta.agentID,
           sessionOf: s.owner.agentID,
+          sameAgentID: s.owner.agentID === meta.agentID,
           session: s.id,
           remoteAddress,
         });
@@ -330,6 +336,18 @@ export class AgentEndpoint {
       for (const s of claims.stale) {
         this.tunnel.resumeMetrics.claimRefused('stale_attempt');
         this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
+      }
+      for (const ended of claims.ended) {
+        // The agent came back too late: its connections are gone on this side; the call carries a fresh session.
+        this.tunnel.resumeMetrics.claimRefused(ended.how === 'expired' ? 'session_expired' : 'session_ended');
+        this.limited.warn('session claim on a session that is over here; the agent gets a fresh one', {
+          agentID: meta.agentID,
+          sessionOf: ended.agentID,
+          session: ended.id,
+          how: ended.how,
+          endedMsAgo: Date.now() - ended.endedAt,
+          remoteAddress,
+        });
       }
       if (claims.found === undefined && claims.stale.length > 0) {
         this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
@@ -363,7 +381,7 @@ export class AgentEndpoint {
       responseMetadata[RESUMED_HEADER] = String(resume.received);
       call.accept(responseMetadata);
       connection?.pings.headersSent();
-      backend = this.tunnel.completeResume(found.session, found.claim, link, where);
+      backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject: peerCertSubject(session) });
     } else {
       const info = {
         agentID: meta.agentID,
@@ -374,7 +392,7 @@ export class AgentEndpoint {
         ...where,
       };
       if (windowMs !== undefined) {
-        const opened = this.tunnel.attachResumableAgent(info, link, { agentID: meta.agentID, fingerprint: meta.fingerprint }, windowMs);
+        const opened = this.tunnel.attachResumableAgent(info, link, ownerOf(meta), windowMs);
         backend = opened.backend;
         responseMetadata[RESUME_HEADER] = String(windowMs);
         responseMetadata[SESSION_HEADER] = opened.token;

@@ -8,6 +8,13 @@
 //
 // received() only records the time: no timer work per packet. One unref'd
 // timer per link, re-armed when it fires.
+//
+// Optionally, a `nudge` after `nudgeMs` of quiet (and every nudgeMs while it
+// lasts): not a verdict, just a cheap way to let the transport report what it
+// already knows. Node's HTTP/2 session stops reading its socket while one of
+// its writes is under way, and when the peer resets the connection in the
+// middle of a large write, the failed write may never be reported: the reset
+// sits unread until reading starts again (see the agent's use).
 
 export interface LivenessOptions {
   /** Ping after this long without anything received. */
@@ -18,6 +25,10 @@ export interface LivenessOptions {
   ping(): boolean;
   /** Nothing arrived for `silentMs`, a ping included: the link is dead. Called once. */
   onDead(silentMs: number): void;
+  /** Called after `nudgeMs` without anything received, and again every nudgeMs while that lasts. */
+  nudge?: () => void;
+  /** Default: no nudge. */
+  nudgeMs?: number;
   /** Clock in ms; for tests. */
   now?: () => number;
 }
@@ -41,7 +52,7 @@ export class LivenessWatch {
   start(): void {
     if (this.stopped || this.timer !== undefined) return;
     this.lastReceived = this.now();
-    this.arm(this.opts.idleMs);
+    this.armOrNudge(this.opts.idleMs, this.lastReceived);
   }
 
   /** Anything arrived from the peer: a packet, a ping's answer. */
@@ -60,6 +71,19 @@ export class LivenessWatch {
     this.timer.unref();
   }
 
+  /** Arms the timer for `ms`, or sooner for the next nudge while nothing arrives. */
+  private armOrNudge(ms: number, now: number): void {
+    const every = this.opts.nudgeMs;
+    if (this.opts.nudge === undefined || every === undefined || !(every > 0)) {
+      this.arm(ms);
+      return;
+    }
+    const quiet = now - this.lastReceived;
+    if (quiet >= every) this.opts.nudge();
+    const untilNudge = quiet >= every ? every : every - quiet;
+    this.arm(Math.min(ms, untilNudge));
+  }
+
   private check(): void {
     this.timer = undefined;
     if (this.stopped) return;
@@ -73,20 +97,20 @@ export class LivenessWatch {
         this.opts.onDead(now - this.lastReceived);
         return;
       } else {
-        this.arm(this.pingSentAt + timeoutMs - now);
+        this.armOrNudge(this.pingSentAt + timeoutMs - now, now);
         return;
       }
     }
     const idle = now - this.lastReceived;
     if (idle < idleMs) {
-      this.arm(idleMs - idle);
+      this.armOrNudge(idleMs - idle, now);
       return;
     }
     if (this.opts.ping()) {
       this.pingSentAt = now;
-      this.arm(timeoutMs);
+      this.armOrNudge(timeoutMs, now);
     } else {
-      this.arm(idleMs);
+      this.armOrNudge(idleMs, now);
     }
   }
 }

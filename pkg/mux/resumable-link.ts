@@ -31,7 +31,7 @@ export interface ResumableLinkOptions {
    * owner ends the session (and calls close()).
    */
   onBroken(err: ResumeError): void;
-  /** DATA bytes kept unacknowledged before writers wait. Default 64 MiB. */
+  /** DATA bytes kept unacknowledged before writers wait. Default 32 MiB (resend-buffer.ts says why). */
   maxDataBytes?: number;
   /** Control packets kept unacknowledged before the session is broken. Default 65,536. */
   maxControlPackets?: number;

@@ -35,7 +35,8 @@ export class Backend {
   readonly identifiers: AgentIdentifiers;
   /** Where the agent connects from (its newest call's, after a resume). */
   remoteAddress: string;
-  readonly certSubject: string;
+  /** Subject of the client certificate (its newest call's, after a resume with a renewed one). */
+  certSubject: string;
   readonly flow: FlowWindows | undefined;
   readonly halfClose: boolean;
   readonly link: AgentLink;

@@ -13,8 +13,13 @@ export interface ResumeSizes {
 /** Why a suspended session ended without being resumed. */
 export type SessionExpiry = 'window' | 'superseded_limit' | 'YT_ERR_RESUME_BAD_COUNT' | 'YT_ERR_RESUME_ACK_AHEAD' | 'YT_ERR_RESUME_BUFFER_FULL';
 
-/** Why a session claim was not honoured (unknown claims are normal behind a balancer and not counted). */
-export type ClaimRefusal = 'foreign_certificate' | 'stale_attempt';
+/**
+ * Why a session claim was not honoured: another certificate, a late attempt,
+ * or a session this server held that is over (the agent came back after its
+ * window, or after it ended). Unknown claims are normal behind a balancer and
+ * not counted.
+ */
+export type ClaimRefusal = 'foreign_certificate' | 'stale_attempt' | 'session_expired' | 'session_ended';
 
 export class ResumeMetrics {
   private readonly linksSuspended: Counter;
@@ -49,7 +54,7 @@ export class ResumeMetrics {
     });
     this.refused = new Counter({
       name: 'yurttunnel_server_session_claims_refused_total',
-      help: 'Session claims not honoured, by reason (foreign_certificate, stale_attempt).',
+      help: 'Session claims not honoured, by reason (foreign_certificate, stale_attempt, session_expired, session_ended).',
       labelNames: ['reason'],
       registers: [registry],
     });

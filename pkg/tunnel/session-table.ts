@@ -9,16 +9,40 @@
 // A token is "<id>.<secret>": the ID finds the session, the secret proves the
 // right to it. Only a hash of the secret is kept, and it is compared in
 // constant time, so neither memory nor timing gives it away. A token that is
-// right but comes with another certificate or agentID is "foreign": the
-// session is not handed over, nor touched.
+// right but comes with another agentID, or with a certificate that is not the
+// same identity (below), is "foreign": the session is not handed over, nor
+// touched.
+//
+// Which certificate may take a session back: when the server's identity
+// check verified that the certificate names the agentID (--agent-identity-check
+// strict or agent-id), any certificate a trusted CA issued that names it is
+// that agent's, as every new link already assumes; so an agent whose
+// certificate was renewed during a blip resumes with the new one. When
+// nothing ties agentID to the certificate (identity check none, where agents
+// may share one certificate and claim any agentID), only the very
+// certificate that opened the session (its SHA-256 fingerprint) may.
 
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SESSION_ID_BYTES, SESSION_SECRET_BYTES, parseSessionToken, type SessionClaim } from '../protocol/resume.js';
 
-/** Who opened a session: the claimed agentID, and the SHA-256 fingerprint of the verified client certificate. */
+/** Who opened (or presents a claim on) a session: the agentID, and the verified client certificate. */
 export interface SessionOwner {
   agentID: string;
+  /** SHA-256 fingerprint of the client certificate ('' if none). */
   fingerprint: string;
+  /** The server's identity check verified that the certificate names agentID (not so with --agent-identity-check none). */
+  identityVerified: boolean;
+}
+
+/**
+ * Whether `caller` is the agent that owns a session: the same agentID, and
+ * either the same certificate, or both certificates verified to name that
+ * agentID (a certificate renewed for the same node).
+ */
+export function sameOwner(owner: SessionOwner, caller: SessionOwner): boolean {
+  if (caller.agentID !== owner.agentID || caller.fingerprint === '' || owner.fingerprint === '') return false;
+  if (caller.fingerprint === owner.fingerprint) return true;
+  return owner.identityVerified && caller.identityVerified;
 }
 
 export class Session<V> {
@@ -46,15 +70,29 @@ export class Session<V> {
   }
 }
 
+/** How a session left the table: its window passed (or the per-agent limit pushed it out), or its owner ended it. */
+export type SessionEnd = 'expired' | 'ended';
+
+/** A session no longer in the table, as a late claim on it finds it (ENDED_REMEMBERED). */
+export interface EndedSession {
+  id: string;
+  agentID: string;
+  how: SessionEnd;
+  /** When it left the table (ms since the epoch). */
+  endedAt: number;
+}
+
 export type SessionLookup<V> =
   /** The caller may take the session back (take()). */
   | { kind: 'found'; session: Session<V> }
   /** No such session here (never was, expired, or the secret is wrong): the call starts a new one. */
   | { kind: 'unknown'; reason: 'no-session' | 'wrong-secret' | 'malformed' }
-  /** The token is right, but the agentID or certificate is not the one it was issued to: refuse; leave the session alone. */
+  /** The token is right, but the agentID or certificate is not its owner's (sameOwner): refuse; leave the session alone. */
   | { kind: 'foreign'; session: Session<V> }
   /** An attempt not above one already taken: a call that arrived late; refuse it. */
-  | { kind: 'stale'; session: Session<V> };
+  | { kind: 'stale'; session: Session<V> }
+  /** The token was one of ours, but the session is over (the agent came back too late): the call starts a new one. */
+  | { kind: 'ended'; ended: EndedSession };
 
 /** What the claims of one call found. */
 export interface ClaimResolution<V> {
@@ -64,7 +102,9 @@ export interface ClaimResolution<V> {
   foreign: Session<V>[];
   /** Sessions claimed with an attempt already superseded: the call is a late one. */
   stale: Session<V>[];
-  /** Claims that found nothing here (another replica's, expired, or wrong). */
+  /** Sessions this server held, but that are over: the agent came back too late. */
+  ended: EndedSession[];
+  /** Claims that found nothing here (another replica's, long gone, or wrong). */
   unknown: number;
 }
 
@@ -78,6 +118,14 @@ export interface SessionTableOptions<V> {
   maxSuspendedPerAgent?: number;
 }
 
+/**
+ * Sessions remembered after they leave the table, newest kept, so that a
+ * claim arriving after the window (or after the session was ended) is told
+ * apart from another replica's: the server can say, and count, that an agent
+ * came back too late. About 100 bytes each.
+ */
+const ENDED_REMEMBERED = 1024;
+
 function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
@@ -86,6 +134,8 @@ export class SessionTable<V> {
   private readonly sessions = new Map<string, Session<V>>();
   /** Suspended sessions by agentID, oldest first (a Set keeps insertion order). */
   private readonly suspendedByAgent = new Map<string, Set<Session<V>>>();
+  /** Sessions that left the table, oldest first, with the hash that proves a claim on them (ENDED_REMEMBERED). */
+  private readonly endedSessions = new Map<string, { ended: EndedSession; secretHash: Buffer }>();
   private readonly onExpire: (session: Session<V>) => void;
   private readonly maxSuspendedPerAgent: number;
 
@@ -112,9 +162,13 @@ export class SessionTable<V> {
     const token = parseSessionToken(claim.token);
     if (token === undefined) return { kind: 'unknown', reason: 'malformed' };
     const session = this.sessions.get(token.id);
-    if (session === undefined) return { kind: 'unknown', reason: 'no-session' };
+    if (session === undefined) {
+      const gone = this.endedSessions.get(token.id);
+      if (gone !== undefined && timingSafeEqual(sha256(token.secret), gone.secretHash)) return { kind: 'ended', ended: { ...gone.ended } };
+      return { kind: 'unknown', reason: 'no-session' };
+    }
     if (!timingSafeEqual(sha256(token.secret), session.secretHash)) return { kind: 'unknown', reason: 'wrong-secret' };
-    if (caller.agentID !== session.owner.agentID || caller.fingerprint !== session.owner.fingerprint) return { kind: 'foreign', session };
+    if (!sameOwner(session.owner, caller)) return { kind: 'foreign', session };
     if (claim.attempt <= session.lastAttempt) return { kind: 'stale', session };
     return { kind: 'found', session };
   }
@@ -126,12 +180,13 @@ export class SessionTable<V> {
    * metrics. Changes nothing.
    */
   resolve(claims: readonly SessionClaim[], caller: SessionOwner): ClaimResolution<V> {
-    const out: ClaimResolution<V> = { found: undefined, foreign: [], stale: [], unknown: 0 };
+    const out: ClaimResolution<V> = { found: undefined, foreign: [], stale: [], ended: [], unknown: 0 };
     for (const claim of claims) {
       const r = this.find(claim, caller);
       if (r.kind === 'found') out.found ??= { session: r.session, claim };
       else if (r.kind === 'foreign') out.foreign.push(r.session);
       else if (r.kind === 'stale') out.stale.push(r.session);
+      else if (r.kind === 'ended') out.ended.push(r.ended);
       else out.unknown++;
     }
     return out;
@@ -174,10 +229,12 @@ export class SessionTable<V> {
   }
 
   /** Takes the session out (a goodbye, or its link ended it); no onExpire. True if it was there. */
-  end(session: Session<V>): boolean {
+  end(session: Session<V>, how: SessionEnd = 'ended', now = Date.now()): boolean {
     if (this.sessions.get(session.id) !== session) return false;
     this.stopTimer(session);
     this.sessions.delete(session.id);
+    this.endedSessions.set(session.id, { ended: { id: session.id, agentID: session.owner.agentID, how, endedAt: now }, secretHash: session.secretHash });
+    if (this.endedSessions.size > ENDED_REMEMBERED) this.endedSessions.delete(this.endedSessions.keys().next().value!);
     return true;
   }
 
@@ -201,10 +258,11 @@ export class SessionTable<V> {
     for (const session of this.sessions.values()) clearTimeout(session.timer);
     this.sessions.clear();
     this.suspendedByAgent.clear();
+    this.endedSessions.clear();
   }
 
   private expire(session: Session<V>): void {
-    if (!this.end(session)) return;
+    if (!this.end(session, 'expired')) return;
     this.onExpire(session);
   }
 

@@ -321,12 +321,16 @@ export class Tunnel {
     session: Session<Backend>,
     claim: SessionClaim,
     call: AgentLink,
-    where: { remoteAddress: string; roundTripMs: () => number | undefined },
+    where: { remoteAddress: string; roundTripMs: () => number | undefined; owner?: SessionOwner; certSubject?: string },
   ): Backend {
     const backend = session.value;
     const link = backend.sessionLink!;
     const suspendedAt = session.suspendedAt;
     this.sessions.take(session, claim.attempt);
+    // A renewed certificate (the table let it take the session): the session is bound to it from now on.
+    const certificateRenewed = where.owner !== undefined && where.owner.fingerprint !== session.owner.fingerprint;
+    if (where.owner !== undefined) session.owner.fingerprint = where.owner.fingerprint;
+    if (where.certSubject !== undefined) backend.certSubject = where.certSubject;
     const before = { packets: link.resumable.resentPackets, bytes: link.resumable.resentBytes };
     link.attach(call, claim.received);
     backend.remoteAddress = where.remoteAddress;
@@ -341,6 +345,7 @@ export class Tunnel {
       resentPackets: link.resumable.resentPackets - before.packets,
       resentBytes: link.resumable.resentBytes - before.bytes,
       remoteAddress: where.remoteAddress,
+      certificateRenewed,
     });
     return backend;
   }

@@ -3,7 +3,7 @@
 // while; a silent one forwards nothing and leaves the old flows dark.
 
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
+import { createHash, X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
@@ -14,6 +14,7 @@ import { formatAgents } from '../../pkg/meta/agents-status.js';
 import { agentStatuses } from '../../pkg/tunnel/debug.js';
 import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
+import type { LogRecord } from '../support/memory-logger.js';
 import { testPKI } from '../support/pki.js';
 import {
   connectVia,
@@ -22,11 +23,13 @@ import {
   startEchoServer,
   startHangingListener,
   startServer,
+  readExactly,
   startTCPServer,
   tunnelTablesEmpty,
   waitFor,
   type TestAgent,
   type TestServer,
+  type TestServerOptions,
 } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -87,8 +90,8 @@ interface Setup {
   relay: BlipRelay;
 }
 
-async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs): Promise<Setup> {
-  const server = await startServer(h, { endpoint: { resumeWindowMs: serverWindowMs } });
+async function setup(h: Harness, windowMs = 10_000, serverWindowMs = windowMs, extra: TestServerOptions = {}): Promise<Setup> {
+  const server = await startServer(h, { ...extra, endpoint: { resumeWindowMs: serverWindowMs, ...extra.endpoint } });
   const relay = await startBlipRelay(h, [server.endpoint.address.port]);
   const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: windowMs } });
   await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
@@ -109,6 +112,25 @@ function agentSession(agent: TestAgent): ServerConnection {
   const c = (agent.clients as unknown as { clients: Map<string, ServerConnection> }).clients.get('test-server');
   assert.ok(c !== undefined, 'the agent holds a link to test-server');
   return c;
+}
+
+/** A raw agent call with `pair`'s certificate, as `agentID`, presenting one claim on `token`. */
+function dialWithClaim(server: TestServer, pair: { cert: string; key: string }, agentID: string, token: string): ReturnType<typeof dialServer> {
+  return dialServer(
+    {
+      address: server.agentAddress,
+      verifyName: '127.0.0.1',
+      tls: { ca: testPKI().ca.cert, cert: pair.cert, key: pair.key },
+      agentID,
+      identifiers: '',
+      receiveWindow: 1 * MiB,
+      connWindow: 1 * MiB,
+      halfClose: true,
+      handshakeTimeoutMs: 10_000,
+      resume: { windowMs: 10_000, claims: [{ token, received: 0, attempt: 1_000 }] },
+    },
+    silentLogger(),
+  );
 }
 
 const TRANSFER = 256 * MiB;
@@ -235,6 +257,130 @@ test(
   },
 );
 
+test(
+  'dials in flight when the session expires (sent before the drop, or while suspended) fail with 503 YT_ERR_AGENT_LOST within window + 1 s; nothing is left in the tables',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const hanging = await startHangingListener(h);
+    const windowMs = 1000;
+    const { server, agent, relay } = await setup(h, windowMs);
+    // The agent's dial to a listener that never accepts stays pending on both sides.
+    const before = connectVia(server.udsPath, `127.0.0.1:${hanging}`);
+    await waitFor('the dial to be pending on both sides', () => server.tunnel.pendingDialCount === 1 && agent.clients.pendingDialCount === 1);
+    const started = performance.now();
+    const blip = relay.blip('reset', 4000);
+    await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+    // The suspended agent is the only one: this dial waits in its session.
+    const during = connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    const answers = await Promise.all([before, during]);
+    const tookMs = performance.now() - started;
+    for (const a of answers) {
+      assert.equal(a.status, 503, a.head);
+      assert.match(
+        a.head,
+        /^HTTP\/1\.1 503 Service Unavailable: dial to 127\.0\.0\.1:\d+ failed: agent edge-1's link dropped \(.+\) and did not come back within the 1000 ms resume window\r\n/,
+      );
+      a.socket.destroy();
+    }
+    assert.ok(tookMs < windowMs + 1000, `the callers had their answer after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
+    // The typed reason is in the access log and the metric.
+    assert.deepEqual(
+      server.log.find('CONNECT failed').map((r) => r.fields.reason),
+      ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST'],
+    );
+    assert.equal(server.tunnel.pendingDialCount, 0);
+    assert.equal(server.tunnel.establishedCount(), 0);
+    assert.equal(server.tunnel.sessions.size, 0);
+    assert.equal(server.tunnel.registry.agentCount, 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_AGENT_LOST"\} 2$/m);
+    // The agent gives its session up on its own clock: its dial to the hanging listener is dropped with it.
+    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0 && agent.clients.pendingDialCount === 0, windowMs + 1000);
+    assert.equal(agent.clients.connCount, 0);
+    await blip;
+  },
+);
+
+test(
+  'a dial sent while suspended whose timeout comes before the window fails with 504 YT_ERR_DIAL_TIMEOUT; the expiry then leaves nothing behind',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const windowMs = 3000;
+    const dialTimeoutMs = 1000;
+    const { server, agent, relay } = await setup(h, windowMs, windowMs, { tunnel: { dialTimeoutMs } });
+    const blip = relay.blip('reset', windowMs + 3000);
+    await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+    const suspendedAt = performance.now();
+    const answer = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    const tookMs = performance.now() - suspendedAt;
+    assert.equal(answer.status, 504, answer.head);
+    assert.match(answer.head, /^HTTP\/1\.1 504 Gateway Timeout: agent edge-1 did not answer the dial to 127\.0\.0\.1:\d+ within 1000 ms\r\n/);
+    assert.deepEqual(
+      server.log.find('CONNECT failed').map((r) => r.fields.reason),
+      ['YT_ERR_DIAL_TIMEOUT'],
+    );
+    assert.ok(tookMs < dialTimeoutMs + 1000, `the caller had its answer after ${Math.round(tookMs)} ms (dial timeout ${dialTimeoutMs} ms)`);
+    answer.socket.destroy();
+    assert.equal(server.tunnel.pendingDialCount, 0, 'the timed-out dial left the table at once');
+    // The DIAL_CLS that tells the agent waits in the session; the expiry frees it with everything else.
+    await waitFor('the session to expire', () => server.tunnel.sessions.size === 0, windowMs + 1000);
+    assert.equal(server.tunnel.registry.agentCount, 0);
+    assert.equal(server.tunnel.establishedCount(), 0);
+    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0, windowMs + 1000);
+    assert.equal(agent.clients.pendingDialCount, 0);
+    assert.equal(agent.clients.connCount, 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_DIAL_TIMEOUT"\} 1$/m);
+    await blip;
+  },
+);
+
+test(
+  'an agent that comes back after the server expired its session gets a fresh link: the late claim is logged and counted, new dials work',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    // The server notices the dark link by its keepalive within ~0.4 s; the agent by its liveness check only after
+    // window/2 (3 s). So the server's window passes ~2.5 s before the agent's: the agent still holds a session
+    // the server has ended when the path heals.
+    const windowMs = 6000;
+    const { server, agent, relay } = await setup(h, windowMs, windowMs, { endpoint: { keepaliveTimeMs: 200, keepaliveTimeoutMs: 200 } });
+    const old = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(old.status, 200);
+    const oldClosed = once(old.socket, 'close');
+    relay.freeze();
+    await waitFor('the server to expire the session', () => server.log.find('agent session expired; closing its connections').length === 1, windowMs + 3000);
+    assert.equal(agent.clients.suspendedServers, 1, 'the agent still holds its session (else this test proves nothing)');
+    relay.heal();
+    await waitFor('a fresh link', () => server.tunnel.registry.agentCount === 1 && agent.clients.connectedServers === 1, 10_000);
+    const late = server.log.find('session claim on a session that is over here; the agent gets a fresh one');
+    assert.ok(late.length >= 1, 'the late claim is logged');
+    assert.equal(late[0]!.fields.how, 'expired');
+    assert.equal(late[0]!.fields.sessionOf, 'edge-1');
+    assert.ok(Number(late[0]!.fields.endedMsAgo) >= 0);
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_session_claims_refused_total\{reason="session_expired"\} [1-9]\d*$/m);
+    // The agent learnt from the answer that its session is gone, rather than waiting for its own window.
+    await waitFor('the agent to drop the session', () => agent.clients.suspendedServers === 0, 5000);
+    assert.deepEqual(
+      agent.log.find('session with the tunnel server expired; closing its connections').map((r) => r.fields.reason),
+      ['lost_by_server'],
+    );
+    await oldClosed;
+    assert.equal(server.tunnel.sessions.size, 1, 'the fresh link only');
+    const fresh = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(fresh.status, 200, fresh.head);
+    fresh.socket.write('fresh');
+    assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
+    fresh.socket.destroy();
+  },
+);
+
 test("a session token presented over another agent's certificate is refused, and its owner's connections are untouched", { timeout: 60_000 }, async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
@@ -277,6 +423,120 @@ test("a session token presented over another agent's certificate is refused, and
     if (back.length >= 10) break;
   }
   assert.equal(back, 'still mine');
+});
+
+test('an agent whose certificate was renewed during a blip resumes its session with the new certificate, byte-exact', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  let sent: Promise<string> | undefined;
+  const source = await startTCPServer(h, (s) => {
+    sent = pump(s, 32 * MiB);
+  });
+  const { server, agent, relay } = await setup(h);
+  // The renewal (pkg/certs rotation) hands the agent a new key and certificate for the same node from the same CA.
+  const pki = testPKI();
+  const renewed = pki.issue({
+    commonName: 'system:node:edge-1',
+    organizations: ['system:nodes'],
+    dnsNames: ['edge-1'],
+    ips: ['127.0.0.1'],
+    usages: ['clientAuth'],
+  });
+  const res = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(res.status, 200);
+  let blipped: Promise<void> | undefined;
+  const hashIn = createHash('sha256').update(res.rest);
+  const received = drain(res.socket, (n) => {
+    if (blipped !== undefined || n < 8 * MiB) return;
+    blipped = relay.blip('reset', 2000);
+    // Before the agent can redial: every dial from now on presents the renewed certificate.
+    agent.clients.setTLS({ ca: pki.ca.cert, cert: renewed.cert, key: renewed.key });
+  });
+  res.socket.on('data', (c: Buffer) => hashIn.update(c));
+  const r = await received;
+  await blipped;
+  assert.equal(r.bytes + res.rest.length, 32 * MiB);
+  assert.equal(hashIn.digest('hex'), await sent, 'the bytes arrived once each, in order');
+  const resumed = server.log.find('agent link resumed');
+  assert.equal(resumed.length, 1, 'the session was resumed');
+  assert.equal(resumed[0]!.fields.certificateRenewed, true);
+  assert.equal(server.log.find('session token presented with another certificate or agentID; not honoured').length, 0);
+  const [backend] = server.tunnel.registry.streamsOf('edge-1');
+  assert.match(backend!.certSubject, /^CN=system:node:edge-1;/, 'the session now runs on the renewed certificate');
+  assert.equal(backend!.session?.owner.fingerprint, new X509Certificate(renewed.cert).fingerprint256);
+  res.socket.destroy();
+});
+
+test(
+  'with --agent-identity-check none a session stays bound to its certificate: another certificate claiming the same agentID does not take it',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const server = await startServer(h, { endpoint: { identityCheck: 'none' } });
+    const agent = startAgent(h, server.agentAddress, { nodeName: 'edge-1', connection: { resumeWindowMs: 10_000 } });
+    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+    const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(res.status, 200);
+    const token = agentSession(agent).sessionToken;
+    assert.ok(token !== undefined);
+    const [owner] = server.tunnel.registry.streamsOf('edge-1');
+    // Nothing ties agentID to the certificate here: edge-2's certificate may say "edge-1", but not take edge-1's session.
+    const dialed = await dialWithClaim(server, testPKI().agent('edge-2', 'host=edge-2'), 'edge-1', token);
+    h.defer(() => dialed.session.destroy());
+    assert.ok(dialed.offer !== undefined);
+    assert.equal(dialed.offer.resumedReceived, undefined, 'not a resume');
+    const refused = server.log.find('session token presented with another certificate or agentID; not honoured');
+    assert.equal(refused.length, 1);
+    assert.equal(refused[0]!.fields.sameAgentID, true);
+    assert.ok(owner !== undefined && !owner.closed && !owner.suspended, "the owner's session carries on");
+    assert.equal(owner.session?.resumes, 0);
+    res.socket.resume();
+    res.socket.write('still mine');
+    let back = '';
+    for await (const c of res.socket) {
+      back += String(c);
+      if (back.length >= 10) break;
+    }
+    assert.equal(back, 'still mine');
+  },
+);
+
+test('under a bulk upload from the agent, a reset is noticed by the agent within 1 s of it, not by its liveness check', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  // The agent's side of a download: its socket's send buffer stays full, as on a busy uplink.
+  const source = await startTCPServer(h, (s) => {
+    const block = Buffer.alloc(CHUNK, 7);
+    const go = (): void => {
+      while (!s.destroyed && s.write(block));
+      if (!s.destroyed) s.once('drain', go);
+    };
+    go();
+  });
+  // The liveness check would take window/2 = 4 s.
+  const { server, agent, relay } = await setup(h, 8000);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${source.port}`);
+  assert.equal(res.status, 200);
+  res.socket.resume();
+  const dropped = (): LogRecord[] => agent.log.find('link to tunnel server dropped; keeping its connections for the resume window');
+  // Without the nudge about one reset in four went unnoticed until the liveness check: eight blips in a row.
+  const noticedMs: number[] = [];
+  for (let i = 0; i < 8; i++) {
+    await waitFor('bulk traffic', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === false, 10_000);
+    const seen = dropped().length;
+    const sentBefore = res.socket.bytesRead;
+    await waitFor('the transfer to run', () => res.socket.bytesRead >= sentBefore + 4 * MiB, 10_000);
+    const blipAt = performance.now();
+    const blip = relay.blip('reset', 300);
+    await waitFor('the agent to notice', () => dropped().length > seen, 10_000);
+    const record = dropped()[seen]!;
+    noticedMs.push(Math.round(record.at - blipAt));
+    assert.doesNotMatch(String(record.fields.reason), /nothing heard/, `blip ${i}: noticed by the liveness check (${noticedMs.join(', ')} ms)`);
+    await blip;
+    await waitFor('the resume', () => agent.clients.connectedServers === 1 && server.tunnel.sessions.suspendedCount === 0, 10_000);
+  }
+  console.log('reset noticed after (ms)', noticedMs.join(', '));
+  for (const ms of noticedMs) assert.ok(ms < 1000, `noticed after ${noticedMs.join(', ')} ms`);
+  res.socket.destroy();
 });
 
 test('a silent blip: the agent notices, comes back, and its resume supersedes the call the server still holds', { timeout: 60_000 }, async (t) => {

@@ -117,3 +117,30 @@ test('a ping that cannot be sent is tried again; stop ends everything', LIMIT, a
   assert.equal(tries, at, 'stopped: no more pings');
   assert.throws(() => new LivenessWatch({ idleMs: 0, timeoutMs: 1, ping: () => true, onDead: () => {} }), TypeError);
 });
+
+test('a nudge after nudgeMs of quiet, again every nudgeMs while it lasts, counted from the last packet; never a verdict', LIMIT, async (t) => {
+  keepAlive(t);
+  const nudges: number[] = [];
+  let deaths = 0;
+  const w = new LivenessWatch({
+    idleMs: 10_000,
+    timeoutMs: 10_000,
+    ping: () => true,
+    onDead: () => deaths++,
+    nudge: () => nudges.push(performance.now()),
+    nudgeMs: 30,
+  });
+  t.after(() => w.stop());
+  const startedAt = performance.now();
+  w.start();
+  await waitUntil(() => nudges.length >= 1);
+  assert.ok(nudges[0]! - startedAt >= 29, `the first nudge came ${Math.round(nudges[0]! - startedAt)} ms into the quiet`);
+  // A packet starts the quiet again.
+  const packetAt = performance.now();
+  w.received();
+  const seen = nudges.length;
+  await waitUntil(() => nudges.length >= seen + 3);
+  assert.ok(nudges[seen]! - packetAt >= 29, `the nudge after a packet came ${Math.round(nudges[seen]! - packetAt)} ms after it`);
+  for (let i = seen + 1; i < seen + 3; i++) assert.ok(nudges[i]! - nudges[i - 1]! >= 29, 'one per nudgeMs');
+  assert.equal(deaths, 0, 'a nudge is not a verdict');
+});

@@ -2,19 +2,24 @@
 // across cuts that lose whatever was in flight, every packet arrives once and
 // in order; acknowledgements ride on WINDOW_UPDATE and keep what is held small;
 // writers wait while no transport is attached; nothing a dropped transport
-// still delivers is taken; and real PacketConns (flow control, half-close)
-// carry bytes exactly through blips.
+// still delivers is taken; and real connections (a PacketConn, and the
+// SocketRelays the agent and the CONNECT path join to their sockets; flow
+// control, half-close) carry bytes exactly through blips.
 
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { connect, createServer, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
+import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
+import type { MuxConn } from '../../pkg/mux/mux-conn.js';
 import { PacketConn } from '../../pkg/mux/packet-conn.js';
 import { ResumableLink, type ResumableLinkOptions } from '../../pkg/mux/resumable-link.js';
 import { ConnectionClosedError, ResumeError } from '../../pkg/protocol/errors.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
-import { harness } from '../support/harness.js';
+import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
+import { harness, type Harness } from '../support/harness.js';
 import { memoryLinkPair, type MemoryLinkPair } from '../support/memory-link.js';
 import { PacketWire } from '../support/packet-wire.js';
 
@@ -303,16 +308,8 @@ class ServerSideConn extends PacketConn {
   }
 }
 
-/** The agent's side as a Duplex: it owes a CLOSE_RSP however the connection ends. */
-class AgentSideConn extends PacketConn {
-  protected readonly endsWithFinalPacket = true;
-  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket {
-    return { type: 'CLOSE_RSP', connectID: this.connectID, error: err !== null && !remoteInitiated ? err.message : '' };
-  }
-}
-
 /** What Tunnel.handlePacket and ServerConnection.onPacket do for one connection. */
-function dispatch(conn: () => PacketConn): (p: Packet) => void {
+function dispatch(conn: () => MuxConn): (p: Packet) => void {
   return (p) => {
     const c = conn();
     switch (p.type) {
@@ -352,103 +349,153 @@ async function exchange(conn: PacketConn, data: Buffer): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-test('8 MiB each way through real connections (flow control, half-close) arrive byte-exact across blips', LIMIT, async (t) => {
-  const h = harness(t);
-  keepAlive(h);
-  let server: PacketConn | undefined;
-  let agent: PacketConn | undefined;
-  const s = new Session(
-    {},
-    dispatch(() => server!),
-    dispatch(() => agent!),
-  );
-  h.defer(() => s.close());
-  // Small windows, so that credit (WINDOW_UPDATE) has to cross many times, and cross the blips.
-  const flow = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
-  server = new ServerSideConn(s.a, 1n, { flow, halfClose: true });
-  agent = new AgentSideConn(s.b, 1n, { flow, halfClose: true });
-  h.defer(() => {
-    server.destroy();
-    agent.destroy();
-  });
-  const up = randomBytes(8 * 1024 * 1024);
-  const down = randomBytes(8 * 1024 * 1024);
-  const transfer = Promise.all([exchange(server, down), exchange(agent, up)]);
-  // A blip at every MiB the agent has received, down for a few turns while both sides keep writing.
-  const random = seeded(11);
-  let nextBlipAt = 1024 * 1024;
-  const blipping = (async () => {
-    while (nextBlipAt < down.length) {
-      await tick();
-      if (agent.bytesReceived < nextBlipAt) continue;
-      nextBlipAt += 1024 * 1024;
-      s.blip();
-      for (let k = 1 + Math.floor(random() * 20); k > 0; k--) await tick();
-      s.resume();
-    }
-  })();
-  const [atServer, atAgent] = await transfer;
-  await blipping;
-  assert.equal(s.blips, 7, 'the transfer went through a blip at every MiB');
-  assert.equal(atAgent.length, down.length);
-  assert.equal(sha(atAgent), sha(down), 'server → agent byte-exact');
-  assert.equal(atServer.length, up.length);
-  assert.equal(sha(atServer), sha(up), 'agent → server byte-exact');
-  assert.ok(s.a.resentBytes + s.b.resentBytes > 0, 'some DATA was resent');
-  // Both halves closed: the connections finish as without a blip.
-  await Promise.all([server.destroyed ? undefined : once(server, 'close'), agent.destroyed ? undefined : once(agent, 'close')]);
-  assert.equal(server.errored, null);
-  assert.equal(agent.errored, null);
-});
-
-test('over real gRPC packet calls (HTTP/2): 8 MiB each way survive their connection destroyed mid-flight, three times', LIMIT, async (t) => {
-  const h = harness(t);
-  keepAlive(h);
-  let server: PacketConn | undefined;
-  let agent: PacketConn | undefined;
-  const broken: ResumeError[] = [];
-  const a = new ResumableLink({ onPacket: dispatch(() => server!), onBroken: (e) => broken.push(e) });
-  const b = new ResumableLink({ onPacket: dispatch(() => agent!), onBroken: (e) => broken.push(e) });
-  h.defer(() => (a.close(), b.close()));
-  const pairs: MemoryLinkPair[] = [];
-  const connectPair = async (): Promise<void> => {
-    const pair = await memoryLinkPair();
-    pairs.push(pair);
-    h.defer(() => pair.close());
-    pair.onServerPacket((p) => a.receive(pair.server, p));
-    pair.onAgentPacket((p) => b.receive(pair.agent, p));
-    const aReceived = a.received;
-    a.attach(pair.server, b.received);
-    b.attach(pair.agent, aReceived);
-  };
-  await connectPair();
-  const flow = { sendWindow: 1024 * 1024, receiveWindow: 1024 * 1024 };
-  server = new ServerSideConn(a, 1n, { flow, halfClose: true });
-  agent = new AgentSideConn(b, 1n, { flow, halfClose: true });
-  h.defer(() => (server.destroy(), agent.destroy()));
-  const up = randomBytes(8 * 1024 * 1024);
-  const down = randomBytes(8 * 1024 * 1024);
-  const transfer = Promise.all([exchange(server, down), exchange(agent, up)]);
-  let cuts = 0;
-  for (const at of [2, 4, 6]) {
-    while (agent.bytesReceived < at * 1024 * 1024) await sleep(1);
-    // The connection under both calls goes away at once: what HTTP/2 and the transport held is lost.
-    const pair = pairs.at(-1)!;
-    pair.agentTransport.destroy();
-    pair.serverTransport.destroy();
-    a.detach();
-    b.detach();
-    cuts++;
-    await sleep(10);
-    await connectPair();
+/** The same through a socket: the far end of one joined to a SocketRelay (the relay's target or caller). */
+async function exchangeSocket(socket: Socket, data: Buffer): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  socket.on('data', (c: Buffer) => chunks.push(c));
+  const ended = once(socket, 'end');
+  for (let off = 0; off < data.length; off += 48 * 1024) {
+    if (!socket.write(data.subarray(off, off + 48 * 1024))) await once(socket, 'drain');
   }
-  const [atServer, atAgent] = await transfer;
-  assert.equal(cuts, 3);
-  assert.equal(sha(atAgent), sha(down), 'server → agent byte-exact');
-  assert.equal(sha(atServer), sha(up), 'agent → server byte-exact');
-  assert.ok(a.resentBytes > 0 && b.resentBytes > 0, `both ends resent DATA (${a.resentBytes}, ${b.resentBytes} bytes)`);
-  assert.deepEqual(broken, []);
-});
+  socket.end();
+  await ended;
+  return Buffer.concat(chunks);
+}
+
+/** Two ends of one loopback TCP connection, both half-open: `near` is joined to a relay, `far` plays its target or caller. */
+async function socketPair(h: Harness): Promise<{ near: Socket; far: Socket }> {
+  const server = createServer({ allowHalfOpen: true });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const accepted = once(server, 'connection') as Promise<[Socket]>;
+  const near = connect({ host: '127.0.0.1', port: (server.address() as { port: number }).port, allowHalfOpen: true, noDelay: true });
+  const [[far]] = await Promise.all([accepted, once(near, 'connect')]);
+  server.close();
+  h.defer(() => (near.destroy(), far.destroy()));
+  return { near, far };
+}
+
+/** Resolves with the error a relay ended with (undefined for a clean close). */
+function relayEnded(relay: EndpointConn | TunnelRelay): Promise<Error | undefined> {
+  return new Promise((resolve) => {
+    relay.onClose = resolve;
+  });
+}
+
+test(
+  "8 MiB each way through real connections (a PacketConn and the agent's SocketRelay; flow control, half-close) arrive byte-exact across blips",
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    keepAlive(h);
+    let server: PacketConn | undefined;
+    let agent: EndpointConn | undefined;
+    const s = new Session(
+      {},
+      dispatch(() => server!),
+      dispatch(() => agent!),
+    );
+    h.defer(() => s.close());
+    // Small windows, so that credit (WINDOW_UPDATE) has to cross many times, and cross the blips.
+    const flow = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
+    server = new ServerSideConn(s.a, 1n, { flow, halfClose: true });
+    agent = new EndpointConn(s.b, 1n, '127.0.0.1:1', { flow, halfClose: true });
+    const agentEnded = relayEnded(agent);
+    const target = await socketPair(h);
+    agent.attach(target.near);
+    h.defer(() => {
+      server.destroy();
+      agent.destroy();
+    });
+    const up = randomBytes(8 * 1024 * 1024);
+    const down = randomBytes(8 * 1024 * 1024);
+    const transfer = Promise.all([exchange(server, down), exchangeSocket(target.far, up)]);
+    // A blip at every MiB the agent has received, down for a few turns while both sides keep writing.
+    const random = seeded(11);
+    let nextBlipAt = 1024 * 1024;
+    const blipping = (async () => {
+      while (nextBlipAt < down.length) {
+        await tick();
+        if (agent.bytesReceived < nextBlipAt) continue;
+        nextBlipAt += 1024 * 1024;
+        s.blip();
+        for (let k = 1 + Math.floor(random() * 20); k > 0; k--) await tick();
+        s.resume();
+      }
+    })();
+    const [atServer, atAgent] = await transfer;
+    await blipping;
+    assert.equal(s.blips, 7, 'the transfer went through a blip at every MiB');
+    assert.equal(atAgent.length, down.length);
+    assert.equal(sha(atAgent), sha(down), 'server → agent byte-exact');
+    assert.equal(atServer.length, up.length);
+    assert.equal(sha(atServer), sha(up), 'agent → server byte-exact');
+    assert.ok(s.a.resentBytes + s.b.resentBytes > 0, 'some DATA was resent');
+    // Both halves closed: the connections finish as without a blip.
+    const [, agentErr] = await Promise.all([server.destroyed ? undefined : once(server, 'close'), agentEnded]);
+    assert.equal(server.errored, null);
+    assert.equal(agentErr, undefined);
+  },
+);
+
+test(
+  'over real gRPC packet calls (HTTP/2): 8 MiB each way between two SocketRelays (CONNECT caller, agent target) survive their connection destroyed mid-flight, three times',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    keepAlive(h);
+    let server: TunnelRelay | undefined;
+    let agent: EndpointConn | undefined;
+    const broken: ResumeError[] = [];
+    const a = new ResumableLink({ onPacket: dispatch(() => server!), onBroken: (e) => broken.push(e) });
+    const b = new ResumableLink({ onPacket: dispatch(() => agent!), onBroken: (e) => broken.push(e) });
+    h.defer(() => (a.close(), b.close()));
+    const pairs: MemoryLinkPair[] = [];
+    const connectPair = async (): Promise<void> => {
+      const pair = await memoryLinkPair();
+      pairs.push(pair);
+      h.defer(() => pair.close());
+      pair.onServerPacket((p) => a.receive(pair.server, p));
+      pair.onAgentPacket((p) => b.receive(pair.agent, p));
+      const aReceived = a.received;
+      a.attach(pair.server, b.received);
+      b.attach(pair.agent, aReceived);
+    };
+    await connectPair();
+    const flow = { sendWindow: 1024 * 1024, receiveWindow: 1024 * 1024 };
+    server = new TunnelRelay({ agentID: 'edge-1', link: a, halfClose: true, resumes: 0 }, 1n, '127.0.0.1:1', { flow, halfClose: true });
+    agent = new EndpointConn(b, 1n, '127.0.0.1:1', { flow, halfClose: true });
+    const ends = Promise.all([relayEnded(server), relayEnded(agent)]);
+    const caller = await socketPair(h);
+    const target = await socketPair(h);
+    server.attach(caller.near);
+    agent.attach(target.near);
+    h.defer(() => (server.destroy(), agent.destroy()));
+    const up = randomBytes(8 * 1024 * 1024);
+    const down = randomBytes(8 * 1024 * 1024);
+    const transfer = Promise.all([exchangeSocket(caller.far, down), exchangeSocket(target.far, up)]);
+    let cuts = 0;
+    for (const at of [2, 4, 6]) {
+      while (agent.bytesReceived < at * 1024 * 1024) await sleep(1);
+      // The connection under both calls goes away at once: what HTTP/2 and the transport held is lost.
+      const pair = pairs.at(-1)!;
+      pair.agentTransport.destroy();
+      pair.serverTransport.destroy();
+      a.detach();
+      b.detach();
+      cuts++;
+      await sleep(10);
+      await connectPair();
+    }
+    const [atServer, atAgent] = await transfer;
+    assert.equal(cuts, 3);
+    assert.equal(sha(atAgent), sha(down), 'server → agent byte-exact');
+    assert.equal(sha(atServer), sha(up), 'agent → server byte-exact');
+    assert.ok(a.resentBytes > 0 && b.resentBytes > 0, `both ends resent DATA (${a.resentBytes}, ${b.resentBytes} bytes)`);
+    assert.deepEqual(broken, []);
+    assert.deepEqual(await ends, [undefined, undefined], 'both relays closed cleanly');
+  },
+);
 
 async function waitUntil(cond: () => boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -12,8 +12,9 @@ import { parseSessionToken } from '../../pkg/protocol/resume.js';
 import { SessionTable, type Session } from '../../pkg/tunnel/session-table.js';
 import { harness } from '../support/harness.js';
 
-const EDGE1 = { agentID: 'edge-1', fingerprint: 'AA:BB:01' };
-const EDGE2 = { agentID: 'edge-2', fingerprint: 'AA:BB:02' };
+// With --agent-identity-check none: nothing ties the agentID to the certificate.
+const EDGE1 = { agentID: 'edge-1', fingerprint: 'AA:BB:01', identityVerified: false };
+const EDGE2 = { agentID: 'edge-2', fingerprint: 'AA:BB:02', identityVerified: false };
 
 function table(onExpire: (s: Session<string>) => void = () => {}, maxSuspendedPerAgent?: number): SessionTable<string> {
   return new SessionTable<string>({ onExpire, ...(maxSuspendedPerAgent !== undefined ? { maxSuspendedPerAgent } : {}) });
@@ -30,8 +31,8 @@ test('a token finds its session only with the agentID and certificate that opene
 
   // Right token, wrong holder: refused, and the session is left as it was.
   assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, EDGE2), { kind: 'foreign', session });
-  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { agentID: 'edge-1', fingerprint: EDGE2.fingerprint }), { kind: 'foreign', session });
-  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { agentID: 'edge-2', fingerprint: EDGE1.fingerprint }), { kind: 'foreign', session });
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { ...EDGE1, fingerprint: EDGE2.fingerprint }), { kind: 'foreign', session });
+  assert.deepEqual(sessions.find({ token, received: 0, attempt: 1 }, { ...EDGE2, fingerprint: EDGE1.fingerprint }), { kind: 'foreign', session });
   assert.equal(session.resumes, 0);
 
   const otherSecret = `${session.id}.${'A'.repeat(43)}`;
@@ -46,6 +47,36 @@ test('a token finds its session only with the agentID and certificate that opene
     assert.deepEqual(sessions.find({ token, received: 0, attempt }, EDGE1), { kind: 'stale', session }, `attempt ${attempt} after 3 was taken`);
   }
   assert.deepEqual(sessions.find({ token, received: 0, attempt: 4 }, EDGE1), { kind: 'found', session });
+});
+
+test('with the identity check on, a renewed certificate naming the same agent takes its session back; another agent never does', (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const verified = (agentID: string, fingerprint: string): { agentID: string; fingerprint: string; identityVerified: boolean } => ({
+    agentID,
+    fingerprint,
+    identityVerified: true,
+  });
+  const { session, token } = sessions.open(verified('edge-1', 'AA:BB:01'), 10_000, 'links of edge-1');
+  const claim = { token, received: 0, attempt: 1 };
+  assert.deepEqual(sessions.find(claim, verified('edge-1', 'AA:BB:01')), { kind: 'found', session });
+  assert.deepEqual(sessions.find(claim, verified('edge-1', 'CC:DD:99')), { kind: 'found', session }, 'a renewed certificate of edge-1');
+  // Another agent's certificate, even one the check verified for its own agentID.
+  assert.deepEqual(sessions.find(claim, verified('edge-2', 'AA:BB:01')), { kind: 'foreign', session });
+  assert.deepEqual(sessions.find(claim, verified('edge-2', 'CC:DD:99')), { kind: 'foreign', session });
+  // A caller the check did not verify (it cannot be: one server, one mode; the rule holds anyway) needs the very certificate.
+  assert.deepEqual(sessions.find(claim, { agentID: 'edge-1', fingerprint: 'CC:DD:99', identityVerified: false }), { kind: 'foreign', session });
+  // Without a certificate there is no owner.
+  assert.deepEqual(sessions.find(claim, verified('edge-1', '')), { kind: 'foreign', session });
+
+  // A session opened without the check stays bound to its certificate.
+  const unverified = sessions.open(EDGE1, 10_000, 'opened with the check off');
+  assert.deepEqual(sessions.find({ token: unverified.token, received: 0, attempt: 1 }, verified('edge-1', 'CC:DD:99')), {
+    kind: 'foreign',
+    session: unverified.session,
+  });
+  assert.deepEqual(sessions.find({ token: unverified.token, received: 0, attempt: 1 }, EDGE1), { kind: 'found', session: unverified.session });
+  assert.equal(session.resumes, 0);
 });
 
 test("one call's claims: the first this server can hand back, and the refused ones by why", (t) => {
@@ -69,8 +100,34 @@ test("one call's claims: the first this server can hand back, and the refused on
   assert.deepEqual(r.foreign, [someoneElses.session]);
   assert.deepEqual(r.stale, [second.session]);
   assert.equal(r.unknown, 1);
-  assert.deepEqual(sessions.resolve([], EDGE1), { found: undefined, foreign: [], stale: [], unknown: 0 });
+  assert.deepEqual(sessions.resolve([], EDGE1), { found: undefined, foreign: [], stale: [], ended: [], unknown: 0 });
   assert.equal(mine.session.resumes, 0, 'resolving takes nothing');
+});
+
+test('a claim on a session that is over is told apart from one never issued here: how it ended, when, whose; bounded', (t) => {
+  const sessions = table();
+  t.after(() => sessions.close());
+  const expiring = sessions.open(EDGE1, 10_000, 'expires');
+  const ending = sessions.open(EDGE1, 10_000, 'ends');
+  const endedAt = Date.now();
+  sessions.end(ending.session, 'ended', endedAt);
+  sessions.end(expiring.session, 'expired', endedAt + 1);
+  assert.deepEqual(sessions.find({ token: ending.token, received: 0, attempt: 1 }, EDGE1), {
+    kind: 'ended',
+    ended: { id: ending.session.id, agentID: 'edge-1', how: 'ended', endedAt },
+  });
+  const r = sessions.resolve([{ token: expiring.token, received: 0, attempt: 1 }], EDGE1);
+  assert.deepEqual(r.ended, [{ id: expiring.session.id, agentID: 'edge-1', how: 'expired', endedAt: endedAt + 1 }]);
+  assert.equal(r.found, undefined);
+  // The ID alone proves nothing: with a wrong secret it is unknown, as any guess.
+  assert.deepEqual(sessions.find({ token: `${ending.session.id}.${'A'.repeat(43)}`, received: 0, attempt: 1 }, EDGE1), {
+    kind: 'unknown',
+    reason: 'no-session',
+  });
+  // Only so many are remembered: the oldest are forgotten first.
+  for (let i = 0; i < 1024; i++) sessions.end(sessions.open(EDGE2, 10_000, 'filler').session);
+  assert.deepEqual(sessions.find({ token: ending.token, received: 0, attempt: 1 }, EDGE1), { kind: 'unknown', reason: 'no-session' });
+  assert.equal(sessions.size, 0);
 });
 
 test('only a hash of the secret is kept', (t) => {
@@ -147,7 +204,7 @@ test('close forgets every session and stops every timer without onExpire', (t) =
   const expired: string[] = [];
   const sessions = table((s) => expired.push(s.value));
   t.after(() => sessions.close());
-  const all = [1, 2, 3].map((i) => sessions.open({ agentID: `edge-${i}`, fingerprint: `F${i}` }, 60_000, `s${i}`).session);
+  const all = [1, 2, 3].map((i) => sessions.open({ agentID: `edge-${i}`, fingerprint: `F${i}`, identityVerified: false }, 60_000, `s${i}`).session);
   for (const s of all) sessions.suspend(s);
   sessions.close();
   assert.deepEqual([sessions.size, sessions.suspendedCount, expired.length], [0, 0, 0]);
