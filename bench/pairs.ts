@@ -35,18 +35,26 @@ export interface PairContext {
   go: KonnectivityBinaries | undefined;
   /** Node.js options for our server and agent (e.g. --cpu-prof), to profile them under the bench's load. */
   nodeArgs: string[];
+  /** Extra environment for our server and agent (e.g. LD_PRELOAD of jemalloc, as the image runs them). */
+  env: NodeJS.ProcessEnv;
   verbose: boolean;
   /** Sees what our server and agent print (bench/profile.ts reads its probe's lines from it). */
   onOutput?: (who: 'server' | 'agent', text: string) => void;
 }
 
 /** The CA and one agent certificate per pair, made once so that no pair pays for key generation. */
-export async function preparePairs(dir: string, targetAddress: string, nodeArgs: string[], verbose: boolean): Promise<PairContext> {
+export async function preparePairs(
+  dir: string,
+  targetAddress: string,
+  nodeArgs: string[],
+  verbose: boolean,
+  env: NodeJS.ProcessEnv = {},
+): Promise<PairContext> {
   const certDir = join(dir, 'pki');
   await ensureLocalServerCertificates({ certDir });
   for (const name of ['bench', 'go-pair', 'go-agent']) await issueAgentCertificate(certDir, name, join(dir, name));
   const go = findKonnectivity();
-  return { dir, certDir, targetAddress, go: typeof go === 'string' ? undefined : go, nodeArgs, verbose };
+  return { dir, certDir, targetAddress, go: typeof go === 'string' ? undefined : go, nodeArgs, env, verbose };
 }
 
 /** Waits for `pattern` in what a process prints (stdout and stderr). */
@@ -107,6 +115,8 @@ async function startOurs(ctx: PairContext): Promise<Pair> {
     agentDir: join(ctx.dir, 'bench'),
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,
+    serverEnv: ctx.env,
+    agentEnv: ctx.env,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
       ctx.onOutput?.(who, text);
@@ -127,6 +137,7 @@ async function startGoAgentOnOurs(ctx: PairContext): Promise<Pair> {
     certDir: ctx.certDir,
     agent: false,
     serverNodeArgs: ctx.nodeArgs,
+    serverEnv: ctx.env,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
       ctx.onOutput?.(who, text);

@@ -102,6 +102,7 @@ interface Options {
   sizes: Sizes;
   only: PairName[] | undefined;
   nodeArgs: string[];
+  env: NodeJS.ProcessEnv;
   json: string | undefined;
   verbose: boolean;
   memory: boolean;
@@ -114,6 +115,7 @@ function parseArgs(argv: string[]): Options {
     sizes: FULL,
     only: undefined,
     nodeArgs: [],
+    env: {},
     json: undefined,
     verbose: process.env.BENCH_VERBOSE === '1',
     memory: true,
@@ -143,11 +145,18 @@ function parseArgs(argv: string[]): Options {
       opts.nodeArgs = value()
         .split(' ')
         .filter((x) => x !== '');
+    else if (a === '--env')
+      opts.env = Object.fromEntries(
+        value()
+          .split(' ')
+          .filter((x) => x !== '')
+          .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+      );
     else if (a === '--json') opts.json = value();
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,konnectivity,go-agent, --node-args "...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -437,7 +446,7 @@ async function main(): Promise<void> {
   try {
     const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
     const targetPort = Number(target.match[1]);
-    const ctx: PairContext = await preparePairs(dir, `127.0.0.1:${targetPort}`, opts.nodeArgs, opts.verbose);
+    const ctx: PairContext = await preparePairs(dir, `127.0.0.1:${targetPort}`, opts.nodeArgs, opts.verbose, opts.env);
     const m = machineInfo(ctx.go);
     const load0 = loadAverage();
     console.log(`machine: nproc ${m.nproc}, ${m.cpuModel}, Linux ${m.kernel}, Node ${m.node}`);
@@ -446,6 +455,8 @@ async function main(): Promise<void> {
     const pairs = pairNames(ctx).filter((p) => opts.only === undefined || opts.only.includes(p));
     console.log(`pairs: ${pairs.join(', ')}; ${opts.rounds} rounds, order rotating; load average at start ${load0.toFixed(2)}`);
     if (opts.nodeArgs.length > 0) console.log(`Node options for our server and agent: ${opts.nodeArgs.join(' ')}`);
+    const envText = Object.entries(opts.env).map(([k, v]) => `${k}=${v}`);
+    if (envText.length > 0) console.log(`environment of our server and agent: ${envText.join(' ')}`);
 
     client = await ClientProcess.start();
     const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes, rttOnly: opts.rttOnly };

@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { AGENT_NODE_OPTIONS } from '../pkg/agent/node-options.js';
 import { freeLowPort } from './ports.js';
 
 export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
@@ -68,7 +69,7 @@ export interface LocalTunnelOptions {
   nodeName?: string;
   serverArgs?: string[];
   agentArgs?: string[];
-  /** Node.js options for the agent process (before its script), e.g. --import of a probe or V8 flags. */
+  /** Node.js options for the agent process (before its script), e.g. --import of a probe or V8 flags; after AGENT_NODE_OPTIONS, so a V8 flag given here wins. */
   agentNodeArgs?: string[];
   /** Extra environment for the agent process. */
   agentEnv?: NodeJS.ProcessEnv;
@@ -174,7 +175,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
         [...localAgentFlags({ nodeName, serverPort: agentPort, agentDir }), ...(opts.agentArgs ?? [])],
         /connected to tunnel server/,
         (t) => opts.onOutput?.('agent', t),
-        { nodeArgs: opts.agentNodeArgs, env: opts.agentEnv },
+        { nodeArgs: [...AGENT_NODE_OPTIONS, ...(opts.agentNodeArgs ?? [])], env: opts.agentEnv },
       );
       opts.onStep?.('agent', nodeName);
     }

@@ -18,6 +18,7 @@ import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 import { ClientSet } from './client-set.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
+import { runningNodeOptions } from './node-options.js';
 
 export interface AgentOptions {
   nodeName: string;
@@ -177,6 +178,7 @@ export class TunnelAgent {
       server: discover ? `from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}` : opts.tunnelServerAddr,
       identifiers,
       allowedDestinations: allowList.description,
+      nodeOptions: runningNodeOptions(),
     });
     credentials.manager?.onRotated((pair) => {
       clients.setTLS({ ca: credentials.tls.ca, cert: pair.cert, key: pair.key });

@@ -2,7 +2,7 @@
 // labels (checked against v0.30's /metrics). Counts of open links and
 // connections are read from the client set at scrape time.
 
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from '../metrics/prom.js';
 import { PacketCounter } from '../mux/packet-counter.js';
 
 const PREFIX = 'konnectivity_network_proxy_agent';

@@ -2,7 +2,7 @@
 // packets refused by a limit. (Callers closed before their TLS handshake
 // finished are counted with every listener's, pkg/net/caller-refusals.ts.)
 
-import { Counter, Registry } from 'prom-client';
+import { Counter, Registry } from '../metrics/prom.js';
 
 /** The limit that refused an agent's call or packet: the `reason` label. */
 export type AgentRefusalReason = 'stream_limit' | 'connect_rate' | 'unread_control';

@@ -17,7 +17,7 @@ import { createServer as createHTTPSServer, type Server as HTTPSServer } from 'n
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../metrics/prom.js';
 import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
 import { LogLimiter } from '../log/log-limiter.js';
 import { abortsThrough } from '../mux/abort.js';

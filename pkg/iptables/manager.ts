@@ -7,7 +7,7 @@
 // applies the difference with one iptables-restore --noflush per family. At
 // start it removes what an earlier run left; stop() removes everything it made.
 
-import { Gauge, type Registry } from 'prom-client';
+import { Gauge, type Registry } from '../metrics/prom.js';
 import type { V1Node } from '../kube/types.js';
 import type { InformerHandler } from '../kube/informer.js';
 import type { ServerConfig } from '../kube/server-config.js';

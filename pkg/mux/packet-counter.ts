@@ -4,7 +4,7 @@
 // them at scrape time (a labelled prom-client increment hashes its labels on
 // every call, which showed in the per-packet profile).
 
-import { Counter, type Registry } from 'prom-client';
+import { Counter, type Registry } from '../metrics/prom.js';
 
 export class PacketCounter<Segment extends string> {
   private readonly counts = new Map<Segment, Map<string, number>>();

@@ -3,7 +3,7 @@
 // under its name in the one counter of the registry it is given.
 
 import type { TLSSocket } from 'node:tls';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, type Registry } from '../metrics/prom.js';
 import { errorCode, errorMessage } from '../protocol/errors.js';
 
 /** Why a caller was closed before its request. */

@@ -3,7 +3,7 @@
 // The parts are built in components.ts; the options are options.ts's.
 
 import { randomUUID } from 'node:crypto';
-import { Registry } from 'prom-client';
+import { Registry } from '../metrics/prom.js';
 import type { AgentEndpoint } from '../endpoint/agent-endpoint.js';
 import type { HttpConnectServer } from '../frontend/http-connect.js';
 import type { KubeletConnector } from '../interceptor/kubelet-connector.js';

@@ -4,7 +4,7 @@
 // the v0.30 proxy-server's /metrics), ours (`yurttunnel_server_*`) beside them.
 // No label carries a node name, an address or a connectID.
 
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from '../metrics/prom.js';
 import type { DialFailureReason } from '../protocol/errors.js';
 import type { PacketTypeName } from '../protocol/packet.js';
 import { PacketCounter } from '../mux/packet-counter.js';

@@ -2,7 +2,7 @@
 // that dropped and were kept, sessions resumed and expired, what was resent,
 // and claims refused. Sizes are read from the tables at scrape time.
 
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from '../metrics/prom.js';
 
 export interface ResumeSizes {
   suspended(): number;

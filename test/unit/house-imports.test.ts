@@ -121,6 +121,7 @@ const LEVELS: Record<string, number> = {
   protocol: 0,
   log: 0,
   timers: 0,
+  metrics: 0,
   net: 1,
   nodes: 1,
   mux: 1,
