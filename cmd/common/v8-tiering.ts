@@ -1,0 +1,24 @@
+// Imported first by both CLIs: V8 optimises the tunnel's hot functions
+// sooner. Each function has an "interrupt budget" of bytecode it may run
+// before V8 considers optimising it; with the default (66 KiB) a fresh
+// process took ~3,000 new connections (CONNECT, echo, close) to reach its
+// steady CPU per connection, and its first thousand cost 2–3× that
+// (bench/README.md, "Connection cost"). A quarter of the default reaches it
+// within ~1,000 connections for a little more compiling in the first few
+// hundred. Konnectivity's Go binaries start compiled; this is our nearest thing.
+// A budget given on the node command line wins.
+
+import { setFlagsFromString } from 'node:v8';
+
+/** A quarter of V8 11's default (67,584 bytes). */
+export const INTERRUPT_BUDGET = 16_896;
+
+/** Sets the budget unless `execArgv` names one; returns the flag set, or undefined. */
+export function applyTieringFlags(execArgv: readonly string[] = process.execArgv): string | undefined {
+  if (execArgv.some((a) => a.startsWith('--interrupt-budget') || a.startsWith('--interrupt_budget'))) return undefined;
+  const flag = `--interrupt-budget=${INTERRUPT_BUDGET}`;
+  setFlagsFromString(flag);
+  return flag;
+}
+
+applyTieringFlags();
