@@ -127,7 +127,9 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
   const offered = /connected to tunnel server.*?sessionResume\W+(true|false)/s.exec(agentText)?.[1];
   if (offered !== String(resume)) {
     await local.stop();
-    throw new Error(`our pair with resume ${resume ? 'on' : 'off'}: the agent's "connected" line says sessionResume=${offered ?? '(not found)'}:\n${agentText.slice(-2000)}`);
+    throw new Error(
+      `our pair with resume ${resume ? 'on' : 'off'}: the agent's "connected" line says sessionResume=${offered ?? '(not found)'}:\n${agentText.slice(-2000)}`,
+    );
   }
   return {
     name: resume ? 'yurt-tunnel' : 'yurt-tunnel, resume off',

@@ -152,8 +152,7 @@ async function main(): Promise<void> {
       const name = names[args[++i] ?? ''];
       if (name === undefined) throw new Error(`--pair: ${args[i]}? (ours, ours-noresume, go-agent)`);
       pairName = name;
-    }
-    else if (a === '--out') out = args[++i]!;
+    } else if (a === '--out') out = args[++i]!;
     else if (a === '--perf') perf = true;
     else if (a === '--node-args') extraNodeArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
     else if ((PHASES as readonly string[]).includes(a)) phases.push(a as Phase);
