@@ -2,6 +2,7 @@
 // stopped before the next one starts, all with certificates from one local CA
 // made once per run:
 //   yurt-tunnel                 our server and our agent (the real CLIs)
+//   yurt-tunnel, resume off     the same with --resume-window 0 on both (what session resume costs)
 //   Konnectivity                the v0.30 Go proxy-server and proxy-agent
 //   Go agent, our server        our server with the Go proxy-agent joined to it
 // A pair is ready when its server has logged the agent's arrival; no
@@ -16,7 +17,7 @@ import { freeLowPort } from '../hack/ports.js';
 import { issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js';
 import type { BenchPath } from './lean-conn.js';
 
-export type PairName = 'yurt-tunnel' | 'Konnectivity' | 'Go agent, our server';
+export type PairName = 'yurt-tunnel' | 'yurt-tunnel, resume off' | 'Konnectivity' | 'Go agent, our server';
 
 export interface Pair {
   name: PairName;
@@ -108,22 +109,40 @@ async function startGoAgent(children: ChildProcess[], ctx: PairContext, serverPo
   return child;
 }
 
-async function startOurs(ctx: PairContext): Promise<Pair> {
+/**
+ * Our server and agent; `resume` false starts both with --resume-window 0.
+ * Either way the agent's "connected" line must say whether a session was
+ * offered, and it must be what was asked for: a pair that measured the wrong
+ * thing would go unnoticed in the table.
+ */
+async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
+  const off = resume ? [] : ['--resume-window', '0'];
+  let agentText = '';
   const local = await startLocalTunnel({
     nodeName: 'bench',
     certDir: ctx.certDir,
     agentDir: join(ctx.dir, 'bench'),
+    serverArgs: off,
+    agentArgs: off,
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,
     serverEnv: ctx.env,
     agentEnv: ctx.env,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
+      if (who === 'agent' && agentText.length < 100_000) agentText += text;
       ctx.onOutput?.(who, text);
     },
   });
+  const offered = /connected to tunnel server.*?sessionResume\W+(true|false)/s.exec(agentText)?.[1];
+  if (offered !== String(resume)) {
+    await local.stop();
+    throw new Error(
+      `our pair with resume ${resume ? 'on' : 'off'}: the agent's "connected" line says sessionResume=${offered ?? '(not found)'}:\n${agentText.slice(-2000)}`,
+    );
+  }
   return {
-    name: 'yurt-tunnel',
+    name: resume ? 'yurt-tunnel' : 'yurt-tunnel, resume off',
     path: { kind: 'connect', uds: local.udsPath, address: ctx.targetAddress, proxyHost: 'bench' },
     serverPid: local.children[0]!.pid!,
     agentPid: local.children[1]!.pid!,
@@ -195,13 +214,16 @@ async function startKonnectivity(ctx: PairContext): Promise<Pair> {
 
 /** The pairs this machine can run, in the order each round runs them. */
 export function pairNames(ctx: PairContext): PairName[] {
-  return ctx.go === undefined ? ['yurt-tunnel'] : ['yurt-tunnel', 'Konnectivity', 'Go agent, our server'];
+  const ours: PairName[] = ['yurt-tunnel', 'yurt-tunnel, resume off'];
+  return ctx.go === undefined ? ours : [...ours, 'Konnectivity', 'Go agent, our server'];
 }
 
 export function startPair(name: PairName, ctx: PairContext): Promise<Pair> {
   switch (name) {
     case 'yurt-tunnel':
-      return startOurs(ctx);
+      return startOurs(ctx, true);
+    case 'yurt-tunnel, resume off':
+      return startOurs(ctx, false);
     case 'Konnectivity':
       return startKonnectivity(ctx);
     case 'Go agent, our server':

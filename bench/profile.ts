@@ -1,4 +1,4 @@
-// npm run bench:profile -- [cold|bulk|rtt|conn|rate ...] [--pair ours|go-agent] [--out DIR] [--perf]
+// npm run bench:profile -- [cold|bulk|rtt|conn|rate ...] [--pair ours|ours-noresume|go-agent] [--out DIR] [--perf]
 //                           [--node-args "--trace-deopt ..."]  (BENCH_LOG=FILE keeps what server and agent print in FILE.server, FILE.agent)
 //
 // Where our server's and agent's time goes, phase by phase, under the same
@@ -147,12 +147,16 @@ async function main(): Promise<void> {
   const phases: Phase[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
-    if (a === '--pair') pairName = args[++i] === 'go-agent' ? 'Go agent, our server' : 'yurt-tunnel';
-    else if (a === '--out') out = args[++i]!;
+    if (a === '--pair') {
+      const names: Record<string, PairName> = { ours: 'yurt-tunnel', 'ours-noresume': 'yurt-tunnel, resume off', 'go-agent': 'Go agent, our server' };
+      const name = names[args[++i] ?? ''];
+      if (name === undefined) throw new Error(`--pair: ${args[i]}? (ours, ours-noresume, go-agent)`);
+      pairName = name;
+    } else if (a === '--out') out = args[++i]!;
     else if (a === '--perf') perf = true;
     else if (a === '--node-args') extraNodeArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
     else if ((PHASES as readonly string[]).includes(a)) phases.push(a as Phase);
-    else throw new Error(`unknown argument ${a}: phases ${PHASES.join('|')}, --pair ours|go-agent, --out DIR, --perf, --node-args "..."`);
+    else throw new Error(`unknown argument ${a}: phases ${PHASES.join('|')}, --pair ours|ours-noresume|go-agent, --out DIR, --perf, --node-args "..."`);
   }
   if (phases.length === 0) phases.push(...PHASES);
   mkdirSync(out, { recursive: true });

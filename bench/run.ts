@@ -88,7 +88,11 @@ class Figures {
     list.push(value);
   }
   get(who: Who, key: string): Spread | undefined {
-    return spread(this.data.get(who)?.get(key) ?? []);
+    return spread(this.values(who, key));
+  }
+  /** The samples in the order they were taken (the i-th of every pair comes from the same round). */
+  values(who: Who, key: string): number[] {
+    return this.data.get(who)?.get(key) ?? [];
   }
   toJSON(): Record<string, Record<string, number[]>> {
     const out: Record<string, Record<string, number[]>> = {};
@@ -133,12 +137,17 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--no-memory') opts.memory = false;
     else if (a === '--rtt-only') opts.rttOnly = true;
     else if (a === '--only') {
-      const names: Record<string, PairName> = { ours: 'yurt-tunnel', konnectivity: 'Konnectivity', 'go-agent': 'Go agent, our server' };
+      const names: Record<string, PairName> = {
+        ours: 'yurt-tunnel',
+        'ours-noresume': 'yurt-tunnel, resume off',
+        konnectivity: 'Konnectivity',
+        'go-agent': 'Go agent, our server',
+      };
       opts.only = value()
         .split(',')
         .map((n) => {
           const p = names[n];
-          if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, konnectivity, go-agent)`);
+          if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, ours-noresume, konnectivity, go-agent)`);
           return p;
         });
     } else if (a === '--node-args')
@@ -156,7 +165,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -323,24 +332,66 @@ interface Row {
   goal?: string;
   /** Whether ours meets the goal, from ours and Konnectivity's medians. */
   meets?: (ours: number, konn: number | undefined) => boolean;
+  /** Issue 18's goal applies: resume on costs at most 5 % against resume off (needs `better`). */
+  resumeGoal?: true;
+}
+
+/** Issue 18: session resume may cost at most this much of a figure. */
+const RESUME_MAX_LOSS = 0.05;
+
+/** Whether on ÷ off stays within RESUME_MAX_LOSS, in the direction that is worse for the row. */
+function resumeMeets(ratio: number, better: 'higher' | 'lower'): boolean {
+  return better === 'higher' ? ratio >= 1 - RESUME_MAX_LOSS : ratio <= 1 + RESUME_MAX_LOSS;
 }
 
 const SECTIONS: Array<[string, Row[]]> = [
   [
     'warm',
     [
-      { key: 'bulk', label: 'bulk target→client, MiB/s', digits: 0, better: 'higher', goal: '≥ 2.5× Konn.', meets: (o, k) => k !== undefined && o >= 2.5 * k },
-      { key: 'bulkCpuServer', label: '  server CPU s per GiB', digits: 2, better: 'lower' },
-      { key: 'bulkCpuAgent', label: '  agent CPU s per GiB', digits: 2, better: 'lower' },
+      {
+        key: 'bulk',
+        label: 'bulk target→client, MiB/s',
+        digits: 0,
+        better: 'higher',
+        goal: '≥ 2.5× Konn.',
+        meets: (o, k) => k !== undefined && o >= 2.5 * k,
+        resumeGoal: true,
+      },
+      { key: 'bulkCpuServer', label: '  server CPU s per GiB', digits: 2, better: 'lower', resumeGoal: true },
+      { key: 'bulkCpuAgent', label: '  agent CPU s per GiB', digits: 2, better: 'lower', resumeGoal: true },
       { key: 'bulkCpuClient', label: '  client CPU s per GiB', digits: 2 },
       { key: 'flows4', label: '4 flows together, MiB/s', digits: 0, better: 'higher' },
       { key: 'fairMin', label: '  slowest flow, % of fair share', digits: 0, goal: '≥ 80 %', meets: (o) => o >= 80 },
       { key: 'fairMax', label: '  fastest flow, % of fair share', digits: 0, goal: '≤ 120 %', meets: (o) => o <= 120 },
-      { key: 'rttP50', label: 'RTT p50, µs', digits: 0, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
-      { key: 'rttP99', label: 'RTT p99, µs', digits: 0, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
+      {
+        key: 'rttP50',
+        label: 'RTT p50, µs',
+        digits: 0,
+        better: 'lower',
+        goal: '≤ 0.8× Konn.',
+        meets: (o, k) => k !== undefined && o <= 0.8 * k,
+        resumeGoal: true,
+      },
+      {
+        key: 'rttP99',
+        label: 'RTT p99, µs',
+        digits: 0,
+        better: 'lower',
+        goal: '≤ 0.8× Konn.',
+        meets: (o, k) => k !== undefined && o <= 0.8 * k,
+        resumeGoal: true,
+      },
       { key: 'rttP999', label: 'RTT p99.9, µs', digits: 0, better: 'lower' },
       { key: 'rttCpu', label: '  server+agent CPU µs per round trip', digits: 0, better: 'lower' },
-      { key: 'connP50', label: 'new connection p50, ms', digits: 3, better: 'lower', goal: '≤ 0.8× Konn.', meets: (o, k) => k !== undefined && o <= 0.8 * k },
+      {
+        key: 'connP50',
+        label: 'new connection p50, ms',
+        digits: 3,
+        better: 'lower',
+        goal: '≤ 0.8× Konn.',
+        meets: (o, k) => k !== undefined && o <= 0.8 * k,
+        resumeGoal: true,
+      },
       { key: 'connP99', label: 'new connection p99, ms', digits: 3, better: 'lower' },
       {
         key: 'rate',
@@ -349,6 +400,7 @@ const SECTIONS: Array<[string, Row[]]> = [
         better: 'higher',
         goal: '≥ Konn.',
         meets: (o, k) => k !== undefined && o >= k,
+        resumeGoal: true,
       },
       {
         key: 'rateClientClose',
@@ -388,11 +440,25 @@ const SECTIONS: Array<[string, Row[]]> = [
   ],
 ];
 
+const RESUME_OFF: PairName = 'yurt-tunnel, resume off';
+
+/** "1.02× (0.97–1.10)": on ÷ off of the samples taken in the same round, paired by position; '' when they do not pair up. */
+function pairedRatios(f: Figures, key: string): string {
+  const on = f.values('yurt-tunnel', key);
+  const off = f.values(RESUME_OFF, key);
+  if (on.length === 0 || on.length !== off.length || off.some((v) => v <= 0)) return '';
+  const s = spread(on.map((v, i) => v / off[i]!))!;
+  return s.n === 1 ? `${s.median.toFixed(2)}×` : `${s.median.toFixed(2)}× (${s.min.toFixed(2)}–${s.max.toFixed(2)})`;
+}
+
 function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
-  const header = ['', ...columns, 'ours ÷ Konn.', 'goal', ''];
+  // The resume columns appear when both of our pairs ran.
+  const withResume = columns.includes('yurt-tunnel') && columns.includes(RESUME_OFF);
+  const resumeHeader = withResume ? ['resume on ÷ off', 'same round', 'goal', ''] : [];
+  const header = ['', ...columns, 'ours ÷ Konn.', 'goal', '', ...resumeHeader];
   const body: string[][] = [];
   for (const [section, rows] of SECTIONS) {
-    body.push([`— ${section}`, ...columns.map(() => ''), '', '', '']);
+    body.push([`— ${section}`, ...columns.map(() => ''), '', '', '', ...resumeHeader.map(() => '')]);
     for (const row of rows) {
       const cells = columns.map((c) => formatSpread(f.get(c, row.key), row.digits));
       if (cells.every((c) => c === '–')) continue;
@@ -400,7 +466,19 @@ function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
       const konn = f.get('Konnectivity', row.key)?.median;
       const ratio = row.better !== undefined && ours !== undefined && konn !== undefined && konn > 0 ? `${(ours / konn).toFixed(2)}×` : '';
       const verdict = row.meets === undefined || ours === undefined ? '' : row.meets(ours, konn) ? 'met' : 'NOT MET';
-      body.push([row.label, ...cells, ratio, row.goal ?? '', verdict]);
+      const resumeCells: string[] = [];
+      if (withResume) {
+        const off = f.get(RESUME_OFF, row.key)?.median;
+        const onOff = row.better !== undefined && ours !== undefined && off !== undefined && off > 0 ? ours / off : undefined;
+        const goal = row.resumeGoal === true && onOff !== undefined;
+        resumeCells.push(
+          onOff === undefined ? '' : `${onOff.toFixed(2)}×`,
+          onOff === undefined ? '' : pairedRatios(f, row.key),
+          goal ? (row.better === 'higher' ? '≥ 0.95× off' : '≤ 1.05× off') : '',
+          goal ? (resumeMeets(onOff, row.better!) ? 'met' : 'NOT MET') : '',
+        );
+      }
+      body.push([row.label, ...cells, ratio, row.goal ?? '', verdict, ...resumeCells]);
     }
   }
   const all = [header, ...body];

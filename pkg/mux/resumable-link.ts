@@ -188,8 +188,11 @@ export class ResumableLink implements PacketLink {
     }
     this.receivedCount++;
     if (packet.type === 'DATA') this.unackedBytes += packet.data.length;
-    this.scheduleAck();
+    // Handled first: a WINDOW_UPDATE it makes flow control send carries the
+    // acknowledgement, and then none is due alone (in bulk, one fewer control
+    // packet per MiB each way).
     this.opts.onPacket(packet);
+    this.scheduleAck();
   }
 
   sendData(connectID: bigint, data: Buffer, cb: WriteCallback): void {
@@ -293,8 +296,14 @@ export class ResumableLink implements PacketLink {
     return true;
   }
 
-  /** Acknowledges at once past a count of packets or bytes, else soon (one timer per link). */
+  /**
+   * Acknowledges at once past a count of packets or bytes, else soon. One
+   * timer per link, left running when an acknowledgement goes out (it then
+   * finds nothing to do): setting and clearing one per acknowledgement cost
+   * more than the acknowledgement itself.
+   */
   private scheduleAck(): void {
+    if (this.current === undefined || this.receivedCount === this.ackedCount) return;
     if (this.receivedCount - this.ackedCount >= this.ackEveryPackets || this.unackedBytes >= this.ackEveryBytes) {
       this.sendAck();
       return;
@@ -319,8 +328,6 @@ export class ResumableLink implements PacketLink {
     if (packet.type !== 'WINDOW_UPDATE') return packet;
     this.ackedCount = this.receivedCount;
     this.unackedBytes = 0;
-    clearTimeout(this.ackTimer);
-    this.ackTimer = undefined;
     return { type: 'WINDOW_UPDATE', connectID: packet.connectID, bytes: packet.bytes, received: BigInt(this.receivedCount) };
   }
 

@@ -196,6 +196,23 @@ test('many packets or bytes are acknowledged at once, not after the delay', LIMI
   assert.equal(s.wire.b.sent.get('ACK'), 3);
 });
 
+test('a WINDOW_UPDATE that handling a packet sends carries the acknowledgement: none goes alone', LIMIT, async (t) => {
+  const h = harness(t);
+  keepAlive(h);
+  // b grants credit back for each DATA as it takes it (a relay whose socket took the bytes at once),
+  // and would acknowledge after every packet: the grant already did.
+  const grantOnB = (p: Packet): void => {
+    if (p.type === 'DATA') s.b.sendControl({ type: 'WINDOW_UPDATE', connectID: p.connectID, bytes: BigInt(p.data.length) });
+  };
+  const s: Session = new Session({ ackEveryPackets: 1, ackEveryBytes: 1, ackDelayMs: 5 }, undefined, grantOnB);
+  h.defer(() => s.close());
+  for (let i = 0; i < 4; i++) await new Promise<void>((resolve) => s.a.sendData(1n, Buffer.alloc(100), () => resolve()));
+  await waitUntil(() => s.a.unacknowledged.packets === 0 && s.b.unacknowledged.packets === 0);
+  assert.equal(s.wire.b.sent.get('WINDOW_UPDATE'), 4);
+  assert.equal(s.wire.b.sent.get('ACK'), undefined, 'each acknowledgement rode on a grant');
+  assert.equal(s.b.received, 4);
+});
+
 test('while no transport is attached, writers wait; after the resume they go on and nothing is lost', LIMIT, async (t) => {
   const h = harness(t);
   keepAlive(h);
