@@ -115,6 +115,18 @@ function agentSession(agent: TestAgent): ServerConnection {
 }
 
 /** A raw agent call with `pair`'s certificate, as `agentID`, presenting one claim on `token`. */
+/** The owner's connection (to an echo target) carries on after a refused claim. */
+async function assertStillEchoes(socket: Socket): Promise<void> {
+  socket.resume();
+  socket.write('still mine');
+  let back = '';
+  for await (const c of socket) {
+    back += String(c);
+    if (back.length >= 10) break;
+  }
+  assert.equal(back, 'still mine');
+}
+
 function dialWithClaim(server: TestServer, pair: { cert: string; key: string }, agentID: string, token: string): ReturnType<typeof dialServer> {
   return dialServer(
     {
@@ -415,14 +427,7 @@ test("a session token presented over another agent's certificate is refused, and
   // The owner's session and connection carry on.
   assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1);
   assert.equal(server.tunnel.registry.streamsOf('edge-1')[0]!.suspended, false);
-  res.socket.resume();
-  res.socket.write('still mine');
-  let back = '';
-  for await (const c of res.socket) {
-    back += String(c);
-    if (back.length >= 10) break;
-  }
-  assert.equal(back, 'still mine');
+  await assertStillEchoes(res.socket);
 });
 
 test('an agent whose certificate was renewed during a blip resumes its session with the new certificate, byte-exact', { timeout: 120_000 }, async (t) => {
@@ -490,14 +495,7 @@ test(
     assert.equal(refused[0]!.fields.sameAgentID, true);
     assert.ok(owner !== undefined && !owner.closed && !owner.suspended, "the owner's session carries on");
     assert.equal(owner.session?.resumes, 0);
-    res.socket.resume();
-    res.socket.write('still mine');
-    let back = '';
-    for await (const c of res.socket) {
-      back += String(c);
-      if (back.length >= 10) break;
-    }
-    assert.equal(back, 'still mine');
+    await assertStillEchoes(res.socket);
   },
 );
 
