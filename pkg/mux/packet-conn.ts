@@ -18,7 +18,8 @@
 // that the answer to a client that half-closed still comes back.
 
 import { Duplex } from 'node:stream';
-import { ConnectionClosedError, ConnectionStalledError } from '../protocol/errors.js';
+import { answersPeer, armCloseTimer } from './close-handshake.js';
+import { ConnectionStalledError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import type { MuxConn } from './mux-conn.js';
@@ -319,9 +320,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   private sendFinal(err: Error | null): void {
     if (this.finalSent) return;
     this.finalSent = true;
-    // Both directions ended by CLOSE_WRITEs: the peer has finished as much as we have.
-    const bothHalvesDone = this.peerWriteEnded && this.writeEndSent;
-    const packet = this.finalPacket(this.remoteEnded || (err === null && bothHalvesDone), err);
+    const packet = this.finalPacket(answersPeer(this.remoteEnded, this.peerWriteEnded, this.writeEndSent, err), err);
     if (packet !== undefined) this.link.sendControl(packet);
   }
 
@@ -333,15 +332,11 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   /** A peer (or a local reader) that never finishes closing must not keep the connection forever. */
   private startCloseTimer(): void {
     if (this.closeTimer !== undefined || this.destroyed) return;
-    this.closeTimer = setTimeout(() => {
-      this.closeTimer = undefined;
-      // While the link is suspended the peer cannot answer: wait another round.
-      if (this.linkSuspended) {
-        this.startCloseTimer();
-        return;
-      }
-      this.destroy(new ConnectionClosedError(`connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`));
-    }, this.closeTimeoutMs);
-    this.closeTimer.unref();
+    this.closeTimer = armCloseTimer(
+      this.connectID,
+      this.closeTimeoutMs,
+      () => this.linkSuspended,
+      (err) => this.destroy(err),
+    );
   }
 }

@@ -17,6 +17,7 @@
 //   error); a clean end (EOF) stays an end, after the last bytes.
 
 import type { Socket } from 'node:net';
+import { answersPeer, armCloseTimer } from './close-handshake.js';
 import { ConnectionClosedError, ConnectionStalledError, InternalError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
@@ -491,9 +492,7 @@ export abstract class SocketRelay implements MuxConn {
   private sendFinal(err: Error | null): void {
     if (this.finalSent) return;
     this.finalSent = true;
-    // Both directions ended by CLOSE_WRITEs: the peer has finished as much as we have.
-    const bothHalvesDone = this.peerWriteEnded && this.writeEndSent;
-    const packet = this.finalPacket(this.remoteEnded || (err === null && bothHalvesDone), err);
+    const packet = this.finalPacket(answersPeer(this.remoteEnded, this.peerWriteEnded, this.writeEndSent, err), err);
     if (packet !== undefined) this.link.sendControl(packet);
   }
 
@@ -505,15 +504,11 @@ export abstract class SocketRelay implements MuxConn {
   /** A peer (or a socket) that never finishes closing must not keep the connection forever. */
   private startCloseTimer(): void {
     if (this.closeTimer !== undefined || this.done) return;
-    this.closeTimer = setTimeout(() => {
-      this.closeTimer = undefined;
-      // While the link is suspended (session resume) the peer cannot answer: wait another round.
-      if (this.linkSuspended) {
-        this.startCloseTimer();
-        return;
-      }
-      this.fail(new ConnectionClosedError(`connection ${this.connectID} did not finish closing within ${this.closeTimeoutMs} ms; dropped`));
-    }, this.closeTimeoutMs);
-    this.closeTimer.unref();
+    this.closeTimer = armCloseTimer(
+      this.connectID,
+      this.closeTimeoutMs,
+      () => this.linkSuspended,
+      (err) => this.fail(err),
+    );
   }
 }
