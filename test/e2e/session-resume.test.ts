@@ -115,6 +115,20 @@ function agentSession(agent: TestAgent): ServerConnection {
 }
 
 /** A raw agent call with `pair`'s certificate, as `agentID`, presenting one claim on `token`. */
+/** After a session expired: the server holds nothing of the agent (connections, dials, session, registration). */
+function assertServerForgot(server: TestServer): void {
+  assert.equal(server.tunnel.establishedCount(), 0);
+  assert.equal(server.tunnel.pendingDialCount, 0);
+  assert.equal(server.tunnel.sessions.size, 0);
+  assert.equal(server.tunnel.registry.agentCount, 0);
+}
+
+/** The agent gives its session up on its own clock, and holds no connection or dial after. */
+async function agentGivesUp(agent: TestAgent, withinMs: number): Promise<void> {
+  await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0 && agent.clients.pendingDialCount === 0, withinMs);
+  assert.equal(agent.clients.connCount, 0);
+}
+
 /** The owner's connection (to an echo target) carries on after a refused claim. */
 async function assertStillEchoes(socket: Socket): Promise<void> {
   socket.resume();
@@ -253,10 +267,7 @@ test(
     const tookMs = performance.now() - started;
     assert.ok(tookMs < windowMs + 1000, `the callers saw the close after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
     await waitFor('the agent to give the session up', () => agent.clients.connCount === 0, windowMs + 1000);
-    assert.equal(server.tunnel.establishedCount(), 0);
-    assert.equal(server.tunnel.pendingDialCount, 0);
-    assert.equal(server.tunnel.sessions.size, 0);
-    assert.equal(server.tunnel.registry.agentCount, 0);
+    assertServerForgot(server);
     const ended = server.log.find('connection ended').map((r) => r.fields.ended);
     assert.deepEqual(ended, ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST']);
     assert.equal(server.log.find('agent session expired; closing its connections').length, 1);
@@ -302,15 +313,11 @@ test(
       server.log.find('CONNECT failed').map((r) => r.fields.reason),
       ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST'],
     );
-    assert.equal(server.tunnel.pendingDialCount, 0);
-    assert.equal(server.tunnel.establishedCount(), 0);
-    assert.equal(server.tunnel.sessions.size, 0);
-    assert.equal(server.tunnel.registry.agentCount, 0);
+    assertServerForgot(server);
     const metrics = await server.tunnel.metrics.registry.metrics();
     assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_AGENT_LOST"\} 2$/m);
     // The agent gives its session up on its own clock: its dial to the hanging listener is dropped with it.
-    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0 && agent.clients.pendingDialCount === 0, windowMs + 1000);
-    assert.equal(agent.clients.connCount, 0);
+    await agentGivesUp(agent, windowMs + 1000);
     await blip;
   },
 );
@@ -340,11 +347,8 @@ test(
     assert.equal(server.tunnel.pendingDialCount, 0, 'the timed-out dial left the table at once');
     // The DIAL_CLS that tells the agent waits in the session; the expiry frees it with everything else.
     await waitFor('the session to expire', () => server.tunnel.sessions.size === 0, windowMs + 1000);
-    assert.equal(server.tunnel.registry.agentCount, 0);
-    assert.equal(server.tunnel.establishedCount(), 0);
-    await waitFor('the agent to give the session up', () => agent.clients.suspendedServers === 0, windowMs + 1000);
-    assert.equal(agent.clients.pendingDialCount, 0);
-    assert.equal(agent.clients.connCount, 0);
+    assertServerForgot(server);
+    await agentGivesUp(agent, windowMs + 1000);
     const metrics = await server.tunnel.metrics.registry.metrics();
     assert.match(metrics, /^yurttunnel_server_dial_failures_total\{reason="YT_ERR_DIAL_TIMEOUT"\} 1$/m);
     await blip;
