@@ -23,6 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT, startLocalTunnel, startProcess } from '../hack/local-tunnel.js';
 import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 import { KEYS, Probe, vmHWM, type Sample } from './memory-samples.js';
+import { runBench } from './bench-main.js';
 
 const TOTAL = Number(process.env.CHURN_CONNECTIONS ?? 20_000);
 const CONCURRENCY = 200;
@@ -185,7 +186,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  process.exit(1);
-});
+runBench('bench', main);

@@ -31,6 +31,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { startLocalTunnel } from '../hack/local-tunnel.js';
 import { KEYS, Probe, vmHWM, type Sample } from './memory-samples.js';
+import { runBench } from './bench-main.js';
 
 const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
 const SECURE_SILENT = env('FLOOD_SECURE_SILENT', 1500);
@@ -222,7 +223,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  process.exit(1);
-});
+runBench('bench', main);

@@ -19,7 +19,7 @@
 //   rate  4,000 new connections, 8 at once
 //   paced 200 new connections a second for 10 s, started on schedule (open loop)
 
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -31,6 +31,7 @@ import { formatSummary, summarizeProfile } from './cpuprofile-summary.js';
 import type { BenchPath } from './lean-conn.js';
 import { preparePairs, startPair, type Pair, type PairName } from './pairs.js';
 import { percentile } from './stats.js';
+import { runBench, stopOnePair } from './bench-main.js';
 
 const MiB = 1024 * 1024;
 const PHASES = ['cold', 'bulk', 'flows', 'rtt', 'conn', 'rate', 'paced'] as const;
@@ -200,14 +201,8 @@ async function main(): Promise<void> {
       }
     }
   } finally {
-    await pair?.stop();
-    await client?.stop();
-    for (const c of children) c.kill('SIGTERM');
-    rmSync(dir, { recursive: true, force: true });
+    await stopOnePair(pair, client, children, dir);
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`profile failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  process.exit(1);
-});
+runBench('profile', main);

@@ -28,6 +28,7 @@ import { machineInfo } from './machine.js';
 import { pairNames, preparePairs, startPair, type Pair, type PairContext, type PairName } from './pairs.js';
 import { cpuSeconds, loadAverage, machineBusySeconds, rssBytes } from './proc.js';
 import { formatSpread, percentile, spread, type Spread } from './stats.js';
+import { runBench } from './bench-main.js';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -583,7 +584,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  process.exit(1);
-});
+runBench('bench', main);

@@ -9,7 +9,7 @@
 // says how much to trust it. `--node-args` passes Node/V8 options to both
 // (a budget given there wins over cmd/common/v8-tiering.ts).
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
@@ -17,6 +17,7 @@ import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import { ClientProcess } from './client-process.js';
 import { preparePairs, startPair, type Pair } from './pairs.js';
 import { cpuSeconds, loadAverage } from './proc.js';
+import { runBench, stopOnePair } from './bench-main.js';
 
 const BATCH = 500;
 
@@ -51,14 +52,8 @@ async function main(): Promise<void> {
     console.log(`server+agent CPU ms per connection, batches of ${BATCH}: ${perBatch.join(' ')}`);
     console.log(`node args: ${nodeArgs.join(' ') || '(none)'}; load average ${load.toFixed(2)} → ${loadAverage().toFixed(2)}`);
   } finally {
-    await pair?.stop();
-    await client?.stop();
-    for (const c of children) c.kill('SIGTERM');
-    rmSync(dir, { recursive: true, force: true });
+    await stopOnePair(pair, client, children, dir);
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`warm-curve failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-  process.exit(1);
-});
+runBench('warm-curve', main);
