@@ -9,7 +9,7 @@ import { join } from 'node:path';
 
 let snapshots = 0;
 process.on('SIGUSR2', () => {
-  const gc = (globalThis as { gc?: () => void }).gc;
+  const gc = process.env.YT_PROBE_NO_GC === '1' ? undefined : (globalThis as { gc?: () => void }).gc;
   gc?.();
   gc?.();
   const spaces: Record<string, { used: number; committed: number }> = {};

@@ -3,9 +3,11 @@
 // each step (links settled, a full GC) the server's RSS split into anonymous
 // and file pages (/proc/<pid>/smaps_rollup), V8's heap by space, and what Node
 // counts outside it (external, arrayBuffers). The slope per link between the
-// first and last step is what each link costs.
+// first and last step is what each link costs. --no-gc samples the heap as it
+// is (the young generation grown by the links' arrival included), as the scale
+// bench sees it.
 //
-//   node dist/bench/link-memory.js [--links 0,200,400] [--settle 3] [--trim] [--env "K=V …"] [--snapshots DIR] [-- server flags…]
+//   node dist/bench/link-memory.js [--links 0,200,400] [--settle 3] [--trim] [--no-gc] [--node-args "…"] [--env "K=V …"] [--snapshots DIR] [-- server flags…]
 //
 // With --snapshots, a heap snapshot at every step (compare two in DevTools, or
 // with `node dist/bench/heap-diff.js A B`). With --trim, gdb calls
@@ -66,6 +68,7 @@ async function main(): Promise<void> {
   let snapshots: string | undefined;
   let trim = false;
   const serverEnv: NodeJS.ProcessEnv = {};
+  const nodeArgs: string[] = [];
   const serverArgs: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -73,6 +76,8 @@ async function main(): Promise<void> {
     else if (a === '--settle') settleS = Number(argv[++i]);
     else if (a === '--snapshots') snapshots = argv[++i];
     else if (a === '--trim') trim = true;
+    else if (a === '--no-gc') serverEnv.YT_PROBE_NO_GC = '1';
+    else if (a === '--node-args') nodeArgs.push(...argv[++i]!.split(' '));
     else if (a === '--env') for (const kv of argv[++i]!.split(' ')) serverEnv[kv.slice(0, kv.indexOf('='))] = kv.slice(kv.indexOf('=') + 1);
     else if (a === '--') serverArgs.push(...argv.slice(i + 1)), (i = argv.length);
     else throw new Error(`unknown option ${a}`);
@@ -87,7 +92,7 @@ async function main(): Promise<void> {
     certDir,
     agent: false,
     serverArgs: ['--agent-identity-check', 'none', '--max-agent-streams', '1000000', '--max-agent-connect-rate', '0', '--proxy-strategy', 'default', ...serverArgs],
-    serverNodeArgs: ['--expose-gc', '--import', join(REPO_ROOT, 'dist/bench/link-memory-probe.js')],
+    serverNodeArgs: [...nodeArgs, '--expose-gc', '--import', join(REPO_ROOT, 'dist/bench/link-memory-probe.js')],
     serverEnv: snapshots === undefined ? serverEnv : { ...serverEnv, YT_HEAP_SNAPSHOT_DIR: snapshots },
     onOutput: (_who, text) => {
       probeText += text;
