@@ -26,7 +26,12 @@ function tally(path: string): Map<string, { size: number; count: number }> {
   for (let i = 0; i < s.nodes.length; i += width) {
     const type = types[s.nodes[i + iType]!]!;
     const name = s.strings[s.nodes[i + iName]!]!;
-    const key = type === 'object' || type === 'closure' || type === 'native' ? `${type} ${name}` : type === 'hidden' || type === 'array' ? `${type} ${name.slice(0, 60)}` : type;
+    const key =
+      type === 'object' || type === 'closure' || type === 'native'
+        ? `${type} ${name}`
+        : type === 'hidden' || type === 'array'
+          ? `${type} ${name.slice(0, 60)}`
+          : type;
     const e = out.get(key) ?? { size: 0, count: 0 };
     e.size += s.nodes[i + iSize]!;
     e.count++;

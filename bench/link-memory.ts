@@ -51,7 +51,7 @@ async function swarm(agentPort: number, first: number, count: number, certDir: s
   const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
-  const lines = createInterface({ input: child.stdout! });
+  const lines = createInterface({ input: child.stdout });
   await new Promise<void>((resolve, reject) => {
     lines.on('line', (l) => {
       if (l.startsWith('ready')) resolve();
@@ -79,8 +79,10 @@ async function main(): Promise<void> {
     else if (a === '--no-gc') serverEnv.YT_PROBE_NO_GC = '1';
     else if (a === '--node-args') nodeArgs.push(...argv[++i]!.split(' '));
     else if (a === '--env') for (const kv of argv[++i]!.split(' ')) serverEnv[kv.slice(0, kv.indexOf('='))] = kv.slice(kv.indexOf('=') + 1);
-    else if (a === '--') serverArgs.push(...argv.slice(i + 1)), (i = argv.length);
-    else throw new Error(`unknown option ${a}`);
+    else if (a === '--') {
+      serverArgs.push(...argv.slice(i + 1));
+      break;
+    } else throw new Error(`unknown option ${a}`);
   }
   const dir = mkdtempSync(join(tmpdir(), 'yt-linkmem-'));
   const certDir = join(dir, 'pki');
@@ -91,7 +93,17 @@ async function main(): Promise<void> {
   const local = await startLocalTunnel({
     certDir,
     agent: false,
-    serverArgs: ['--agent-identity-check', 'none', '--max-agent-streams', '1000000', '--max-agent-connect-rate', '0', '--proxy-strategy', 'default', ...serverArgs],
+    serverArgs: [
+      '--agent-identity-check',
+      'none',
+      '--max-agent-streams',
+      '1000000',
+      '--max-agent-connect-rate',
+      '0',
+      '--proxy-strategy',
+      'default',
+      ...serverArgs,
+    ],
     serverNodeArgs: [...nodeArgs, '--expose-gc', '--import', join(REPO_ROOT, 'dist/bench/link-memory-probe.js')],
     serverEnv: snapshots === undefined ? serverEnv : { ...serverEnv, YT_HEAP_SNAPSHOT_DIR: snapshots },
     onOutput: (_who, text) => {
@@ -125,7 +137,11 @@ async function main(): Promise<void> {
       if (trim) {
         const r = spawnSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int) malloc_trim(0)'], { encoding: 'utf8', timeout: 60_000 });
         const t = smaps(pid);
-        process.stderr.write(r.status === 0 ? `  after malloc_trim(0): RSS ${(t.rss / 2 ** 20).toFixed(1)} MiB, anon ${(t.anon / 2 ** 20).toFixed(1)}\n` : `  malloc_trim through gdb failed\n`);
+        process.stderr.write(
+          r.status === 0
+            ? `  after malloc_trim(0): RSS ${(t.rss / 2 ** 20).toFixed(1)} MiB, anon ${(t.anon / 2 ** 20).toFixed(1)}\n`
+            : `  malloc_trim through gdb failed\n`,
+        );
         s.trimmedAnon = t.anon;
       }
       process.stderr.write(
@@ -149,7 +165,9 @@ async function main(): Promise<void> {
   const per = (x: number, y: number): string => ((y - x) / n / KiB).toFixed(1);
   const native = (s: Sample): number => s.anon - s.heapCommitted;
   console.log(`per link, ${a.links} → ${b.links} links (KiB): RSS ${per(a.rss, b.rss)}, anonymous ${per(a.anon, b.anon)}, file ${per(a.file, b.file)}`);
-  console.log(`  V8 heap used ${per(a.heapUsed, b.heapUsed)}, committed ${per(a.heapCommitted, b.heapCommitted)}; anonymous outside V8's heap ${per(native(a), native(b))}`);
+  console.log(
+    `  V8 heap used ${per(a.heapUsed, b.heapUsed)}, committed ${per(a.heapCommitted, b.heapCommitted)}; anonymous outside V8's heap ${per(native(a), native(b))}`,
+  );
   if (a.trimmedAnon !== undefined && b.trimmedAnon !== undefined) console.log(`  anonymous after malloc_trim(0) ${per(a.trimmedAnon, b.trimmedAnon)}`);
   console.log(`  external ${per(a.external, b.external)}, arrayBuffers ${per(a.arrayBuffers, b.arrayBuffers)}`);
   for (const k of Object.keys(b.spaces)) {

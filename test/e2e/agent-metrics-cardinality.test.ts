@@ -58,5 +58,9 @@ test('agents connecting and carrying a connection add no metric series', async (
   const withThree = await series(registry);
   const labelledByAgent = [...withThree].filter((s) => agents.some((a) => s.includes(a)));
   assert.deepEqual(labelledByAgent, [], 'no series names an agent');
-  assert.deepEqual([...withThree].filter((s) => !withOne.has(s)), [], 'two more agents add no series');
+  assert.deepEqual(
+    [...withThree].filter((s) => !withOne.has(s)),
+    [],
+    'two more agents add no series',
+  );
 });
