@@ -3,8 +3,10 @@
 // session, Connect call and keepalive pings) with an agentID of its own, all
 // sharing one client certificate. It answers dials like an agent does.
 //
-//   node agent-swarm.js SERVER_ADDR FIRST COUNT CERT_DIR
+//   node agent-swarm.js SERVER_ADDR FIRST COUNT CERT_DIR [RESUME_WINDOW_MS]
 //
+// RESUME_WINDOW_MS (default 0, off) announces session resume as the agent CLI
+// does (its default is 10 s): the server then keeps a session for each link.
 // Prints "ready COUNT" once every link is up, "lost N" when links drop, and
 // closes every link when stdin ends or on SIGTERM.
 
@@ -16,7 +18,7 @@ import { DialLimit } from '../pkg/agent/dial-limit.js';
 import { Dialer } from '../pkg/agent/dialer.js';
 import { ServerConnection } from '../pkg/agent/server-connection.js';
 
-const [addressArg, firstArg, countArg, certDir] = process.argv.slice(2);
+const [addressArg, firstArg, countArg, certDir, resumeArg] = process.argv.slice(2);
 if (addressArg === undefined || certDir === undefined) {
   process.stderr.write('usage: agent-swarm.js SERVER_ADDR FIRST COUNT CERT_DIR\n');
   process.exit(2);
@@ -24,6 +26,7 @@ if (addressArg === undefined || certDir === undefined) {
 const address = addressArg;
 const first = Number(firstArg);
 const count = Number(countArg);
+const resumeWindowMs = Number(resumeArg ?? 0);
 const tls = {
   ca: readFileSync(join(certDir, 'ca.crt'), 'utf8'),
   cert: readFileSync(join(certDir, 'tls.crt'), 'utf8'),
@@ -36,7 +39,7 @@ let lost = 0;
 
 async function openLink(i: number): Promise<void> {
   const agentID = `scale-${i}`;
-  const link = new ServerConnection({ address, tls, agentID, identifiers: `host=${agentID}`, dialer, dialLimit });
+  const link = new ServerConnection({ address, tls, agentID, identifiers: `host=${agentID}`, dialer, dialLimit, resumeWindowMs });
   await link.open();
   links.push(link);
   void link.whenClosed().then(() => {

@@ -7,7 +7,7 @@
 // is (the young generation grown by the links' arrival included), as the scale
 // bench sees it.
 //
-//   node dist/bench/link-memory.js [--links 0,200,400] [--settle 3] [--trim] [--no-gc] [--node-args "…"] [--env "K=V …"] [--snapshots DIR] [-- server flags…]
+//   node dist/bench/link-memory.js [--links 0,200,400] [--settle 3] [--trim] [--resume MS] [--no-gc] [--node-args "…"] [--env "K=V …"] [--snapshots DIR] [-- server flags…]
 //
 // With --snapshots, a heap snapshot at every step (compare two in DevTools, or
 // with `node dist/bench/heap-diff.js A B`). With --trim, gdb calls
@@ -47,10 +47,14 @@ function smaps(pid: number): { rss: number; anon: number; file: number } {
   return { rss: kb('Rss'), anon: kb('Anonymous'), file: kb('Rss') - kb('Anonymous') };
 }
 
-async function swarm(agentPort: number, first: number, count: number, certDir: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+async function swarm(agentPort: number, first: number, count: number, certDir: string, resumeMs: number): Promise<ChildProcess> {
+  const child = spawn(
+    process.execPath,
+    [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir, String(resumeMs)],
+    {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    },
+  );
   const lines = createInterface({ input: child.stdout });
   await new Promise<void>((resolve, reject) => {
     lines.on('line', (l) => {
@@ -67,6 +71,7 @@ async function main(): Promise<void> {
   let settleS = 3;
   let snapshots: string | undefined;
   let trim = false;
+  let resumeMs = 0;
   const serverEnv: NodeJS.ProcessEnv = {};
   const nodeArgs: string[] = [];
   const serverArgs: string[] = [];
@@ -76,6 +81,7 @@ async function main(): Promise<void> {
     else if (a === '--settle') settleS = Number(argv[++i]);
     else if (a === '--snapshots') snapshots = argv[++i];
     else if (a === '--trim') trim = true;
+    else if (a === '--resume') resumeMs = Number(argv[++i]);
     else if (a === '--no-gc') serverEnv.YT_PROBE_NO_GC = '1';
     else if (a === '--node-args') nodeArgs.push(...argv[++i]!.split(' '));
     else if (a === '--env') for (const kv of argv[++i]!.split(' ')) serverEnv[kv.slice(0, kv.indexOf('='))] = kv.slice(kv.indexOf('=') + 1);
@@ -124,7 +130,7 @@ async function main(): Promise<void> {
     let links = 0;
     for (const target of steps) {
       if (target > links) {
-        swarms.push(await swarm(local.agentPort, links, target - links, join(dir, 'swarm')));
+        swarms.push(await swarm(local.agentPort, links, target - links, join(dir, 'swarm'), resumeMs));
         links = target;
       }
       await sleep(settleS * 1000);

@@ -6,6 +6,8 @@
 // written: sockets and our own streams hand out a fresh Buffer per chunk).
 // Entries live in a ring of two arrays, so appending and acknowledging
 // allocate nothing per packet once the ring has grown to the traffic in flight.
+// The ring is made on the first packet: an idle agent link (most of a
+// server's thousand) keeps none.
 //
 // Bounds: what is kept is what is in flight on the transport. Every
 // connection of a session rides one HTTP/2 stream, so that is bounded by the
@@ -37,10 +39,10 @@ const INITIAL_CAPACITY = 64;
 const SHRINK_ABOVE = 1024;
 
 export class ResendBuffer {
-  /** connectID of a DATA entry; undefined for a control packet. */
-  private ids: Array<bigint | undefined> = new Array<bigint | undefined>(INITIAL_CAPACITY);
+  /** connectID of a DATA entry; undefined for a control packet. Empty until the first packet. */
+  private ids: Array<bigint | undefined> = [];
   /** The payload of a DATA entry, or the control packet. */
-  private items: Array<Buffer | KnownPacket | undefined> = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
+  private items: Array<Buffer | KnownPacket | undefined> = [];
   /** Ring position of the oldest entry. */
   private head = 0;
   private count = 0;
@@ -169,8 +171,8 @@ export class ResendBuffer {
   /** Lets every packet go (the session is over). Sequence numbers go on from where they were. */
   clear(): void {
     this.base = this.next;
-    this.ids = new Array<bigint | undefined>(INITIAL_CAPACITY);
-    this.items = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
+    this.ids = [];
+    this.items = [];
     this.head = 0;
     this.count = 0;
     this.data = 0;
@@ -190,11 +192,11 @@ export class ResendBuffer {
     this.count++;
   }
 
-  /** Doubles the ring, oldest entry first. */
+  /** Doubles the ring (or makes it), oldest entry first. */
   private grow(): void {
     const capacity = this.items.length;
-    const ids = new Array<bigint | undefined>(capacity * 2);
-    const items = new Array<Buffer | KnownPacket | undefined>(capacity * 2);
+    const ids = new Array<bigint | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
+    const items = new Array<Buffer | KnownPacket | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
     for (let k = 0; k < this.count; k++) {
       const i = (this.head + k) % capacity;
       ids[k] = this.ids[i];

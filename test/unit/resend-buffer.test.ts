@@ -181,3 +181,18 @@ test('what a replay callback appends is not part of that replay, even when the r
   assert.ok(b.capacity > 64, 'the ring grew during the replay');
   assert.equal(replayed(b, 60).length, 60, 'the new packets are there for the next replay');
 });
+
+test('a buffer that never held a packet keeps no ring (an idle agent link costs its server none), nor one that was cleared', () => {
+  const b = new ResendBuffer();
+  assert.equal(b.capacity, 0);
+  assert.deepEqual(replayed(b, 0), []);
+  b.acknowledge(0);
+  assert.equal(b.appendControl({ type: 'CLOSE_REQ', connectID: 1n }), 0);
+  assert.equal(b.appendData(1n, Buffer.from('x')), 1);
+  assert.equal(b.capacity, 64);
+  assert.equal(replayed(b, 0).length, 2);
+  b.clear();
+  assert.equal(b.capacity, 0);
+  assert.equal(b.appendData(2n, Buffer.from('y')), 2, 'numbering goes on');
+  assert.deepEqual(replayed(b, 2), [{ connectID: 2n, data: Buffer.from('y') }]);
+});
