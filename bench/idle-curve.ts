@@ -5,7 +5,8 @@
 // connections, parallel flows), the next `rounds` round trips as the warm
 // reference, then for each idle time: sit idle that long, then the next
 // `rounds` round trips on a new connection (p50, p99, max) and the server's
-// and agent's RSS after the idle. One line per step; the load average beside
+// and agent's RSS after the idle; last, their RSS with 1,000 idle connections
+// open (1 s after the last opened, as run.ts's row). One line per step; the load average beside
 // it says how much to trust it. `--node-args` passes Node/V8 options to our
 // server and agent (those given there win over cmd/common/v8-tiering.ts);
 // `--log DIR` writes what they print (e.g. --trace-gc) to DIR/server.log and
@@ -78,6 +79,10 @@ async function main(): Promise<void> {
       await sleep(s * 1000);
       await measure(`after ${s} s idle`);
     }
+    await c.call({ op: 'hold', path, count: 1000 });
+    await sleep(1000);
+    console.log(`1,000 idle connections: RSS server ${(rssBytes(serverPid) / MiB).toFixed(1)} MB, agent ${(rssBytes(agentPid) / MiB).toFixed(1)} MB`);
+    await c.call({ op: 'release' });
   } finally {
     await stopOnePair(pair, client, children, dir);
   }
