@@ -1,4 +1,4 @@
-// npm run bench:idle-curve -- [--pair ours|konnectivity] [--idle 10,30,60] [--rounds N] [--node-args "..."] [--log DIR]
+// npm run bench:idle-curve -- [--pair ours|konnectivity] [--idle 10,30,60] [--rounds N] [--node-args "..."] [--agent-args "..."] [--log DIR]
 //
 // What a caller after idle minutes sees (a kubectl call comes after the tunnel
 // sat quiet): a fresh pair, the bench's warm-up (run.ts's: bulk, round trips,
@@ -8,7 +8,8 @@
 // and agent's RSS after the idle; last, their RSS with 1,000 idle connections
 // open (1 s after the last opened, as run.ts's row). One line per step; the load average beside
 // it says how much to trust it. `--node-args` passes Node/V8 options to our
-// server and agent (those given there win over cmd/common/v8-tiering.ts);
+// server and agent (those given there win over cmd/common/v8-tiering.ts),
+// `--agent-args` flags to our agent (e.g. "--server-probe-interval 0");
 // `--log DIR` writes what they print (e.g. --trace-gc) to DIR/server.log and
 // DIR/agent.log, with a line "=== <step>" before each step's round trips.
 
@@ -33,6 +34,7 @@ async function main(): Promise<void> {
   let rounds = 2000;
   const nodeArgs: string[] = [];
   let logDir: string | undefined;
+  const agentArgs: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     if (a === '--pair') name = args[++i] === 'konnectivity' ? 'Konnectivity' : 'yurt-tunnel';
@@ -40,7 +42,8 @@ async function main(): Promise<void> {
     else if (a === '--rounds') rounds = Number(args[++i]);
     else if (a === '--node-args') nodeArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
     else if (a === '--log') logDir = args[++i];
-    else throw new Error(`unknown argument ${a}: --pair ours|konnectivity, --idle 10,30,60, --rounds N, --node-args "...", --log DIR`);
+    else if (a === '--agent-args') agentArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
+    else throw new Error(`unknown argument ${a}: --pair ours|konnectivity, --idle 10,30,60, --rounds N, --node-args "...", --agent-args "...", --log DIR`);
   }
   if (idles.some((s) => !Number.isFinite(s) || s < 0 || s > 600)) throw new Error('--idle takes seconds between 0 and 600, comma-separated');
   const dir = mkdtempSync(join(tmpdir(), 'yurt-idle-curve-'));
@@ -54,6 +57,7 @@ async function main(): Promise<void> {
       if (logDir !== undefined) appendFileSync(join(logDir, `${who}.log`), text);
     };
     ctx.onOutput = log;
+    ctx.agentArgs = agentArgs;
     if (name === 'Konnectivity' && ctx.go === undefined) throw new Error('the Konnectivity binaries are not built (../shared/konnectivity/README.md)');
     client = await ClientProcess.start();
     pair = await startPair(name, ctx);
