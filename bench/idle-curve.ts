@@ -1,4 +1,4 @@
-// npm run bench:idle-curve -- [--pair ours|konnectivity] [--idle 10,30,60] [--rounds N] [--node-args "..."] [--agent-args "..."] [--log DIR]
+// npm run bench:idle-curve -- [--pair ours|konnectivity] [--idle 10,40,70] [--rounds N] [--node-args "..."] [--agent-args "..."] [--log DIR]
 //
 // What a caller after idle minutes sees (a kubectl call comes after the tunnel
 // sat quiet): a fresh pair, the bench's warm-up (run.ts's: bulk, round trips,
@@ -30,7 +30,7 @@ const MiB = 1024 * 1024;
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   let name: PairName = 'yurt-tunnel';
-  let idles = [10, 30, 60];
+  let idles = [10, 40, 70];
   let rounds = 2000;
   const nodeArgs: string[] = [];
   let logDir: string | undefined;
@@ -43,7 +43,7 @@ async function main(): Promise<void> {
     else if (a === '--node-args') nodeArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
     else if (a === '--log') logDir = args[++i];
     else if (a === '--agent-args') agentArgs.push(...(args[++i] ?? '').split(' ').filter((x) => x !== ''));
-    else throw new Error(`unknown argument ${a}: --pair ours|konnectivity, --idle 10,30,60, --rounds N, --node-args "...", --agent-args "...", --log DIR`);
+    else throw new Error(`unknown argument ${a}: --pair ours|konnectivity, --idle 10,40,70, --rounds N, --node-args "...", --agent-args "...", --log DIR`);
   }
   if (idles.some((s) => !Number.isFinite(s) || s < 0 || s > 600)) throw new Error('--idle takes seconds between 0 and 600, comma-separated');
   const dir = mkdtempSync(join(tmpdir(), 'yurt-idle-curve-'));
