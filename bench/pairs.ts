@@ -36,6 +36,8 @@ export interface PairContext {
   go: KonnectivityBinaries | undefined;
   /** Node.js options for our server and agent (e.g. --cpu-prof), to profile them under the bench's load. */
   nodeArgs: string[];
+  /** Extra flags for our agent (e.g. --server-probe-interval 0, to see what its probes cost). */
+  agentArgs?: string[];
   /** Extra environment for our server and agent (e.g. LD_PRELOAD of jemalloc, as the image runs them). */
   env: NodeJS.ProcessEnv;
   verbose: boolean;
@@ -123,7 +125,7 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     certDir: ctx.certDir,
     agentDir: join(ctx.dir, 'bench'),
     serverArgs: off,
-    agentArgs: off,
+    agentArgs: [...off, ...(ctx.agentArgs ?? [])],
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,
     serverEnv: ctx.env,
