@@ -19,6 +19,7 @@ import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
+import { isPooled, releaseSlab, retainSlab } from '../mux/buffer-pool.js';
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -161,7 +162,16 @@ export abstract class GrpcPacketStream implements PacketLink {
     writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
     stream.cork();
     stream.write(header);
-    stream.write(data, this.onWritten);
+    if (isPooled(data)) {
+      // A pooled slab goes back only once HTTP/2 is done with it.
+      retainSlab(data);
+      stream.write(data, () => {
+        releaseSlab(data);
+        this.onWritten?.();
+      });
+    } else {
+      stream.write(data, this.onWritten);
+    }
     stream.uncork();
     if (stream.writableLength <= this.sendBufferLimit) cb();
     else this.drainWaiters.push(cb);
