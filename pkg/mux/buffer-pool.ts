@@ -94,6 +94,17 @@ export function isPooled(buf: Buffer): boolean {
   return s !== undefined && s.refs > 0;
 }
 
+/**
+ * The whole slab when `buf` is a pooled payload that starts where reads put
+ * it (SLAB_HEADROOM in): its framing may be written in the room in front.
+ * Undefined otherwise (a later piece of a split chunk has bytes in front).
+ */
+export function slabWithRoom(buf: Buffer): Buffer | undefined {
+  const s = states.get(buf.buffer);
+  if (s === undefined || s.refs <= 0 || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
+  return s.slab;
+}
+
 /** One more holder of the slab `buf` views (no-op for other Buffers). */
 export function retainSlab(buf: Buffer): void {
   const s = states.get(buf.buffer);

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE } from '../../pkg/mux/buffer-pool.js';
 import { ResendBuffer } from '../../pkg/mux/resend-buffer.js';
+import { GRPC_FRAME_HEADER_SIZE } from '../../pkg/grpc/frame.js';
+import { dataHeaderLength } from '../../pkg/protocol/codec.js';
 import type { Packet } from '../../pkg/protocol/packet.js';
 import { memoryLinkPair } from '../support/memory-link.js';
 
@@ -31,11 +33,19 @@ test('a slab comes back on its last release and is handed out again, not allocat
   assert.equal(pool.outstanding, 0);
   assert.equal(pool.freeCount, 1);
   assert.ok(!isPooled(view), 'a slab in the free list is not handed out');
-  assert.ok(a.every((b) => b === POISON_BYTE), 'poisoned when it came back');
+  assert.ok(
+    a.every((b) => b === POISON_BYTE),
+    'poisoned when it came back',
+  );
   const b = pool.take();
   assert.equal(b.buffer, a.buffer, 'the same memory again');
   assert.equal(pool.allocated, 1);
   releaseSlab(b);
+});
+
+test('the largest gRPC prefix and DATA header fit the room in front of a slab', () => {
+  // connectID -1 is the longest varint there is (10 bytes).
+  assert.ok(GRPC_FRAME_HEADER_SIZE + dataHeaderLength(-1n, SLAB_PAYLOAD) <= SLAB_HEADROOM);
 });
 
 test('a slab released twice, or retained once back, is a bug that throws', () => {
@@ -72,7 +82,11 @@ test('the resend buffer keeps a pooled payload intact until the peer acknowledge
   // The reader is done with it (as the relay is once the link took it).
   releaseSlab(data);
   const replayed: Buffer[] = [];
-  buffer.replay(0, (_id, d) => replayed.push(Buffer.from(d)), () => {});
+  buffer.replay(
+    0,
+    (_id, d) => replayed.push(Buffer.from(d)),
+    () => {},
+  );
   assert.deepEqual(replayed, [expected], 'replayed as read, not poisoned');
   assert.equal(pool.outstanding, 1);
   buffer.acknowledge(1);
