@@ -21,7 +21,7 @@ import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
-import { releaseSlab, retainSlab, SLAB_HEADROOM, slabWithRoom } from '../mux/buffer-pool.js';
+import { isPooled, releaseSlab, retainSlab, SLAB_HEADROOM, slabWithRoom } from '../mux/buffer-pool.js';
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -178,7 +178,16 @@ export abstract class GrpcPacketStream implements PacketLink {
       writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
       stream.cork();
       stream.write(header);
-      stream.write(data, this.onWritten);
+      if (isPooled(data)) {
+        // A later piece of a pooled slab (bytes in front of it): held the same way.
+        retainSlab(data);
+        stream.write(data, () => {
+          releaseSlab(data);
+          this.onWritten?.();
+        });
+      } else {
+        stream.write(data, this.onWritten);
+      }
       stream.uncork();
     }
     if (stream.writableLength <= this.sendBufferLimit) cb();
