@@ -6,6 +6,7 @@ import { lookup } from 'node:dns/promises';
 import { connect, isIP, type Socket } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
 import type { Cancel } from '../mux/cancel.js';
+import { PooledReads } from '../mux/pooled-reads.js';
 import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
 
@@ -35,6 +36,12 @@ const ERRNO_TEXT: Record<string, string> = {
   ENFILE: 'socket: too many open files in system',
 };
 
+/** A connected target: its socket, whose reads come through `reads` (it emits no 'data'). */
+export interface DialedTarget {
+  socket: Socket;
+  reads: PooledReads;
+}
+
 export class Dialer {
   private readonly allowList: AllowList;
   readonly timeoutMs: number;
@@ -45,7 +52,7 @@ export class Dialer {
   }
 
   /** Connects to `address`; rejects with an AgentDialError whose message is fit for DIAL_RSP. */
-  async dial(address: string, cancel?: Cancel): Promise<Socket> {
+  async dial(address: string, cancel?: Cancel): Promise<DialedTarget> {
     const deadline = Date.now() + this.timeoutMs;
     const target = splitHostPort(address);
     if (target === undefined) throw new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`);
@@ -66,17 +73,20 @@ export class Dialer {
     return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), cancel);
   }
 
-  private connect(address: string, ip: string, port: number, timeoutMs: number, cancel?: Cancel): Promise<Socket> {
+  private connect(address: string, ip: string, port: number, timeoutMs: number, cancel?: Cancel): Promise<DialedTarget> {
     return new Promise((resolve, reject) => {
+      // Bulk reads land in pooled slabs (pooled-reads.ts): no new buffer per read.
+      const reads = new PooledReads();
       // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
-      const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true });
+      const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true, onread: reads.onread });
+      reads.bind(socket);
       const done = (err?: AgentDialError): void => {
         clearTimeout(timer);
         cancel?.clear();
         socket.off('connect', onConnect);
         socket.off('error', onError);
         if (err === undefined) {
-          resolve(socket);
+          resolve({ socket, reads });
         } else {
           socket.destroy();
           reject(err);

@@ -10,6 +10,7 @@ import type { Logger } from '../log/logger.js';
 import { Cancel } from '../mux/cancel.js';
 import { ConnTable } from '../mux/conn-table.js';
 import type { PacketLink } from '../mux/packet-link.js';
+import type { PooledReads } from '../mux/pooled-reads.js';
 import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { DialRequestPacket, KnownPacket } from '../protocol/packet.js';
@@ -131,7 +132,7 @@ export class LinkConnections {
     this.dials.set(random, cancel);
     const started = performance.now();
     this.opts.dialer.dial(address, cancel).then(
-      (socket) => {
+      ({ socket, reads }) => {
         this.dials.delete(random);
         limit.release();
         this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
@@ -140,7 +141,7 @@ export class LinkConnections {
           socket.destroy();
           return;
         }
-        this.connected(random, address, socket, terms);
+        this.connected(random, address, socket, reads, terms);
       },
       (err: unknown) => {
         this.dials.delete(random);
@@ -153,7 +154,7 @@ export class LinkConnections {
     );
   }
 
-  private connected(random: bigint, address: string, socket: Socket, terms: LinkTerms): void {
+  private connected(random: bigint, address: string, socket: Socket, reads: PooledReads, terms: LinkTerms): void {
     const log = this.opts.log;
     const connectID = this.nextConnectID++;
     const conn = new EndpointConn(terms.link, connectID, address, {
@@ -184,7 +185,7 @@ export class LinkConnections {
     if (log.enabled(3)) {
       log.verbose(3, 'connection established', { dialID: random.toString(), connectID: connectID.toString(), dialAddress: address });
     }
-    conn.attach(socket);
+    conn.attach(socket, [], reads);
   }
 
   /** The link is gone: every dial is cancelled, and every connection fails (its target is reset). */

@@ -3,15 +3,17 @@
 // back-pressure. Shared by the server (server-call.ts, which adds status
 // trailers) and the agent (client-call.ts, which adds cancellation).
 //
-// DATA is written as two pieces — one small buffer holding the gRPC prefix and
-// the packet header, then the payload untouched — so payloads are never copied
-// on the way out (HTTP/2 still puts both in one frame, and TLS in one record,
+// DATA read by the agent into a pooled slab (mux/buffer-pool.ts) is written as
+// one buffer: the framing goes in the room the slab leaves in front of the
+// payload. Other DATA is written as two pieces — one small buffer holding the
+// gRPC prefix and the packet header, then the payload untouched — so payloads
+// are never copied on the way out (HTTP/2 still puts both in one frame, and TLS in one record,
 // when they fit). Control packets are encoded with room for the prefix: one
 // buffer each. On the way in, messages are views of what HTTP/2 delivered,
 // except those that spanned chunks, which the deframer joins (one copy).
 
 import type { Http2Stream } from 'node:http2';
-import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
+import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
 import { ProtocolError } from '../protocol/errors.js';
 import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
@@ -19,6 +21,7 @@ import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
+import { isPooled, releaseSlab, retainSlab, SLAB_HEADROOM, slabWithRoom } from '../mux/buffer-pool.js';
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -157,12 +160,36 @@ export abstract class GrpcPacketStream implements PacketLink {
     const { stream } = this;
     this.writeTracker?.writeQueued();
     this.onPacketSent?.('DATA');
-    const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
-    writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
-    stream.cork();
-    stream.write(header);
-    stream.write(data, this.onWritten);
-    stream.uncork();
+    const slab = slabWithRoom(data);
+    if (slab !== undefined) {
+      // A target read in a pooled slab: the framing goes in the room in front,
+      // and the message is one buffer. The slab goes back only once HTTP/2 is done with it.
+      const headerLength = GRPC_FRAME_HEADER_SIZE + dataHeaderLength(connectID, data.length);
+      const start = SLAB_HEADROOM - headerLength;
+      writeGrpcFrameHeader(slab.subarray(start), headerLength - GRPC_FRAME_HEADER_SIZE + data.length);
+      writeDataHeader(slab, start + GRPC_FRAME_HEADER_SIZE, connectID, data.length);
+      retainSlab(data);
+      stream.write(slab.subarray(start, SLAB_HEADROOM + data.length), () => {
+        releaseSlab(data);
+        this.onWritten?.();
+      });
+    } else {
+      const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
+      writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
+      stream.cork();
+      stream.write(header);
+      if (isPooled(data)) {
+        // A later piece of a pooled slab (bytes in front of it): held the same way.
+        retainSlab(data);
+        stream.write(data, () => {
+          releaseSlab(data);
+          this.onWritten?.();
+        });
+      } else {
+        stream.write(data, this.onWritten);
+      }
+      stream.uncork();
+    }
     if (stream.writableLength <= this.sendBufferLimit) cb();
     else this.drainWaiters.push(cb);
   }

@@ -2,8 +2,10 @@
 // acknowledged yet, by sequence number (proto/yurttunnel_ext.proto): what is
 // resent, in order, when the session resumes on a new link.
 //
-// DATA is kept by reference, never copied (a payload is not reused once
-// written: sockets and our own streams hand out a fresh Buffer per chunk).
+// DATA is kept by reference, never copied. A payload is not reused once
+// written, except a view of a pooled slab (buffer-pool.ts): that one is
+// retained while kept and released when acknowledged, so its slab cannot go
+// back to the pool and be read into while the peer may still need it.
 // Entries live in a ring of two arrays, so appending and acknowledging
 // allocate nothing per packet once the ring has grown to the traffic in flight.
 // The ring is made on the first packet: an idle agent link (most of a
@@ -23,6 +25,7 @@
 
 import { ResumeError } from '../protocol/errors.js';
 import type { KnownPacket } from '../protocol/packet.js';
+import { releaseSlab, retainSlab } from './buffer-pool.js';
 
 export interface ResendBufferOptions {
   /** DATA bytes kept before `full` holds writers. Default DEFAULT_MAX_DATA_BYTES (32 MiB). */
@@ -92,6 +95,7 @@ export class ResendBuffer {
 
   /** Keeps a DATA packet (its payload by reference); returns its sequence number. */
   appendData(connectID: bigint, data: Buffer): number {
+    retainSlab(data);
     this.push(connectID, data);
     this.data += data.length;
     return this.next - 1;
@@ -123,8 +127,12 @@ export class ResendBuffer {
     const capacity = items.length;
     while (this.base < upTo) {
       const item = items[this.head];
-      if (ids[this.head] === undefined) this.controls--;
-      else this.data -= (item as Buffer).length;
+      if (ids[this.head] === undefined) {
+        this.controls--;
+      } else {
+        this.data -= (item as Buffer).length;
+        releaseSlab(item as Buffer);
+      }
       ids[this.head] = undefined;
       items[this.head] = undefined;
       this.head = (this.head + 1) % capacity;
@@ -170,6 +178,10 @@ export class ResendBuffer {
 
   /** Lets every packet go (the session is over). Sequence numbers go on from where they were. */
   clear(): void {
+    for (let k = 0; k < this.count; k++) {
+      const i = (this.head + k) % this.items.length;
+      if (this.ids[i] !== undefined) releaseSlab(this.items[i] as Buffer);
+    }
     this.base = this.next;
     this.ids = [];
     this.items = [];

@@ -22,9 +22,11 @@ import { ConnectionClosedError, ConnectionStalledError, InternalError } from '..
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { abortStream } from './abort.js';
+import { releaseSlab } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
+import type { PooledReads } from './pooled-reads.js';
 
 /**
  * As for a PacketConn. `highWaterMark` bounds what waits in the socket's
@@ -146,16 +148,17 @@ export abstract class SocketRelay implements MuxConn {
   /**
    * Joins the connection to `socket`. `pending` holds bytes the socket
    * delivered before (they go to the peer first); a socket whose EOF was
-   * already read counts as ended.
+   * already read counts as ended. A socket that reads into pooled slabs
+   * (`reads`, its `onread`) emits no 'data': its chunks come from `reads`.
    */
-  attach(socket: Socket, pending: readonly Buffer[] = []): void {
+  attach(socket: Socket, pending: readonly Buffer[] = [], reads?: PooledReads): void {
     if (this.socket !== undefined) throw new InternalError(`connection ${this.connectID} is already attached to a socket`);
     this.socket = socket;
     if (this.done) {
       abortStream(socket, this.failure ?? new ConnectionClosedError(CUT));
       return;
     }
-    socket.on('data', this.onSocketData);
+    if (reads === undefined) socket.on('data', this.onSocketData);
     socket.on('end', this.onSocketEnd);
     socket.on('error', this.onSocketError);
     socket.on('close', this.onSocketClose);
@@ -166,6 +169,7 @@ export abstract class SocketRelay implements MuxConn {
     if (this.inboundEnded) socket.end();
     if (this.stopReading) this.closeAfterFlush(socket);
     for (const chunk of pending) this.onSocketData(chunk);
+    reads?.deliverTo(this.onSocketData);
     if (socket.destroyed) this.onSocketClose();
     else if (socket.readableEnded) this.onSocketEnd();
     else if (!this.socketPaused && !this.stopReading) socket.resume();
@@ -308,7 +312,10 @@ export abstract class SocketRelay implements MuxConn {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     // The peer is gone for this connection: nobody will read it.
-    if (this.remoteEnded || this.finalSent || this.done) return;
+    if (this.remoteEnded || this.finalSent || this.done) {
+      releaseSlab(chunk);
+      return;
+    }
     this.bytesSent += chunk.length;
     this.queued += chunk.length;
     this.queue.push(chunk);
@@ -333,7 +340,8 @@ export abstract class SocketRelay implements MuxConn {
       const offset = this.queueOffset;
       const n = Math.min(chunk.length - offset, MAX_DATA_PAYLOAD, this.sendCredit);
       const piece = offset === 0 && n === chunk.length ? chunk : chunk.subarray(offset, offset + n);
-      if (offset + n === chunk.length) {
+      const last = offset + n === chunk.length;
+      if (last) {
         queue.shift();
         this.queueOffset = 0;
       } else {
@@ -345,6 +353,8 @@ export abstract class SocketRelay implements MuxConn {
       this.inSendCall = true;
       this.link.sendData(this.connectID, piece, this.onLinkTook);
       this.inSendCall = false;
+      // The link keeps what it needs of a pooled slab (retainSlab): the queue's hold ends here.
+      if (last) releaseSlab(chunk);
       // The link calls back later, when it has room again.
       // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- onLinkTook clears it when the link calls back within sendData()
       if (this.inLink) return;
@@ -370,6 +380,7 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   private dropQueue(): void {
+    for (const chunk of this.queue) releaseSlab(chunk);
     this.queue.length = 0;
     this.queueOffset = 0;
     this.queued = this.inFlight;

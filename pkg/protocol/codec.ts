@@ -231,20 +231,34 @@ const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
  * HTTP/2 frame).
  */
 export function encodeDataHeader(connectID: bigint, dataLength: number, reserve = 0, room = 0): Buffer {
+  const buf = Buffer.allocUnsafe(reserve + dataHeaderLength(connectID, dataLength) + room);
+  writeDataHeader(buf, reserve, connectID, dataLength);
+  return buf;
+}
+
+/** The length of what encodeDataHeader(connectID, dataLength) returns (with no reserve or room). */
+export function dataHeaderLength(connectID: bigint, dataLength: number): number {
+  const idLen = dataIdLength(connectID);
+  const dataFieldLen = dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength) + dataLength;
+  return 2 + 1 + smallVarintSize(idLen + dataFieldLen) + idLen + (dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength));
+}
+
+/**
+ * Writes the header of a DATA packet into `buf` at `pos` (which has room for
+ * dataHeaderLength bytes); returns where the payload goes. For a caller whose
+ * payload already sits in one buffer behind free room: the packet is then one
+ * buffer, without a copy.
+ */
+export function writeDataHeader(buf: Buffer, pos: number, connectID: bigint, dataLength: number): number {
   // Connection IDs are small counters: size them with number arithmetic, not BigInt.
   const small = connectID >= 0n && connectID <= MAX_SAFE;
-  if (!small) checkInt64(connectID, 'connectID');
   const id = small ? Number(connectID) : 0;
-  const idLen = connectID === 0n ? 0 : 1 + (small ? smallVarintSize(id) : varintSize(connectID));
+  const idLen = dataIdLength(connectID);
   const dataFieldLen = dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength) + dataLength;
-  const innerLen = idLen + dataFieldLen;
-  const headerLen = 2 + 1 + smallVarintSize(innerLen) + idLen + (dataLength === 0 ? 0 : 1 + smallVarintSize(dataLength));
-  const buf = Buffer.allocUnsafe(reserve + headerLen + room);
-  let pos = reserve;
   buf[pos++] = (1 << 3) | WIRE_VARINT;
   buf[pos++] = PACKET_TYPE_NUMBERS.DATA;
   buf[pos++] = (FIELD_DATA << 3) | WIRE_BYTES;
-  pos = writeSmallVarint(buf, pos, innerLen);
+  pos = writeSmallVarint(buf, pos, idLen + dataFieldLen);
   if (connectID !== 0n) {
     buf[pos++] = (1 << 3) | WIRE_VARINT;
     pos = small ? writeSmallVarint(buf, pos, id) : writeVarint(buf, pos, connectID);
@@ -253,7 +267,15 @@ export function encodeDataHeader(connectID: bigint, dataLength: number, reserve 
     buf[pos++] = (3 << 3) | WIRE_BYTES;
     pos = writeSmallVarint(buf, pos, dataLength);
   }
-  return buf;
+  return pos;
+}
+
+/** Bytes of the connectID field of a DATA payload (none for 0); throws for a value outside int64. */
+function dataIdLength(connectID: bigint): number {
+  if (connectID === 0n) return 0;
+  if (connectID >= 0n && connectID <= MAX_SAFE) return 1 + smallVarintSize(Number(connectID));
+  checkInt64(connectID, 'connectID');
+  return 1 + varintSize(connectID);
 }
 
 // ---------------------------------------------------------------- decoding

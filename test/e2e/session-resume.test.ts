@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import type { ServerConnection } from '../../pkg/agent/server-connection.js';
 import { dialServer } from '../../pkg/agent/server-dial.js';
 import { silentLogger } from '../../pkg/log/logger.js';
+import { targetReadPool } from '../../pkg/mux/buffer-pool.js';
 import { formatAgents } from '../../pkg/meta/agents-status.js';
 import { agentStatuses } from '../../pkg/tunnel/debug.js';
 import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
@@ -185,6 +186,8 @@ for (const kind of ['reset', 'silent'] as const) {
     assert.equal(hashIn.digest('hex'), await sent, 'the bytes arrived once each, in order');
     assert.ok(server.log.find('agent link resumed').length >= 1, 'the session was resumed');
     res.socket.destroy();
+    // Every slab the agent read the target into comes back once the connection is over and the server acknowledged it.
+    await waitFor('the agent to give every pooled slab back', () => targetReadPool.outstanding === 0);
   });
 }
 

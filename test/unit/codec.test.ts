@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import protobuf from 'protobufjs';
-import { decodePacket, encodeDataHeader, encodePacket } from '../../pkg/protocol/codec.js';
+import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../../pkg/protocol/codec.js';
 import { newDialID } from '../../pkg/protocol/ids.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
@@ -348,4 +348,22 @@ test('received: the last one wins, one of the wrong wire type is skipped (as Go 
   assert.throws(() => decodePacket(tooLong), { code: 'YT_ERR_PROTOCOL_VARINT' });
   // The payload's length claims more than there is.
   assert.throws(() => decodePacket(Buffer.from([0x08, 100, 0xa2, 0x06, 9, 0x18, 1])), { code: 'YT_ERR_PROTOCOL_TRUNCATED' });
+});
+
+test('writeDataHeader writes, into room in front of a payload, the bytes encodeDataHeader returns', () => {
+  for (const [id, n] of [
+    [1n, 1],
+    [300n, 65536],
+    [0n, 10],
+    [5n, 0],
+    [-1n, 70000],
+    [(1n << 62n) + 3n, 127],
+  ] as const) {
+    const expected = encodeDataHeader(id, n);
+    assert.equal(dataHeaderLength(id, n), expected.length);
+    const buf = Buffer.alloc(expected.length + 7);
+    const end = writeDataHeader(buf, 7, id, n);
+    assert.equal(end, buf.length);
+    assert.deepEqual(buf.subarray(7), expected, `connectID ${id}, ${n} bytes`);
+  }
 });

@@ -15,7 +15,7 @@ const LIMIT = { timeout: 20_000 };
 
 async function dialError(dialer: Dialer, address: string, cancel?: Cancel): Promise<AgentDialError> {
   const err: unknown = await dialer.dial(address, cancel).then(
-    (socket) => {
+    ({ socket }) => {
       socket.destroy();
       return undefined;
     },

@@ -1,0 +1,122 @@
+// Fixed-size slabs that are given back and handed out again, so that bulk
+// reads cost no new allocation: a slab kept until the peer acknowledges it
+// (session resume) is neither garbage nor promoted by the GC to the old
+// generation, and its memory is reused once it comes back.
+//
+// A slab is counted: whoever keeps a view of it (the socket relay's queue,
+// a transport write not yet called back, the resend buffer) retains it, and
+// releases it when done. The last release puts it back in the pool. Views of
+// ordinary Buffers pass through retainSlab/releaseSlab untouched, so the
+// shared code (transport, resend buffer) calls them on every payload.
+//
+// A release too early would let the next read overwrite bytes still to be
+// sent: with `poison` (YT_SLAB_POISON=1, and in tests) a slab is filled with
+// POISON_BYTE when it comes back, so such a bug shows as corrupt data at once.
+
+import { InternalError } from '../protocol/errors.js';
+
+/** Payload bytes a slab holds: what one read of a target socket may fill. */
+export const SLAB_PAYLOAD = 64 * 1024;
+/**
+ * Bytes free in front of the payload, for the framing written before it: the
+ * gRPC prefix (5) and the largest DATA packet header (3 + a 5-byte length,
+ * a 10-byte connectID with its tag, the payload's tag and 5-byte length).
+ */
+export const SLAB_HEADROOM = 32;
+export const SLAB_SIZE = SLAB_HEADROOM + SLAB_PAYLOAD;
+/** What a released slab is filled with in poison mode. */
+export const POISON_BYTE = 0xa5;
+
+interface SlabState {
+  readonly pool: BufferPool;
+  readonly slab: Buffer;
+  refs: number;
+}
+
+/** Slab memory → its count. Weak: a slab whose holder never releases it (a bug) is still collected. */
+const states = new WeakMap<ArrayBufferLike, SlabState>();
+
+export interface BufferPoolOptions {
+  /** Free slabs kept for reuse; more coming back are left to the GC. Default 32 (2 MiB). */
+  maxFree?: number;
+  /** Fill released slabs with POISON_BYTE. Default: YT_SLAB_POISON=1 in the environment. */
+  poison?: boolean;
+}
+
+export class BufferPool {
+  private readonly free: Buffer[] = [];
+  private readonly maxFree: number;
+  readonly poison: boolean;
+  /** Slabs allocated (not taken from the free list), for tests and the budget guard. */
+  allocated = 0;
+  /** Slabs handed out and not yet back. */
+  outstanding = 0;
+
+  constructor(opts: BufferPoolOptions = {}) {
+    this.maxFree = opts.maxFree ?? 32;
+    this.poison = opts.poison ?? process.env.YT_SLAB_POISON === '1';
+  }
+
+  /** A slab of SLAB_SIZE bytes, retained once (by the caller). */
+  take(): Buffer {
+    let slab = this.free.pop();
+    if (slab === undefined) {
+      slab = Buffer.allocUnsafeSlow(SLAB_SIZE);
+      this.allocated++;
+      states.set(slab.buffer, { pool: this, slab, refs: 1 });
+    } else {
+      states.get(slab.buffer)!.refs = 1;
+    }
+    this.outstanding++;
+    return slab;
+  }
+
+  /** Free slabs held for reuse. */
+  get freeCount(): number {
+    return this.free.length;
+  }
+
+  /** Called by the last release. */
+  giveBack(state: SlabState): void {
+    this.outstanding--;
+    if (this.poison) state.slab.fill(POISON_BYTE);
+    if (this.free.length < this.maxFree) this.free.push(state.slab);
+    else states.delete(state.slab.buffer);
+  }
+}
+
+/** The agent's pool for reads of its target sockets. */
+export const targetReadPool = new BufferPool();
+
+/** True if `buf` is a view of a pooled slab that is handed out. */
+export function isPooled(buf: Buffer): boolean {
+  const s = states.get(buf.buffer);
+  return s !== undefined && s.refs > 0;
+}
+
+/**
+ * The whole slab when `buf` is a pooled payload that starts where reads put
+ * it (SLAB_HEADROOM in): its framing may be written in the room in front.
+ * Undefined otherwise (a later piece of a split chunk has bytes in front).
+ */
+export function slabWithRoom(buf: Buffer): Buffer | undefined {
+  const s = states.get(buf.buffer);
+  if (s === undefined || s.refs <= 0 || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
+  return s.slab;
+}
+
+/** One more holder of the slab `buf` views (no-op for other Buffers). */
+export function retainSlab(buf: Buffer): void {
+  const s = states.get(buf.buffer);
+  if (s === undefined) return;
+  if (s.refs <= 0) throw new InternalError('a pooled slab was retained after it went back to its pool');
+  s.refs++;
+}
+
+/** One holder fewer; the last puts the slab back in its pool (no-op for other Buffers). */
+export function releaseSlab(buf: Buffer): void {
+  const s = states.get(buf.buffer);
+  if (s === undefined) return;
+  if (s.refs <= 0) throw new InternalError('a pooled slab was released more often than retained');
+  if (--s.refs === 0) s.pool.giveBack(s);
+}

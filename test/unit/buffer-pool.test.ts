@@ -1,0 +1,133 @@
+// The slab pool (pkg/mux/buffer-pool.ts) and the holders that must keep a
+// pooled payload until nothing can read it: the resend buffer until the peer
+// acknowledges, the packet stream until HTTP/2 has written it. Pools here
+// poison what comes back, so a release too early shows as corrupt bytes.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE } from '../../pkg/mux/buffer-pool.js';
+import { ResendBuffer } from '../../pkg/mux/resend-buffer.js';
+import { GRPC_FRAME_HEADER_SIZE } from '../../pkg/grpc/frame.js';
+import { dataHeaderLength } from '../../pkg/protocol/codec.js';
+import type { Packet } from '../../pkg/protocol/packet.js';
+import { memoryLinkPair } from '../support/memory-link.js';
+
+/** A pooled payload of `n` bytes holding a pattern, as a read would leave it (retained once, by the reader). */
+function pooledPayload(pool: BufferPool, n: number, seed: number): Buffer {
+  const view = pool.take().subarray(SLAB_HEADROOM, SLAB_HEADROOM + n);
+  for (let i = 0; i < n; i++) view[i] = (i * 31 + seed) & 0xff;
+  return view;
+}
+
+test('a slab comes back on its last release and is handed out again, not allocated anew', () => {
+  const pool = new BufferPool({ poison: true });
+  const a = pool.take();
+  assert.equal(a.length, SLAB_SIZE);
+  assert.ok(SLAB_SIZE >= SLAB_PAYLOAD + SLAB_HEADROOM);
+  const view = a.subarray(SLAB_HEADROOM, SLAB_HEADROOM + 10);
+  retainSlab(view);
+  releaseSlab(a);
+  assert.equal(pool.outstanding, 1, 'one holder left: not back yet');
+  assert.ok(isPooled(view));
+  releaseSlab(view);
+  assert.equal(pool.outstanding, 0);
+  assert.equal(pool.freeCount, 1);
+  assert.ok(!isPooled(view), 'a slab in the free list is not handed out');
+  assert.ok(
+    a.every((b) => b === POISON_BYTE),
+    'poisoned when it came back',
+  );
+  const b = pool.take();
+  assert.equal(b.buffer, a.buffer, 'the same memory again');
+  assert.equal(pool.allocated, 1);
+  releaseSlab(b);
+});
+
+test('the largest gRPC prefix and DATA header fit the room in front of a slab', () => {
+  // connectID -1 is the longest varint there is (10 bytes).
+  assert.ok(GRPC_FRAME_HEADER_SIZE + dataHeaderLength(-1n, SLAB_PAYLOAD) <= SLAB_HEADROOM);
+});
+
+test('a slab released twice, or retained once back, is a bug that throws', () => {
+  const pool = new BufferPool();
+  const a = pool.take();
+  releaseSlab(a);
+  assert.throws(() => releaseSlab(a), /released more often than retained/);
+  assert.throws(() => retainSlab(a), /retained after it went back/);
+});
+
+test('ordinary Buffers pass through retain and release untouched', () => {
+  const plain = Buffer.from('hello');
+  retainSlab(plain);
+  releaseSlab(plain);
+  releaseSlab(plain);
+  assert.ok(!isPooled(plain));
+  assert.equal(plain.toString(), 'hello');
+});
+
+test('the pool keeps at most maxFree slabs; more coming back are left to the GC', () => {
+  const pool = new BufferPool({ maxFree: 2 });
+  const slabs = [pool.take(), pool.take(), pool.take(), pool.take()];
+  for (const s of slabs) releaseSlab(s);
+  assert.equal(pool.freeCount, 2);
+  assert.equal(pool.outstanding, 0);
+});
+
+test('the resend buffer keeps a pooled payload intact until the peer acknowledges it', () => {
+  const pool = new BufferPool({ poison: true });
+  const buffer = new ResendBuffer();
+  const data = pooledPayload(pool, 1000, 7);
+  const expected = Buffer.from(data);
+  buffer.appendData(1n, data);
+  // The reader is done with it (as the relay is once the link took it).
+  releaseSlab(data);
+  const replayed: Buffer[] = [];
+  buffer.replay(
+    0,
+    (_id, d) => replayed.push(Buffer.from(d)),
+    () => {},
+  );
+  assert.deepEqual(replayed, [expected], 'replayed as read, not poisoned');
+  assert.equal(pool.outstanding, 1);
+  buffer.acknowledge(1);
+  assert.equal(pool.outstanding, 0, 'back in the pool once acknowledged');
+
+  const kept = pooledPayload(pool, 10, 1);
+  buffer.appendData(2n, kept);
+  releaseSlab(kept);
+  buffer.clear();
+  assert.equal(pool.outstanding, 0, 'back in the pool when the session ends');
+});
+
+test('the packet stream keeps a pooled payload until HTTP/2 has written it', async (t) => {
+  const pool = new BufferPool({ poison: true });
+  const pair = await memoryLinkPair();
+  t.after(() => pair.close());
+  const N = 64;
+  const expected: Buffer[] = [];
+  const got = new Promise<Packet[]>((resolve) => {
+    const all: Packet[] = [];
+    pair.onServerPacket((p) => {
+      all.push(p);
+      if (all.length === N) resolve(all);
+    });
+  });
+  for (let i = 0; i < N; i++) {
+    const data = pooledPayload(pool, SLAB_PAYLOAD, i);
+    // Every other one a later piece of a chunk the relay split (bytes of the slab in front of it).
+    const piece = i % 2 === 0 ? data : data.subarray(100);
+    expected.push(Buffer.from(piece));
+    pair.agent.sendData(9n, piece, () => {});
+    // The reader lets go at once: only the stream's own hold keeps the bytes until they are written.
+    releaseSlab(data);
+  }
+  const packets = await got;
+  assert.equal(packets.length, N);
+  packets.forEach((p, i) => {
+    assert.ok(p.type === 'DATA');
+    assert.ok(p.data.equals(expected[i]!), `packet ${i} arrived as read`);
+  });
+  // HTTP/2 calls its writes back once the transport took them: a few turns of the loop after the peer has them.
+  for (let i = 0; i < 1000 && pool.outstanding > 0; i++) await new Promise((r) => setImmediate(r));
+  assert.equal(pool.outstanding, 0, 'every slab back once written');
+});
