@@ -9,6 +9,16 @@
 // when they fit). Control packets are encoded with room for the prefix: one
 // buffer each. On the way in, messages are views of what HTTP/2 delivered,
 // except those that spanned chunks, which the deframer joins (one copy).
+//
+// The connections of the link share its send buffer fairly. A sender whose
+// DATA finds the buffer below its limit goes on at once, so without a rule the
+// connection whose socket the event loop happens to read first after each
+// drain would fill the room the others left, every time (four bulk flows: one
+// got 53 % of the link). So each turn of the buffer (from one release of the
+// waiting senders to the next) a connection goes on at once only up to its
+// share of the limit, the limit divided among the connections that sent in
+// this turn or the last; past it, it waits for the next turn with the others,
+// which are released in the order they came to wait.
 
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
@@ -19,6 +29,9 @@ import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
+
+/** Connections counted in one turn of the send buffer at most (many small senders end a turn early instead). */
+const MAX_TURN_SENDERS = 1024;
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -61,6 +74,11 @@ export abstract class GrpcPacketStream implements PacketLink {
   protected readonly writeTracker: WriteTracker | undefined;
   private readonly onWritten: (() => void) | undefined;
   private drainWaiters: Array<(err?: Error | null) => void> = [];
+  /** DATA bytes each connection has sent in this turn of the send buffer. */
+  private turn = new Map<bigint, number>();
+  /** How many connections sent in the previous turn. */
+  private lastTurnSenders = 1;
+  private turnEndScheduled = false;
   private handlers: GrpcPacketStreamHandlers | undefined;
   private readonly log: Logger | undefined;
   private readonly controlBufferLimit: number;
@@ -163,8 +181,37 @@ export abstract class GrpcPacketStream implements PacketLink {
     stream.write(header);
     stream.write(data, this.onWritten);
     stream.uncork();
-    if (stream.writableLength <= this.sendBufferLimit) cb();
-    else this.drainWaiters.push(cb);
+    if (this.turn.size >= MAX_TURN_SENDERS && !this.turn.has(connectID)) this.endTurn();
+    const sent = (this.turn.get(connectID) ?? 0) + data.length;
+    this.turn.set(connectID, sent);
+    if (stream.writableLength > this.sendBufferLimit) {
+      // 'drain' releases it (and starts the next turn).
+      this.drainWaiters.push(cb);
+    } else if (sent > this.sendBufferLimit / Math.max(this.lastTurnSenders, this.turn.size)) {
+      // Past its share of this turn, with room left: the others get theirs first.
+      this.drainWaiters.push(cb);
+      this.scheduleTurnEnd();
+    } else {
+      cb();
+    }
+  }
+
+  /** Ends the turn soon (after the I/O already due, so that every sender with data has had its share). */
+  private scheduleTurnEnd(): void {
+    if (this.turnEndScheduled) return;
+    this.turnEndScheduled = true;
+    setImmediate(this.onTurnEnd);
+  }
+
+  private readonly onTurnEnd = (): void => {
+    this.turnEndScheduled = false;
+    // Over the limit, 'drain' will come: it ends the turn.
+    if (this.stream.writableLength <= this.sendBufferLimit) this.flushDrainWaiters();
+  };
+
+  private endTurn(): void {
+    this.lastTurnSenders = Math.max(1, this.turn.size);
+    this.turn.clear();
   }
 
   sendControl(packet: KnownPacket): boolean {
@@ -211,6 +258,7 @@ export abstract class GrpcPacketStream implements PacketLink {
 
   private flushDrainWaiters(err?: Error): void {
     if (!err && this.stream.writableLength > this.sendBufferLimit) return;
+    this.endTurn();
     const waiters = this.drainWaiters;
     this.drainWaiters = [];
     for (const cb of waiters) cb(err ?? null);
