@@ -14,11 +14,13 @@
 // DATA finds the buffer below its limit goes on at once, so without a rule the
 // connection whose socket the event loop happens to read first after each
 // drain would fill the room the others left, every time (four bulk flows: one
-// got 53 % of the link). So each turn of the buffer (from one release of the
-// waiting senders to the next) a connection goes on at once only up to its
-// share of the limit, the limit divided among the connections that sent in
-// this turn or the last; past it, it waits for the next turn with the others,
-// which are released in the order they came to wait.
+// got 53 % of the link). So the buffer is shared in turns (from one release of
+// the waiting senders to the next), deficit round robin: in each turn a
+// connection goes on at once up to its share, the limit divided among the
+// connections that sent in this turn or the last, plus what it left unused of
+// its last share (or minus what it overran it by), at most one share either
+// way. Past it, it waits with the others for the next turn, and they are
+// released in the order they came to wait.
 
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
@@ -76,6 +78,8 @@ export abstract class GrpcPacketStream implements PacketLink {
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   /** DATA bytes each connection has sent in this turn of the send buffer. */
   private turn = new Map<bigint, number>();
+  /** What each connection left unused of its last turn's share (negative: what it overran it by). */
+  private carried = new Map<bigint, number>();
   /** How many connections sent in the previous turn. */
   private lastTurnSenders = 1;
   private turnEndScheduled = false;
@@ -187,7 +191,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (stream.writableLength > this.sendBufferLimit) {
       // 'drain' releases it (and starts the next turn).
       this.drainWaiters.push(cb);
-    } else if (sent > this.sendBufferLimit / Math.max(this.lastTurnSenders, this.turn.size)) {
+    } else if (sent > this.share() + (this.carried.get(connectID) ?? 0)) {
       // Past its share of this turn, with room left: the others get theirs first.
       this.drainWaiters.push(cb);
       this.scheduleTurnEnd();
@@ -209,7 +213,19 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (this.stream.writableLength <= this.sendBufferLimit) this.flushDrainWaiters();
   };
 
+  private share(): number {
+    return this.sendBufferLimit / Math.max(this.lastTurnSenders, this.turn.size);
+  }
+
   private endTurn(): void {
+    const share = this.share();
+    const carried = this.carried;
+    const next = new Map<bigint, number>();
+    for (const [id, sent] of this.turn) {
+      const left = Math.max(-share, Math.min(share, share + (carried.get(id) ?? 0) - sent));
+      if (left !== 0) next.set(id, left);
+    }
+    this.carried = next;
     this.lastTurnSenders = Math.max(1, this.turn.size);
     this.turn.clear();
   }
