@@ -17,9 +17,9 @@
 // got 53 % of the link). So the buffer is shared in turns (from one release of
 // the waiting senders to the next), deficit round robin: in each turn a
 // connection goes on at once up to its share, the limit divided among the
-// connections that sent in this turn or the last, plus what it left unused of
-// its last share (or minus what it overran it by), at most one share either
-// way. Past it, it waits with the others for the next turn, and they are
+// connections that sent in this turn or the last, plus what it was left short
+// of its last share while it waited (or minus what it overran it by), at most
+// one share either way; a connection that ran out of data keeps no credit. Past it, it waits with the others for the next turn, and they are
 // released in the order they came to wait.
 
 import type { Http2Stream } from 'node:http2';
@@ -80,6 +80,8 @@ export abstract class GrpcPacketStream implements PacketLink {
   private turn = new Map<bigint, number>();
   /** What each connection left unused of its last turn's share (negative: what it overran it by). */
   private carried = new Map<bigint, number>();
+  /** Connections waiting for the next turn (their callbacks are in drainWaiters). */
+  private readonly waiting = new Set<bigint>();
   /** How many connections sent in the previous turn. */
   private lastTurnSenders = 1;
   private turnEndScheduled = false;
@@ -191,9 +193,11 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (stream.writableLength > this.sendBufferLimit) {
       // 'drain' releases it (and starts the next turn).
       this.drainWaiters.push(cb);
+      this.waiting.add(connectID);
     } else if (sent > this.share() + (this.carried.get(connectID) ?? 0)) {
       // Past its share of this turn, with room left: the others get theirs first.
       this.drainWaiters.push(cb);
+      this.waiting.add(connectID);
       this.scheduleTurnEnd();
     } else {
       cb();
@@ -222,10 +226,12 @@ export abstract class GrpcPacketStream implements PacketLink {
     const carried = this.carried;
     const next = new Map<bigint, number>();
     for (const [id, sent] of this.turn) {
-      const left = Math.max(-share, Math.min(share, share + (carried.get(id) ?? 0) - sent));
+      let left = Math.max(-share, Math.min(share, share + (carried.get(id) ?? 0) - sent));
+      if (left > 0 && !this.waiting.has(id)) left = 0;
       if (left !== 0) next.set(id, left);
     }
     this.carried = next;
+    this.waiting.clear();
     this.lastTurnSenders = Math.max(1, this.turn.size);
     this.turn.clear();
   }
