@@ -15,12 +15,12 @@
 // connection whose socket the event loop happens to read first after each
 // drain would fill the room the others left, every time (four bulk flows: one
 // got 53 % of the link). So the buffer is shared in turns (from one release of
-// the waiting senders to the next), deficit round robin: in each turn a
-// connection goes on at once up to its share, the limit divided among the
-// connections that sent in this turn or the last, plus what it was left short
-// of its last share while it waited (or minus what it overran it by), at most
-// one share either way; a connection that ran out of data keeps no credit. Past it, it waits with the others for the next turn, and they are
-// released in the order they came to wait.
+// the waiting senders to the next): in each turn a connection goes on at once
+// up to its share, the limit divided among the connections that sent in this
+// turn or the last, less what it overran its share by in the last turn; past
+// it, it waits with the others for the next turn. Within its share it goes on
+// even past the limit (up to the limit and one more share), so that whoever
+// is read last still gets its share: the buffer holds at most that much.
 
 import type { Http2Stream } from 'node:http2';
 import { decodePacket, encodeDataHeader, encodePacket } from '../protocol/codec.js';
@@ -78,10 +78,8 @@ export abstract class GrpcPacketStream implements PacketLink {
   private drainWaiters: Array<(err?: Error | null) => void> = [];
   /** DATA bytes each connection has sent in this turn of the send buffer. */
   private turn = new Map<bigint, number>();
-  /** What each connection left unused of its last turn's share (negative: what it overran it by). */
-  private carried = new Map<bigint, number>();
-  /** Connections waiting for the next turn (their callbacks are in drainWaiters). */
-  private readonly waiting = new Set<bigint>();
+  /** What each connection overran its share by in the last turn (paid back in this one). */
+  private overran = new Map<bigint, number>();
   /** How many connections sent in the previous turn. */
   private lastTurnSenders = 1;
   private turnEndScheduled = false;
@@ -190,14 +188,11 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (this.turn.size >= MAX_TURN_SENDERS && !this.turn.has(connectID)) this.endTurn();
     const sent = (this.turn.get(connectID) ?? 0) + data.length;
     this.turn.set(connectID, sent);
-    if (stream.writableLength > this.sendBufferLimit) {
-      // 'drain' releases it (and starts the next turn).
+    const share = this.share();
+    const limit = this.sendBufferLimit;
+    if (sent + (this.overran.get(connectID) ?? 0) > share || stream.writableLength > (share < limit ? limit + share : limit)) {
+      // 'drain' releases it, or the end of the turn if the buffer is below its limit then.
       this.drainWaiters.push(cb);
-      this.waiting.add(connectID);
-    } else if (sent > this.share() + (this.carried.get(connectID) ?? 0)) {
-      // Past its share of this turn, with room left: the others get theirs first.
-      this.drainWaiters.push(cb);
-      this.waiting.add(connectID);
       this.scheduleTurnEnd();
     } else {
       cb();
@@ -223,15 +218,13 @@ export abstract class GrpcPacketStream implements PacketLink {
 
   private endTurn(): void {
     const share = this.share();
-    const carried = this.carried;
+    const overran = this.overran;
     const next = new Map<bigint, number>();
     for (const [id, sent] of this.turn) {
-      let left = Math.max(-share, Math.min(share, share + (carried.get(id) ?? 0) - sent));
-      if (left > 0 && !this.waiting.has(id)) left = 0;
-      if (left !== 0) next.set(id, left);
+      const over = Math.min(share, sent + (overran.get(id) ?? 0) - share);
+      if (over > 0) next.set(id, over);
     }
-    this.carried = next;
-    this.waiting.clear();
+    this.overran = next;
     this.lastTurnSenders = Math.max(1, this.turn.size);
     this.turn.clear();
   }
