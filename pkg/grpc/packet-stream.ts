@@ -190,7 +190,9 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.turn.set(connectID, sent);
     const share = this.share();
     const limit = this.sendBufferLimit;
-    if (sent + (this.overran.get(connectID) ?? 0) > share || stream.writableLength > (share < limit ? limit + share : limit)) {
+    // Alone on the link (the share is the whole limit), only the limit applies, as it always did.
+    const overShare = share < limit && sent + (this.overran.get(connectID) ?? 0) > share;
+    if (overShare || stream.writableLength > (share < limit ? limit + share : limit)) {
       // 'drain' releases it, or the end of the turn if the buffer is below its limit then.
       this.drainWaiters.push(cb);
       this.scheduleTurnEnd();
