@@ -112,6 +112,7 @@ interface Options {
   verbose: boolean;
   memory: boolean;
   rttOnly: boolean;
+  parallelOnly: boolean;
 }
 
 function parseArgs(argv: string[]): Options {
@@ -125,6 +126,7 @@ function parseArgs(argv: string[]): Options {
     verbose: process.env.BENCH_VERBOSE === '1',
     memory: true,
     rttOnly: false,
+    parallelOnly: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -137,6 +139,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--quick') opts.sizes = QUICK;
     else if (a === '--no-memory') opts.memory = false;
     else if (a === '--rtt-only') opts.rttOnly = true;
+    else if (a === '--parallel-only') opts.parallelOnly = true;
     else if (a === '--only') {
       const names: Record<string, PairName> = {
         ours: 'yurt-tunnel',
@@ -166,7 +169,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --parallel-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -200,6 +203,8 @@ interface Bench {
   sizes: Sizes;
   /** The warm figures stop after the round trips. */
   rttOnly: boolean;
+  /** The warm figures are the 4 parallel flows only. */
+  parallelOnly: boolean;
 }
 
 /** A path under test: its route, and the server and agent processes whose CPU is counted. */
@@ -239,7 +244,7 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
   const others: number[] = [];
   // The direct path is several times faster: more bytes for the same timing precision.
   const bulkBytes = hasPair ? sizes.bulkBytes : sizes.bulkBytes * 4;
-  for (let i = 0; i < sizes.bulkRuns; i++) {
+  for (let i = 0; i < (b.parallelOnly ? 0 : sizes.bulkRuns); i++) {
     window.start();
     const r = await client.call({ op: 'bulk', path: s.path, bytes: bulkBytes });
     const cpu = window.stop();
@@ -257,6 +262,10 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
   f.add(s.who, 'flows4', p.bytes / p.seconds / MiB);
   f.add(s.who, 'fairMin', Math.min(...p.shares) * 100);
   f.add(s.who, 'fairMax', Math.max(...p.shares) * 100);
+  if (b.parallelOnly) {
+    f.add(s.who, 'others', (others.reduce((a, x) => a + x, 0) / others.length) * 100);
+    return;
+  }
 
   window.start();
   const r = await client.call({ op: 'rtt', path: s.path, rounds: sizes.rttRounds });
@@ -538,7 +547,7 @@ async function main(): Promise<void> {
     if (envText.length > 0) console.log(`environment of our server and agent: ${envText.join(' ')}`);
 
     client = await ClientProcess.start();
-    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes, rttOnly: opts.rttOnly };
+    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes, rttOnly: opts.rttOnly, parallelOnly: opts.parallelOnly };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     await warmUp(b, direct);
     for (let round = 0; round < opts.rounds; round++) {
@@ -559,7 +568,7 @@ async function main(): Promise<void> {
         }
       }
     }
-    if (opts.memory && !opts.rttOnly) {
+    if (opts.memory && !opts.rttOnly && !opts.parallelOnly) {
       for (const name of pairs) {
         console.log(`memory: ${name}`);
         const pair = await startPair(name, ctx);

@@ -11,6 +11,18 @@
 // when they fit). Control packets are encoded with room for the prefix: one
 // buffer each. On the way in, messages are views of what HTTP/2 delivered,
 // except those that spanned chunks, which the deframer joins (one copy).
+//
+// The connections of the link share its send buffer fairly. A sender whose
+// DATA finds the buffer below its limit goes on at once, so without a rule the
+// connection whose socket the event loop happens to read first after each
+// drain would fill the room the others left, every time (four bulk flows: one
+// got 53 % of the link). So the buffer is shared in turns (from one release of
+// the waiting senders to the next): in each turn a connection goes on at once
+// up to its share, the limit divided among the connections that sent in this
+// turn or the last, less what it overran its share by in the last turn; past
+// it, it waits with the others for the next turn. Within its share it goes on
+// even past the limit (up to the limit and one more share), so that whoever
+// is read last still gets its share: the buffer holds at most that much.
 
 import type { Http2Stream } from 'node:http2';
 import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
@@ -22,6 +34,9 @@ import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
 import { isPooled, releaseSlab, retainSlab, SLAB_HEADROOM, slabWithRoom } from '../mux/buffer-pool.js';
+
+/** Connections counted in one turn of the send buffer at most (many small senders end a turn early instead). */
+const MAX_TURN_SENDERS = 1024;
 
 export interface GrpcPacketStreamHandlers {
   onPacket(packet: Packet): void;
@@ -64,6 +79,13 @@ export abstract class GrpcPacketStream implements PacketLink {
   protected readonly writeTracker: WriteTracker | undefined;
   private readonly onWritten: (() => void) | undefined;
   private drainWaiters: Array<(err?: Error | null) => void> = [];
+  /** DATA bytes each connection has sent in this turn of the send buffer. */
+  private turn = new Map<bigint, number>();
+  /** What each connection overran its share by in the last turn (paid back in this one). */
+  private overran = new Map<bigint, number>();
+  /** How many connections sent in the previous turn. */
+  private lastTurnSenders = 1;
+  private turnEndScheduled = false;
   private handlers: GrpcPacketStreamHandlers | undefined;
   private readonly log: Logger | undefined;
   private readonly controlBufferLimit: number;
@@ -190,8 +212,50 @@ export abstract class GrpcPacketStream implements PacketLink {
       }
       stream.uncork();
     }
-    if (stream.writableLength <= this.sendBufferLimit) cb();
-    else this.drainWaiters.push(cb);
+    if (this.turn.size >= MAX_TURN_SENDERS && !this.turn.has(connectID)) this.endTurn();
+    const sent = (this.turn.get(connectID) ?? 0) + data.length;
+    this.turn.set(connectID, sent);
+    const share = this.share();
+    const limit = this.sendBufferLimit;
+    // Alone on the link (the share is the whole limit), only the limit applies, as it always did.
+    const overShare = share < limit && sent + (this.overran.get(connectID) ?? 0) > share;
+    if (overShare || stream.writableLength > (share < limit ? limit + share : limit)) {
+      // 'drain' releases it, or the end of the turn if the buffer is below its limit then.
+      this.drainWaiters.push(cb);
+      this.scheduleTurnEnd();
+    } else {
+      cb();
+    }
+  }
+
+  /** Ends the turn soon (after the I/O already due, so that every sender with data has had its share). */
+  private scheduleTurnEnd(): void {
+    if (this.turnEndScheduled) return;
+    this.turnEndScheduled = true;
+    setImmediate(this.onTurnEnd);
+  }
+
+  private readonly onTurnEnd = (): void => {
+    this.turnEndScheduled = false;
+    // Over the limit, 'drain' will come: it ends the turn.
+    if (this.stream.writableLength <= this.sendBufferLimit) this.flushDrainWaiters();
+  };
+
+  private share(): number {
+    return this.sendBufferLimit / Math.max(this.lastTurnSenders, this.turn.size);
+  }
+
+  private endTurn(): void {
+    const share = this.share();
+    const overran = this.overran;
+    const next = new Map<bigint, number>();
+    for (const [id, sent] of this.turn) {
+      const over = Math.min(share, sent + (overran.get(id) ?? 0) - share);
+      if (over > 0) next.set(id, over);
+    }
+    this.overran = next;
+    this.lastTurnSenders = Math.max(1, this.turn.size);
+    this.turn.clear();
   }
 
   sendControl(packet: KnownPacket): boolean {
@@ -238,6 +302,7 @@ export abstract class GrpcPacketStream implements PacketLink {
 
   private flushDrainWaiters(err?: Error): void {
     if (!err && this.stream.writableLength > this.sendBufferLimit) return;
+    this.endTurn();
     const waiters = this.drainWaiters;
     this.drainWaiters = [];
     for (const cb of waiters) cb(err ?? null);
