@@ -4,8 +4,10 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import type { ClientProcess } from './client-process.js';
-import type { Pair } from './pairs.js';
+import { preparePairs, type Pair, type PairContext } from './pairs.js';
 
 /** Runs a bench script's main; a failure is printed with its stack and the process exits 1. */
 export function runBench(name: string, main: () => Promise<void>): void {
@@ -21,4 +23,10 @@ export async function stopOnePair(pair: Pair | undefined, client: ClientProcess 
   await client?.stop();
   for (const c of children) c.kill('SIGTERM');
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** Starts the bench target (kept in `children`) and prepares the pairs' certificates and flags in `dir` to reach it. */
+export async function prepareOnePair(dir: string, children: ChildProcess[], nodeArgs: string[]): Promise<PairContext> {
+  const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
+  return preparePairs(dir, `127.0.0.1:${target.match[1]}`, nodeArgs, false);
 }

@@ -18,12 +18,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ChildProcess } from 'node:child_process';
-import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import { ClientProcess } from './client-process.js';
-import { preparePairs, startPair, type Pair, type PairName } from './pairs.js';
+import { startPair, type Pair, type PairName } from './pairs.js';
 import { loadAverage, rssBytes } from './proc.js';
 import { percentile } from './stats.js';
-import { runBench, stopOnePair } from './bench-main.js';
+import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
 
 const MiB = 1024 * 1024;
 
@@ -51,8 +50,7 @@ async function main(): Promise<void> {
   let client: ClientProcess | undefined;
   let pair: Pair | undefined;
   try {
-    const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
-    const ctx = await preparePairs(dir, `127.0.0.1:${target.match[1]}`, nodeArgs, false);
+    const ctx = await prepareOnePair(dir, children, nodeArgs);
     const log = (who: string, text: string): void => {
       if (logDir !== undefined) appendFileSync(join(logDir, `${who}.log`), text);
     };

@@ -25,13 +25,13 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
+import { REPO_ROOT } from '../hack/local-tunnel.js';
 import { ClientProcess } from './client-process.js';
 import { formatSummary, summarizeProfile } from './cpuprofile-summary.js';
 import type { BenchPath } from './lean-conn.js';
-import { preparePairs, startPair, type Pair, type PairName } from './pairs.js';
+import { startPair, type Pair, type PairName } from './pairs.js';
 import { percentile } from './stats.js';
-import { runBench, stopOnePair } from './bench-main.js';
+import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
 
 const MiB = 1024 * 1024;
 const PHASES = ['cold', 'bulk', 'flows', 'rtt', 'conn', 'rate', 'paced'] as const;
@@ -168,10 +168,9 @@ async function main(): Promise<void> {
   let client: ClientProcess | undefined;
   let pair: Pair | undefined;
   try {
-    const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
     const probes = new ProbeLines();
     const nodeArgs = ['--import', new URL('./loop-probe.js', import.meta.url).href, ...(perf ? ['--perf-basic-prof'] : []), ...extraNodeArgs];
-    const ctx = await preparePairs(dir, `127.0.0.1:${target.match[1]}`, nodeArgs, false);
+    const ctx = await prepareOnePair(dir, children, nodeArgs);
     const log = process.env.BENCH_LOG;
     ctx.onOutput = (who, text) => {
       probes.onText(text);

@@ -13,11 +13,10 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import { ClientProcess } from './client-process.js';
-import { preparePairs, startPair, type Pair } from './pairs.js';
+import { startPair, type Pair } from './pairs.js';
 import { cpuSeconds, loadAverage } from './proc.js';
-import { runBench, stopOnePair } from './bench-main.js';
+import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
 
 const BATCH = 500;
 
@@ -36,8 +35,7 @@ async function main(): Promise<void> {
   let client: ClientProcess | undefined;
   let pair: Pair | undefined;
   try {
-    const target = await startProcess(children, join(REPO_ROOT, 'dist/bench/target.js'), [], /^(\d+)\n/);
-    const ctx = await preparePairs(dir, `127.0.0.1:${target.match[1]}`, nodeArgs, false);
+    const ctx = await prepareOnePair(dir, children, nodeArgs);
     client = await ClientProcess.start();
     pair = await startPair('yurt-tunnel', ctx);
     const pids = [pair.serverPid, pair.agentPid];
