@@ -75,12 +75,12 @@ export class LeaderElector {
   private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    // An attempt cut short may still have been applied by the API server: we may hold the lease without knowing it.
+    const cutShort = this.inFlight !== undefined;
     this.stopRequests.abort();
     await this.inFlight;
-    if (this.leading) {
-      await this.release();
-      this.stepDown('stopped');
-    }
+    if (this.leading || cutShort) await this.release();
+    this.stepDown('stopped');
   }
 
   private tick(): void {
@@ -185,22 +185,34 @@ export class LeaderElector {
     this.observed = { lease, at: changed ? Date.now() : this.observed!.at };
   }
 
-  /** Gives the lease up so the next candidate need not wait for it to expire. */
+  /**
+   * Gives the lease up so the next candidate need not wait for it to expire.
+   * It reads the lease first: the copy we last saw may be older than what the
+   * API server holds (a renewal cut short by stop() may have been applied),
+   * and a write on an old copy is refused as a conflict. Once more on a
+   * conflict (a renewal of ours landing between the read and the write).
+   */
   private async release(): Promise<void> {
-    const lease = this.observed?.lease;
-    if (lease === undefined) return;
-    const { namespace, name } = this.opts;
+    const { namespace, name, identity } = this.opts;
+    const api = this.client.coordination;
     const deadline = requestDeadline(undefined, this.requestTimeoutMs);
+    const options = abortable(deadline.signal);
     try {
-      await this.client.coordination.replaceNamespacedLease(
-        {
-          namespace,
-          name,
-          body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } },
-        },
-        abortable(deadline.signal),
-      );
+      for (let tries = 1; ; tries++) {
+        const lease = await api.readNamespacedLease({ namespace, name }, options);
+        if (lease.spec?.holderIdentity !== identity) return;
+        try {
+          await api.replaceNamespacedLease(
+            { namespace, name, body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: new V1MicroTime() } } },
+            options,
+          );
+          return;
+        } catch (err: unknown) {
+          if (!isConflict(err) || tries >= 2) throw err;
+        }
+      }
     } catch (err: unknown) {
+      if (isNotFound(err)) return;
       this.log.warn('could not release the lease; the next leader waits for it to expire', { error: apiErrorMessage(err) });
     } finally {
       deadline.dispose();

@@ -214,6 +214,48 @@ describe('pkg/kube against a real kube-apiserver', { skip }, () => {
     assert.equal(lease.spec.leaseTransitions, 1);
   });
 
+  test('a leader stopped while its renewal is under way still releases the Lease (the renewal applied, its answer cut off)', async (t) => {
+    const h = harness(t);
+    const log = new MemoryLogger();
+    // The next renewal is applied by the API server, then stop() begins and its answer never arrives:
+    // the copy of the Lease the elector last saw is one version behind the API server's.
+    let stopDuringRenewal: (() => void) | undefined;
+    const coordination = Object.create(client.coordination) as CoordinationV1Api;
+    coordination.replaceNamespacedLease = async (...args: Parameters<CoordinationV1Api['replaceNamespacedLease']>) => {
+      const hook = stopDuringRenewal;
+      if (hook === undefined || args[0].body.spec?.holderIdentity !== 'replica-a') return client.coordination.replaceNamespacedLease(...args);
+      stopDuringRenewal = undefined;
+      await client.coordination.replaceNamespacedLease(args[0]);
+      hook();
+      throw new Error('the answer to the renewal was cut off by stop()');
+    };
+    const a = new LeaderElector(
+      { ...client, coordination },
+      {
+        namespace: 'kube-system',
+        name: 'tunnel-test-lease-cut',
+        identity: 'replica-a',
+        retryPeriodMs: 100,
+        onStartedLeading: () => {},
+        onStoppedLeading: () => {},
+        logger: log,
+      },
+    );
+    h.defer(() => a.stop());
+    a.start();
+    await waitFor('a to lead', () => a.isLeader(), 10_000);
+    let stopping: Promise<void> | undefined;
+    stopDuringRenewal = () => {
+      stopping = a.stop();
+    };
+    await waitFor('a renewal to be cut short by stop()', () => stopping !== undefined, 10_000);
+    await stopping;
+    assert.equal(a.isLeader(), false);
+    const lease = await client.coordination.readNamespacedLease({ namespace: 'kube-system', name: 'tunnel-test-lease-cut' });
+    assert.equal(lease.spec?.holderIdentity, '', 'released, so the next leader need not wait for it to expire');
+    assert.ok(!log.records.some((r) => r.message.includes('could not release')), 'no failed release');
+  });
+
   test('a CSR is created, waits for approval, and comes back signed by the cluster CA; a denied one fails with the reason', async (t) => {
     harness(t);
     const log = new MemoryLogger();
