@@ -547,7 +547,14 @@ async function main(): Promise<void> {
     if (envText.length > 0) console.log(`environment of our server and agent: ${envText.join(' ')}`);
 
     client = await ClientProcess.start();
-    const b: Bench = { client, targetPid: target.child.pid!, figures: new Figures(), sizes: opts.sizes, rttOnly: opts.rttOnly, parallelOnly: opts.parallelOnly };
+    const b: Bench = {
+      client,
+      targetPid: target.child.pid!,
+      figures: new Figures(),
+      sizes: opts.sizes,
+      rttOnly: opts.rttOnly,
+      parallelOnly: opts.parallelOnly,
+    };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     await warmUp(b, direct);
     for (let round = 0; round < opts.rounds; round++) {
