@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, test, type TestContext } from 'node:test';
@@ -111,6 +111,7 @@ describe('kubectl across a 3 s blip between agent and server (session resume)', 
     const approver = autoApprove(cp, 'yurttunnel-');
     suite.defer(() => approver.stop());
     dir = await mkdtemp(join(tmpdir(), 'yt-egress-resume-'));
+    suite.defer(() => rm(dir, { recursive: true, force: true }));
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
     kubelet = new StandinKubelet({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, followIntervalMs: 20 });
     await kubelet.start();

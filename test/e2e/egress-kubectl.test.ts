@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -135,6 +135,7 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     const approver = autoApprove(cp, 'yurttunnel-');
     suite.defer(() => approver.stop());
     dir = await mkdtemp(join(tmpdir(), 'yt-egress-'));
+    suite.defer(() => rm(dir, { recursive: true, force: true }));
     const echo = await startEchoServer(suite);
     const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
     kubelet = new StandinKubelet({
