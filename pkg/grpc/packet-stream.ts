@@ -190,26 +190,15 @@ export abstract class GrpcPacketStream implements PacketLink {
       const start = SLAB_HEADROOM - headerLength;
       writeGrpcFrameHeader(slab.subarray(start), headerLength - GRPC_FRAME_HEADER_SIZE + data.length);
       writeDataHeader(slab, start + GRPC_FRAME_HEADER_SIZE, connectID, data.length);
-      retainSlab(data);
-      stream.write(slab.subarray(start, SLAB_HEADROOM + data.length), () => {
-        releaseSlab(data);
-        this.onWritten?.();
-      });
+      this.writeHolding(slab.subarray(start, SLAB_HEADROOM + data.length), data);
     } else {
       const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
       writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
       stream.cork();
       stream.write(header);
-      if (isPooled(data)) {
-        // A later piece of a pooled slab (bytes in front of it): held the same way.
-        retainSlab(data);
-        stream.write(data, () => {
-          releaseSlab(data);
-          this.onWritten?.();
-        });
-      } else {
-        stream.write(data, this.onWritten);
-      }
+      // A later piece of a pooled slab (bytes in front of it) is held the same way.
+      if (isPooled(data)) this.writeHolding(data, data);
+      else stream.write(data, this.onWritten);
       stream.uncork();
     }
     if (this.turn.size >= MAX_TURN_SENDERS && !this.turn.has(connectID)) this.endTurn();
@@ -226,6 +215,15 @@ export abstract class GrpcPacketStream implements PacketLink {
     } else {
       cb();
     }
+  }
+
+  /** Writes `chunk`, holding the pooled slab `data` views until HTTP/2 is done with it. */
+  private writeHolding(chunk: Buffer, data: Buffer): void {
+    retainSlab(data);
+    this.stream.write(chunk, () => {
+      releaseSlab(data);
+      this.onWritten?.();
+    });
   }
 
   /** Ends the turn soon (after the I/O already due, so that every sender with data has had its share). */
