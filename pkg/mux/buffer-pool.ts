@@ -37,15 +37,30 @@ interface SlabState {
 const states = new WeakMap<ArrayBufferLike, SlabState>();
 
 export interface BufferPoolOptions {
-  /** Free slabs kept for reuse; more coming back are left to the GC. Default 32 (2 MiB). */
+  /** Free slabs always kept for reuse. Default 32 (2 MiB), or maxFree if that is lower. */
+  keepFree?: number;
+  /**
+   * Free slabs kept at most. Past keepFree they are kept only while traffic
+   * takes them again: slabs that stayed unused for a whole trim interval are
+   * given up. Default 512 (32 MiB): what a busy session-resume link has in
+   * flight, so a bulk transfer that is waiting for acknowledgements finds its
+   * slabs again instead of allocating new ones for the GC.
+   */
   maxFree?: number;
+  /** How often unused slabs past keepFree are given up. Default 5 s. */
+  trimIntervalMs?: number;
   /** Fill released slabs with POISON_BYTE. Default: YT_SLAB_POISON=1 in the environment. */
   poison?: boolean;
 }
 
 export class BufferPool {
   private readonly free: Buffer[] = [];
+  private readonly keepFree: number;
   private readonly maxFree: number;
+  private readonly trimIntervalMs: number;
+  /** The fewest free slabs since the last trim: that many were not needed in the interval. */
+  private lowFree = 0;
+  private trimTimer: NodeJS.Timeout | undefined;
   readonly poison: boolean;
   /** Slabs allocated (not taken from the free list), for tests and the budget guard. */
   allocated = 0;
@@ -53,13 +68,16 @@ export class BufferPool {
   outstanding = 0;
 
   constructor(opts: BufferPoolOptions = {}) {
-    this.maxFree = opts.maxFree ?? 32;
+    this.maxFree = opts.maxFree ?? 512;
+    this.keepFree = Math.min(opts.keepFree ?? 32, this.maxFree);
+    this.trimIntervalMs = opts.trimIntervalMs ?? 5000;
     this.poison = opts.poison ?? process.env.YT_SLAB_POISON === '1';
   }
 
   /** A slab of SLAB_SIZE bytes, retained once (by the caller). */
   take(): Buffer {
     let slab = this.free.pop();
+    if (this.free.length < this.lowFree) this.lowFree = this.free.length;
     if (slab === undefined) {
       slab = Buffer.allocUnsafeSlow(SLAB_SIZE);
       this.allocated++;
@@ -82,6 +100,25 @@ export class BufferPool {
     if (this.poison) state.slab.fill(POISON_BYTE);
     if (this.free.length < this.maxFree) this.free.push(state.slab);
     else states.delete(state.slab.buffer);
+    if (this.free.length > this.keepFree && this.trimTimer === undefined) {
+      this.lowFree = this.free.length;
+      this.trimTimer = setInterval(() => this.trim(), this.trimIntervalMs).unref();
+    }
+  }
+
+  /**
+   * Gives up the free slabs past keepFree that no take() needed since the
+   * last trim (the oldest: the free list is used from its end). The timer
+   * stops once only keepFree are left.
+   */
+  trim(): void {
+    const spare = Math.min(this.lowFree, this.free.length - this.keepFree);
+    if (spare > 0) for (const slab of this.free.splice(0, spare)) states.delete(slab.buffer);
+    this.lowFree = this.free.length;
+    if (this.free.length <= this.keepFree && this.trimTimer !== undefined) {
+      clearInterval(this.trimTimer);
+      this.trimTimer = undefined;
+    }
   }
 }
 

@@ -73,6 +73,34 @@ test('the pool keeps at most maxFree slabs; more coming back are left to the GC'
   assert.equal(pool.outstanding, 0);
 });
 
+test('slabs past keepFree stay while traffic takes them again, and are given up once a trim interval passes without need', () => {
+  const pool = new BufferPool({ keepFree: 2, maxFree: 8, trimIntervalMs: 3_600_000 });
+  const burst = (n: number): Buffer[] => Array.from({ length: n }, () => pool.take());
+  for (const s of burst(6)) releaseSlab(s);
+  assert.equal(pool.freeCount, 6, 'a burst of 6 leaves 6 to reuse (keepFree alone would keep 2)');
+  assert.equal(pool.allocated, 6);
+  const again = burst(3);
+  assert.equal(pool.allocated, 6, 'the next burst finds them');
+  for (const s of again) releaseSlab(s);
+  pool.trim();
+  assert.equal(pool.freeCount, 3, 'three were taken in the interval, so three past keepFree were not needed and go');
+  pool.trim();
+  assert.equal(pool.freeCount, 2, 'an interval with no traffic leaves keepFree');
+  pool.trim();
+  assert.equal(pool.freeCount, 2, 'keepFree stays');
+  for (const s of burst(9)) releaseSlab(s);
+  assert.equal(pool.freeCount, 8, 'never more than maxFree');
+});
+
+test('the trim runs by itself every trimIntervalMs and stops when keepFree is left', async () => {
+  const pool = new BufferPool({ keepFree: 1, maxFree: 4, trimIntervalMs: 5 });
+  for (const s of [pool.take(), pool.take(), pool.take(), pool.take()]) releaseSlab(s);
+  assert.equal(pool.freeCount, 4);
+  const trimmed = (): boolean => pool.freeCount === 1;
+  for (let i = 0; i < 400 && !trimmed(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(trimmed(), `${pool.freeCount} free slabs left, keepFree is 1`);
+});
+
 test('the resend buffer keeps a pooled payload intact until the peer acknowledges it', () => {
   const pool = new BufferPool({ poison: true });
   const buffer = new ResendBuffer();
