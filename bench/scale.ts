@@ -3,9 +3,10 @@
 // For 10, 100 and 1,000 agents (--agents), each server in turn (ours, then
 // Konnectivity's Go proxy-server, one at a time): the agents connect (links
 // from a few load-generating processes, bench/agent-swarm.ts, --links-per-process
-// each, keepalives on), the client opens 10 idle connections per agent
-// (--conns-per-agent; the servers' `default` strategy spreads them over the
-// agents at random, the same for both), then:
+// each, keepalives on, session resume announced as the agent CLI does by
+// default, so the server keeps a session per link), the client opens 10 idle
+// connections per agent (--conns-per-agent; the servers' `default` strategy
+// spreads them over the agents at random, the same for both), then:
 //   idle   the server's RSS and CPU over --idle seconds, keepalives ticking;
 //   load   a steady --rate new connections per second for --seconds (open loop,
 //          CONNECT → 200 timed as the dial, one byte echoed, the target closes),
@@ -31,6 +32,7 @@ import { preparePairs, type PairContext } from './pairs.js';
 import { cpuSeconds, loadAverage, rssBytes } from './proc.js';
 import { percentile } from './stats.js';
 import { svgCharts, type Chart } from './svg-plot.js';
+import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
 
 const MiB = 1024 * 1024;
 
@@ -188,9 +190,13 @@ async function startSwarm(n: number, perProcess: number, agentPort: number, cert
   const starts: Promise<unknown>[] = [];
   for (let first = 0; first < n; first += perProcess) {
     const count = Math.min(perProcess, n - first);
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir], {
-      stdio: ['pipe', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir, String(DEFAULT_RESUME_WINDOW_MS)],
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
     children.push(child);
     const lines = createInterface({ input: child.stdout });
     starts.push(
