@@ -27,6 +27,8 @@ import type { BenchPath } from './lean-conn.js';
 import { machineInfo } from './machine.js';
 import { pairNames, preparePairs, startPair, type Pair, type PairContext, type PairName } from './pairs.js';
 import { cpuSeconds, loadAverage, machineBusySeconds, rssBytes } from './proc.js';
+import { startGoServer, startOurServer, startSwarm, type RunningServer } from './scale.js';
+import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
 import { formatSpread, percentile, spread, type Spread } from './stats.js';
 import { runBench } from './bench-main.js';
 
@@ -43,6 +45,8 @@ interface Sizes {
   rateCount: number;
   rateConcurrency: number;
   holdCount: number;
+  /** Agent links held by one server alone for the server's RSS with that many agents idle. */
+  agentLinks: number;
   slowBytes: number;
   slowBytesPerSecond: number;
 }
@@ -57,6 +61,7 @@ const FULL: Sizes = {
   rateCount: 1000,
   rateConcurrency: 8,
   holdCount: 1000,
+  agentLinks: 1000,
   slowBytes: GiB,
   slowBytesPerSecond: 80 * MiB,
 };
@@ -72,6 +77,7 @@ const QUICK: Sizes = {
   rateCount: 100,
   rateConcurrency: 8,
   holdCount: 100,
+  agentLinks: 50,
   slowBytes: 64 * MiB,
   slowBytesPerSecond: 32 * MiB,
 };
@@ -332,6 +338,47 @@ async function measureMemory(b: Bench, pair: Pair): Promise<void> {
   f.add(who, 'slowAgentPeak', peak.agent / MiB);
 }
 
+/** Agent links per swarm process, as `--scale` holds them. */
+const LINKS_PER_SWARM = 250;
+
+/**
+ * The server alone with `sizes.agentLinks` agent links connected and idle (no
+ * connection tunnelled): its RSS 2 s after the last connected, as `--scale`'s
+ * "RSS agents only". The links are `bench/agent-swarm.ts`'s, a few processes
+ * of real `pkg/agent` ServerConnections; towards our server they announce
+ * session resume as the agent CLI does (not for the pair with resume off, nor
+ * for Konnectivity's server). The Go agent's pair has our server: not repeated.
+ */
+async function measureServerWithAgents(b: Bench, who: PairName, ctx: PairContext): Promise<void> {
+  let server: RunningServer;
+  let resumeWindowMs = 0;
+  if (who === 'yurt-tunnel' || who === RESUME_OFF) {
+    server = await startOurServer(ctx, ctx.targetAddress, {
+      nodeArgs: ctx.nodeArgs,
+      env: ctx.env,
+      ...(who === RESUME_OFF ? { args: ['--resume-window', '0'] } : {}),
+    });
+    if (who === 'yurt-tunnel') resumeWindowMs = DEFAULT_RESUME_WINDOW_MS;
+  } else if (who === 'Konnectivity') {
+    server = await startGoServer(ctx, ctx.targetAddress);
+  } else {
+    return;
+  }
+  try {
+    const n = b.sizes.agentLinks;
+    const swarm = await startSwarm(n, LINKS_PER_SWARM, server.agentPort, join(ctx.dir, 'bench'), resumeWindowMs);
+    try {
+      await server.agentsConnected(n);
+      await sleep(2000);
+      b.figures.add(who, 'rssServerAgents', rssBytes(server.pid) / MiB);
+    } finally {
+      await swarm.stop();
+    }
+  } finally {
+    await server.stop();
+  }
+}
+
 interface Row {
   key: string;
   label: string;
@@ -442,6 +489,14 @@ const SECTIONS: Array<[string, Row[]]> = [
       { key: 'rssAgentIdle', label: 'agent RSS idle, MB', digits: 0, better: 'lower' },
       { key: 'rssServerHold', label: 'server RSS, 1,000 idle connections, MB', digits: 0, better: 'lower' },
       { key: 'rssAgentHold', label: 'agent RSS, 1,000 idle connections, MB', digits: 0, better: 'lower', goal: '≤ 60 MB', meets: (o) => o <= 60 },
+      {
+        key: 'rssServerAgents',
+        label: 'server RSS, 1,000 idle agents, MB',
+        digits: 0,
+        better: 'lower',
+        goal: '≤ 100 MB',
+        meets: (o) => o <= 100,
+      },
       { key: 'slowServerStart', label: 'server RSS before the slow reader, MB', digits: 0 },
       { key: 'slowServerPeak', label: 'server RSS peak, slow reader, MB', digits: 0, better: 'lower' },
       { key: 'slowAgentStart', label: 'agent RSS before the slow reader, MB', digits: 0 },
@@ -504,7 +559,8 @@ function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
   console.log(
     `\nmedian of the runs (range in brackets). bulk ${sizes.bulkBytes / MiB} MiB × ${sizes.bulkRuns} per run (direct: 4×), ` +
       `4 flows × ${sizes.parallelBytes / MiB} MiB, ${sizes.rttRounds} round trips, ${sizes.connRounds} connections one by one, ` +
-      `${sizes.rateCount} at ${sizes.rateConcurrency} at once; slow reader ${sizes.slowBytes / MiB} MiB at ${sizes.slowBytesPerSecond / MiB} MiB/s.`,
+      `${sizes.rateCount} at ${sizes.rateConcurrency} at once; slow reader ${sizes.slowBytes / MiB} MiB at ${sizes.slowBytesPerSecond / MiB} MiB/s; ` +
+      `${sizes.agentLinks} agent links (bench/agent-swarm.ts) to a server alone.`,
   );
 }
 
@@ -584,6 +640,7 @@ async function main(): Promise<void> {
         } finally {
           await pair.stop();
         }
+        await measureServerWithAgents(b, name, ctx);
       }
     }
     printTable(b.figures, ['direct', ...pairs], opts.sizes);

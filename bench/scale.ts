@@ -47,7 +47,7 @@ interface ScaleOptions {
   out: string;
 }
 
-type ServerKind = 'yurt-tunnel' | 'Konnectivity';
+export type ServerKind = 'yurt-tunnel' | 'Konnectivity';
 
 interface ScaleRow {
   server: ServerKind;
@@ -101,7 +101,7 @@ function parseScaleArgs(argv: string[]): ScaleOptions {
   return o;
 }
 
-interface RunningServer {
+export interface RunningServer {
   pid: number;
   agentPort: number;
   path: BenchPath;
@@ -135,13 +135,30 @@ function connectionCounter(pattern: RegExp): { onText: (t: string) => void; wait
   };
 }
 
-async function startOurServer(ctx: PairContext, targetAddress: string): Promise<RunningServer> {
+/** Our server alone (no agent); `extra` adds server flags, Node options and environment (npm run bench's --node-args and --env). */
+export async function startOurServer(
+  ctx: PairContext,
+  targetAddress: string,
+  extra: { args?: string[]; nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
+): Promise<RunningServer> {
   const counter = connectionCounter(/agent connected/g);
   const local = await startLocalTunnel({
     certDir: ctx.certDir,
     agent: false,
     // One certificate for every agent of the swarm: identity is not what is measured here.
-    serverArgs: ['--agent-identity-check', 'none', '--max-agent-streams', '1000000', '--max-agent-connect-rate', '0', '--proxy-strategy', 'default'],
+    serverArgs: [
+      '--agent-identity-check',
+      'none',
+      '--max-agent-streams',
+      '1000000',
+      '--max-agent-connect-rate',
+      '0',
+      '--proxy-strategy',
+      'default',
+      ...(extra.args ?? []),
+    ],
+    serverNodeArgs: extra.nodeArgs,
+    serverEnv: extra.env,
     onOutput: (_who, text) => counter.onText(text),
   });
   return {
@@ -153,7 +170,7 @@ async function startOurServer(ctx: PairContext, targetAddress: string): Promise<
   };
 }
 
-async function startGoServer(ctx: PairContext, targetAddress: string): Promise<RunningServer> {
+export async function startGoServer(ctx: PairContext, targetAddress: string): Promise<RunningServer> {
   const counter = connectionCounter(/"Agent connected"/g);
   const udsPath = join(ctx.dir, `scale-konnectivity-${Date.now()}.sock`);
   const ports = { agentPort: await freeLowPort(), healthPort: await freeLowPort(), adminPort: await freeLowPort() };
@@ -184,15 +201,21 @@ async function startGoServer(ctx: PairContext, targetAddress: string): Promise<R
   };
 }
 
-/** Agent links from ceil(n / perProcess) swarm processes. */
-async function startSwarm(n: number, perProcess: number, agentPort: number, certDir: string): Promise<{ processes: number; stop: () => Promise<void> }> {
+/** Agent links from ceil(n / perProcess) swarm processes; `resumeWindowMs` > 0 announces session resume as the agent CLI does. */
+export async function startSwarm(
+  n: number,
+  perProcess: number,
+  agentPort: number,
+  certDir: string,
+  resumeWindowMs = 0,
+): Promise<{ processes: number; stop: () => Promise<void> }> {
   const children: ChildProcess[] = [];
   const starts: Promise<unknown>[] = [];
   for (let first = 0; first < n; first += perProcess) {
     const count = Math.min(perProcess, n - first);
     const child = spawn(
       process.execPath,
-      [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir, String(DEFAULT_RESUME_WINDOW_MS)],
+      [join(REPO_ROOT, 'dist/bench/agent-swarm.js'), `127.0.0.1:${agentPort}`, String(first), String(count), certDir, String(resumeWindowMs)],
       {
         stdio: ['pipe', 'pipe', 'inherit'],
       },
@@ -400,7 +423,8 @@ export async function runScale(argv: string[]): Promise<void> {
         process.stdout.write(`${kind}, ${n} agent links ...\n`);
         const server = await startServer(kind);
         try {
-          const swarm = await startSwarm(n, o.linksPerProcess, server.agentPort, join(ctx.dir, 'bench'));
+          const resumeWindowMs = kind === 'yurt-tunnel' ? DEFAULT_RESUME_WINDOW_MS : 0;
+          const swarm = await startSwarm(n, o.linksPerProcess, server.agentPort, join(ctx.dir, 'bench'), resumeWindowMs);
           try {
             await server.agentsConnected(n);
             rows.push({ server: kind, agents: n, agentKind: 'links', processes: swarm.processes, ...(await measure(client, server, o, n)) });

@@ -1,17 +1,37 @@
 // Loaded with `node --import` into a CLI run: when the process exits it prints
 //   yt-packages ["commander","prom-client",…]
-// to stderr: every npm package (node_modules/<name>) in the module cache, which
-// holds CommonJS packages whether required or imported from ES modules.
+// to stderr: every npm package (node_modules/<name>) the process loaded,
+// required (the module cache holds CommonJS packages, whether required or
+// imported from ES modules) or imported as an ES module (recorded by
+// loaded-packages-hooks.ts, since no cache of those is open to us).
 
-import { createRequire } from 'node:module';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire, register } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const cache = createRequire(import.meta.url).cache;
+const dir = mkdtempSync(join(tmpdir(), 'yt-packages-'));
+const imported = join(dir, 'imported');
+register(new URL('./loaded-packages-hooks.js', import.meta.url), { data: { file: imported } });
+
+function packageOf(path: string): string | undefined {
+  return /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(path)?.[1];
+}
 
 process.on('exit', () => {
   const names = new Set<string>();
-  for (const file of Object.keys(cache)) {
-    const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(file);
-    if (m !== null) names.add(m[1]!);
+  let importedText = '';
+  try {
+    importedText = readFileSync(imported, 'utf8');
+  } catch (err: unknown) {
+    // No file: nothing was imported from node_modules.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  rmSync(dir, { recursive: true, force: true });
+  for (const path of [...Object.keys(cache), ...importedText.split('\n')]) {
+    const name = packageOf(path);
+    if (name !== undefined) names.add(name);
   }
   process.stderr.write(`yt-packages ${JSON.stringify([...names].sort())}\n`);
 });

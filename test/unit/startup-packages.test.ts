@@ -1,15 +1,18 @@
-// What the CLIs load at start, read from the module cache of a real run
-// (`--help`: every static import evaluated, then exit). Each package loaded
-// costs RSS in every process for its whole life (bench/README.md, "Memory"):
-// prom-client's index would bring its default process metrics with
-// @opentelemetry/api, Summary's tdigest and bintrees; the Kubernetes client
-// (~75 MB) is for cluster mode only and is imported when that mode starts.
+// What the CLIs load, read from a real run's modules (test/support/loaded-packages.ts):
+// at start (`--help`: every static import evaluated, then exit), and for the
+// whole life of a server and an agent in local mode, connected, then stopped.
+// Each package loaded costs RSS in every process for its whole life
+// (bench/README.md, "Memory"): prom-client's index would bring its default
+// process metrics with @opentelemetry/api, Summary's tdigest and bintrees; the
+// Kubernetes client (~75 MB) is for cluster mode only and is imported when that
+// mode starts. It is an ES module: only the probe's loader hook sees it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { startLocalTunnel } from '../../hack/local-tunnel.js';
 import { repoRoot } from '../support/upstream.js';
 
 const PROBE = join(repoRoot(), 'dist/test/support/loaded-packages.js');
@@ -32,6 +35,12 @@ async function packagesAtStart(cli: 'yurt-tunnel-agent' | 'yurt-tunnel-server'):
 
 const NEVER_AT_START = ['@kubernetes/client-node', '@opentelemetry/api', 'tdigest', 'bintrees'];
 
+function packagesLine(who: string, text: string): string[] {
+  const line = /^yt-packages (.*)$/m.exec(text);
+  assert.ok(line !== null, `no yt-packages line from the ${who} in: ${text}`);
+  return JSON.parse(line[1]!) as string[];
+}
+
 for (const cli of ['yurt-tunnel-agent', 'yurt-tunnel-server'] as const) {
   test(`${cli} starts without the packages it does not use`, { timeout: 60_000 }, async () => {
     const loaded = await packagesAtStart(cli);
@@ -42,3 +51,32 @@ for (const cli of ['yurt-tunnel-agent', 'yurt-tunnel-server'] as const) {
     );
   });
 }
+
+test('a server and an agent in local mode never load the Kubernetes client', { timeout: 120_000 }, async (t) => {
+  const output = { server: '', agent: '' };
+  const env = process.env.NODE_OPTIONS;
+  delete process.env.NODE_OPTIONS;
+  t.after(() => {
+    if (env !== undefined) process.env.NODE_OPTIONS = env;
+  });
+  const local = await startLocalTunnel({
+    nodeName: 'packages',
+    serverNodeArgs: ['--import', PROBE],
+    agentNodeArgs: ['--import', PROBE],
+    onOutput: (who, text) => (output[who] += text),
+  });
+  t.after(() => local.stop());
+  // The probe prints when each process exits: after the agent connected, once both are stopped.
+  const closed = local.children.map((c) => once(c, 'close'));
+  await local.stop();
+  await Promise.all(closed);
+  for (const who of ['server', 'agent'] as const) {
+    const loaded = packagesLine(who, output[who]);
+    assert.ok(loaded.includes('winston'), `the probe sees the ${who}'s packages: ${loaded.join(', ')}`);
+    assert.deepEqual(
+      loaded.filter((p) => NEVER_AT_START.includes(p)),
+      [],
+      `the ${who} loaded`,
+    );
+  }
+});
