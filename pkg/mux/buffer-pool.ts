@@ -125,6 +125,9 @@ export class BufferPool {
 /** The agent's pool for reads of its target sockets. */
 export const targetReadPool = new BufferPool();
 
+/** Both ends' pool for gRPC messages that arrive in pieces and are joined (a 64 KiB DATA message always does). */
+export const messageJoinPool = new BufferPool();
+
 /** True if `buf` is a view of a pooled slab that is handed out. */
 export function isPooled(buf: Buffer): boolean {
   const s = states.get(buf.buffer);
