@@ -10,7 +10,12 @@
 // are never copied on the way out (HTTP/2 still puts both in one frame, and TLS in one record,
 // when they fit). Control packets are encoded with room for the prefix: one
 // buffer each. On the way in, messages are views of what HTTP/2 delivered,
-// except those that spanned chunks, which the deframer joins (one copy).
+// except those that spanned chunks, which the deframer joins (one copy): a
+// 64 KiB DATA message (always cut, HTTP/2 frames being 16 KiB) into a slab of
+// the join pool, not a new external buffer for the GC. The stream holds that
+// slab while the chunk's packets are handled and releases it after; a handler
+// that keeps a view of the payload longer (the relay's queue, a socket write
+// until its callback, a forward) retains it (buffer-pool.ts).
 //
 // The connections of the link share its send buffer fairly. A sender whose
 // DATA finds the buffer below its limit goes on at once, so without a rule the

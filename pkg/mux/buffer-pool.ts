@@ -3,8 +3,12 @@
 // (session resume) is neither garbage nor promoted by the GC to the old
 // generation, and its memory is reused once it comes back.
 //
+// Two pools: the agent's target reads, and both ends' joins of gRPC messages
+// that arrived in pieces (messageJoinPool; a received DATA payload is a view
+// of its slab while its packet is handled).
+//
 // A slab is counted: whoever keeps a view of it (the socket relay's queue,
-// a transport write not yet called back, the resend buffer) retains it, and
+// a transport or socket write not yet called back, the resend buffer) retains it, and
 // releases it when done. The last release puts it back in the pool. Views of
 // ordinary Buffers pass through retainSlab/releaseSlab untouched, so the
 // shared code (transport, resend buffer) calls them on every payload.
