@@ -64,7 +64,13 @@ interface Transfer {
 }
 
 /** A link whose server joins into `pool`, a relay fed by it, and `count` 64 KiB DATA packets on their way. */
-async function transfer(h: Harness, pool: BufferPool, payload: Buffer, count: number, afterPacket?: (handled: number, pair: MemoryLinkPair, relay: TunnelRelay) => void): Promise<Transfer> {
+async function transfer(
+  h: Harness,
+  pool: BufferPool,
+  payload: Buffer,
+  count: number,
+  afterPacket?: (handled: number, pair: MemoryLinkPair, relay: TunnelRelay) => void,
+): Promise<Transfer> {
   const pair = await memoryLinkPair({ server: { joinPool: pool } });
   h.defer(() => pair.close());
   const { near, caller } = await socketPair(h);
@@ -86,7 +92,7 @@ async function transfer(h: Harness, pool: BufferPool, payload: Buffer, count: nu
   const byteWaiters: Array<[number, () => void, (err: Error) => void]> = [];
   caller.on('data', (chunk: Buffer) => {
     // Compared with the payload in runs: stream offset o holds payload[o % SLAB_PAYLOAD].
-    for (let at = 0; at < chunk.length && corruptAt < 0; ) {
+    for (let at = 0; at < chunk.length && corruptAt < 0;) {
       const offset = (got + at) % SLAB_PAYLOAD;
       const n = Math.min(chunk.length - at, SLAB_PAYLOAD - offset);
       if (!chunk.subarray(at, at + n).equals(payload.subarray(offset, offset + n))) corruptAt = got + at;
