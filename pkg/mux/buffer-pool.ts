@@ -55,6 +55,13 @@ export interface BufferPoolOptions {
   trimIntervalMs?: number;
   /** Fill released slabs with POISON_BYTE. Default: YT_SLAB_POISON=1 in the environment. */
   poison?: boolean;
+  /**
+   * Whether a view that starts SLAB_HEADROOM in has the room in front free for
+   * its framing (slabWithRoom). Default true: reads leave it free. False for
+   * slabs that hold data from their first byte (joined messages), where such a
+   * view is only a later piece whose bytes in front may still be in flight.
+   */
+  framingRoom?: boolean;
 }
 
 export class BufferPool {
@@ -66,6 +73,7 @@ export class BufferPool {
   private lowFree = 0;
   private trimTimer: NodeJS.Timeout | undefined;
   readonly poison: boolean;
+  readonly framingRoom: boolean;
   /** Slabs allocated (not taken from the free list), for tests and the budget guard. */
   allocated = 0;
   /** Slabs handed out and not yet back. */
@@ -76,6 +84,7 @@ export class BufferPool {
     this.keepFree = Math.min(opts.keepFree ?? 32, this.maxFree);
     this.trimIntervalMs = opts.trimIntervalMs ?? 5000;
     this.poison = opts.poison ?? process.env.YT_SLAB_POISON === '1';
+    this.framingRoom = opts.framingRoom ?? true;
   }
 
   /** A slab of SLAB_SIZE bytes, retained once (by the caller). */
@@ -130,7 +139,7 @@ export class BufferPool {
 export const targetReadPool = new BufferPool();
 
 /** Both ends' pool for gRPC messages that arrive in pieces and are joined (a 64 KiB DATA message always does). */
-export const messageJoinPool = new BufferPool();
+export const messageJoinPool = new BufferPool({ framingRoom: false });
 
 /** True if `buf` is a view of a pooled slab that is handed out. */
 export function isPooled(buf: Buffer): boolean {
@@ -145,7 +154,7 @@ export function isPooled(buf: Buffer): boolean {
  */
 export function slabWithRoom(buf: Buffer): Buffer | undefined {
   const s = states.get(buf.buffer);
-  if (s === undefined || s.refs <= 0 || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
+  if (s === undefined || s.refs <= 0 || !s.pool.framingRoom || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
   return s.slab;
 }
 

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE } from '../../pkg/mux/buffer-pool.js';
+import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE, slabWithRoom } from '../../pkg/mux/buffer-pool.js';
 import { ResendBuffer } from '../../pkg/mux/resend-buffer.js';
 import { GRPC_FRAME_HEADER_SIZE } from '../../pkg/grpc/frame.js';
 import { dataHeaderLength } from '../../pkg/protocol/codec.js';
@@ -155,4 +155,17 @@ test('the packet stream keeps a pooled payload until HTTP/2 has written it', asy
   // HTTP/2 calls its writes back once the transport took them: a few turns of the loop after the peer has them.
   for (let i = 0; i < 1000 && pool.outstanding > 0; i++) await new Promise((r) => setImmediate(r));
   assert.equal(pool.outstanding, 0, 'every slab back once written');
+});
+
+test('a slab of joined messages has no room for framing in front of any view: a view SLAB_HEADROOM in is a later piece', () => {
+  const reads = new BufferPool({ poison: true });
+  const joins = new BufferPool({ poison: true, framingRoom: false });
+  const read = reads.take();
+  const joined = joins.take();
+  assert.equal(slabWithRoom(read.subarray(SLAB_HEADROOM)), read, 'a read lands SLAB_HEADROOM in, the room in front free');
+  // A message joined from the slab's first byte: a piece of its payload that starts SLAB_HEADROOM in has payload bytes in front.
+  assert.equal(slabWithRoom(joined.subarray(SLAB_HEADROOM)), undefined);
+  assert.ok(isPooled(joined.subarray(SLAB_HEADROOM)), 'still held like any pooled view');
+  releaseSlab(read);
+  releaseSlab(joined);
 });

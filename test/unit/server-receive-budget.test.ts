@@ -123,7 +123,7 @@ async function allBack(pool: BufferPool): Promise<void> {
 
 test('64 KiB DATA received by the server is joined into pooled slabs: no new buffer per message once the pool is warm', async (t) => {
   const h = harness(t);
-  const pool = new BufferPool({ poison: true });
+  const pool = new BufferPool({ poison: true, framingRoom: false });
   const payload = patternPayload();
   // Warms the pool (and V8) on a first transfer. The pool grows to the most
   // slabs out at once: a stream resumed after its socket drained hands on what
@@ -151,7 +151,7 @@ test('64 KiB DATA received by the server is joined into pooled slabs: no new buf
 
 test('every slab comes back after a transfer, including those that waited for the socket', async (t) => {
   const h = harness(t);
-  const pool = new BufferPool({ poison: true });
+  const pool = new BufferPool({ poison: true, framingRoom: false });
   const run = await transfer(h, pool, patternPayload(), 256);
   await run.received(256 * SLAB_PAYLOAD);
   await allBack(pool);
@@ -160,7 +160,7 @@ test('every slab comes back after a transfer, including those that waited for th
 
 test('every slab comes back when the caller closes in the middle of a transfer', async (t) => {
   const h = harness(t);
-  const pool = new BufferPool({ poison: true });
+  const pool = new BufferPool({ poison: true, framingRoom: false });
   const count = 256;
   const run = await transfer(h, pool, patternPayload(), count);
   const closed = new Promise<Error | undefined>((resolve) => (run.relay.onClose = resolve));
@@ -175,7 +175,7 @@ test('every slab comes back when the caller closes in the middle of a transfer',
 
 test('every slab comes back when the link is destroyed in the middle of a transfer', async (t) => {
   const h = harness(t);
-  const pool = new BufferPool({ poison: true });
+  const pool = new BufferPool({ poison: true, framingRoom: false });
   let cut = false;
   const run = await transfer(h, pool, patternPayload(), 256, (handled, pair, relay) => {
     // While a packet of a chunk that ended in the middle of the next message is handled
@@ -193,7 +193,7 @@ test('every slab comes back when the link is destroyed in the middle of a transf
 });
 
 test('a relay that ends before its socket is attached gives back the slabs that waited', () => {
-  const pool = new BufferPool({ poison: true });
+  const pool = new BufferPool({ poison: true, framingRoom: false });
   const sent: unknown[] = [];
   const link = { sendData: () => {}, sendControl: (p: unknown) => sent.push(p) > 0, pauseReceive: () => {}, resumeReceive: () => {} };
   const relay = new TunnelRelay({ agentID: 'node-a', link, halfClose: false }, CONNECT_ID, '127.0.0.1:10250');
