@@ -1,7 +1,7 @@
 // gRPC's length-prefixed message framing: 1 byte "compressed" flag, 4 bytes
 // big-endian length, then the message.
 
-import { ProtocolError } from '../protocol/errors.js';
+import { InternalError, ProtocolError } from '../protocol/errors.js';
 
 export const GRPC_FRAME_HEADER_SIZE = 5;
 
@@ -20,14 +20,33 @@ export function writeGrpcFrameHeader(buf: Buffer, messageLength: number): Buffer
 }
 
 /**
+ * Where messages that span chunks are joined. `take` returns a buffer of
+ * exactly `length` bytes; the message assembled in it is handed on, and with
+ * it the buffer (the receiver gives it back when done, e.g. to a pool).
+ * `drop` gets back a buffer whose message will never be completed.
+ */
+export interface MessageBuffers {
+  take(length: number): Buffer;
+  drop(buffer: Buffer): void;
+}
+
+/** Each join in a new Buffer of its own, left to the GC. */
+export const unpooledMessageBuffers: MessageBuffers = {
+  take: (length) => Buffer.allocUnsafe(length),
+  drop: () => {},
+};
+
+/**
  * Splits a byte stream into gRPC messages. Chunks may be cut anywhere (HTTP/2
  * delivers 16 KiB frames). A message inside one chunk is handed on as a
  * subarray of it; one that spans chunks is copied once, piece by piece as
- * they arrive, into a buffer of its own (so the chunks are not kept). The
+ * they arrive, into a buffer from `buffers` (so the chunks are not kept), and
+ * handed on with `joined` true: the receiver then owns that buffer. The
  * caller must not reuse chunks it has pushed.
  */
 export class GrpcDeframer {
   private readonly maxMessageSize: number;
+  private readonly buffers: MessageBuffers;
   /** Bytes of a header cut by a chunk boundary. */
   private readonly header = Buffer.alloc(GRPC_FRAME_HEADER_SIZE);
   private headerLength = 0;
@@ -37,9 +56,11 @@ export class GrpcDeframer {
   /** Messages that spanned chunks and were joined, and the bytes copied doing it (for the packet-path budget test). */
   joinedMessages = 0;
   copiedBytes = 0;
+  private closed = false;
 
-  constructor(maxMessageSize = DEFAULT_MAX_MESSAGE_SIZE) {
+  constructor(maxMessageSize = DEFAULT_MAX_MESSAGE_SIZE, buffers: MessageBuffers = unpooledMessageBuffers) {
     this.maxMessageSize = maxMessageSize;
+    this.buffers = buffers;
   }
 
   /** Bytes received but not yet returned as a message. */
@@ -54,8 +75,13 @@ export class GrpcDeframer {
     return out;
   }
 
-  /** Calls `onMessage` for every message completed by `chunk`, in order (no array on the hot path). */
-  forEach(chunk: Buffer, onMessage: (message: Buffer) => void): void {
+  /**
+   * Calls `onMessage` for every message completed by `chunk`, in order (no
+   * array on the hot path); `joined` says the message is a buffer from
+   * `take`, now the receiver's, even if `onMessage` throws.
+   */
+  forEach(chunk: Buffer, onMessage: (message: Buffer, joined: boolean) => void): void {
+    if (this.closed) throw new InternalError('bytes were pushed to a gRPC deframer after it was closed');
     let pos = 0;
     const end = chunk.length;
     while (pos < end) {
@@ -70,7 +96,7 @@ export class GrpcDeframer {
           const m = this.message;
           this.message = undefined;
           this.messageLength = 0;
-          onMessage(m);
+          onMessage(m, true);
         }
         continue;
       }
@@ -89,13 +115,23 @@ export class GrpcDeframer {
         len = this.readHeader(this.header, 0);
       }
       if (end - pos >= len) {
-        onMessage(chunk.subarray(pos, pos + len));
+        onMessage(chunk.subarray(pos, pos + len), false);
         pos += len;
         continue;
       }
-      this.message = Buffer.allocUnsafe(len);
+      this.message = this.buffers.take(len);
       this.joinedMessages++;
     }
+  }
+
+  /** Gives back the buffer of a message still being assembled (the stream ends): nothing more may be pushed. */
+  close(): void {
+    const m = this.message;
+    this.message = undefined;
+    this.messageLength = 0;
+    this.headerLength = 0;
+    this.closed = true;
+    if (m !== undefined) this.buffers.drop(m);
   }
 
   private readHeader(buf: Buffer, at: number): number {

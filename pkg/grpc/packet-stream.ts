@@ -10,7 +10,12 @@
 // are never copied on the way out (HTTP/2 still puts both in one frame, and TLS in one record,
 // when they fit). Control packets are encoded with room for the prefix: one
 // buffer each. On the way in, messages are views of what HTTP/2 delivered,
-// except those that spanned chunks, which the deframer joins (one copy).
+// except those that spanned chunks, which the deframer joins (one copy): a
+// 64 KiB DATA message (always cut, HTTP/2 frames being 16 KiB) into a slab of
+// the join pool, not a new external buffer for the GC. The stream holds that
+// slab while the chunk's packets are handled and releases it after; a handler
+// that keeps a view of the payload longer (the relay's queue, a socket write
+// until its callback, a forward) retains it (buffer-pool.ts).
 //
 // The connections of the link share its send buffer fairly. A sender whose
 // DATA finds the buffer below its limit goes on at once, so without a rule the
@@ -27,13 +32,13 @@
 import type { Http2Stream } from 'node:http2';
 import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
 import { ProtocolError } from '../protocol/errors.js';
-import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, writeGrpcFrameHeader } from './frame.js';
+import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, type MessageBuffers, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
-import { isPooled, releaseSlab, retainSlab, SLAB_HEADROOM, slabWithRoom } from '../mux/buffer-pool.js';
+import { type BufferPool, isPooled, messageJoinPool, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_SIZE, slabWithRoom } from '../mux/buffer-pool.js';
 
 /** Connections counted in one turn of the send buffer at most (many small senders end a turn early instead). */
 const MAX_TURN_SENDERS = 1024;
@@ -63,6 +68,20 @@ export interface GrpcPacketStreamOptions {
   logger?: Logger;
   /** Told of every write and its completion (the ping policy forgives pings that follow our traffic). */
   writeTracker?: WriteTracker;
+  /** Where messages that span HTTP/2 chunks are joined. Default: the process's messageJoinPool. */
+  joinPool?: BufferPool;
+}
+
+/**
+ * Joins a message at least half a slab long into a pooled slab (the message
+ * at its start), a smaller or larger one into a Buffer of its own: a small
+ * message that waits long in a slow reader's socket pins no 64 KiB.
+ */
+function pooledMessageBuffers(pool: BufferPool): MessageBuffers {
+  return {
+    take: (length) => (length >= SLAB_SIZE / 2 && length <= SLAB_SIZE ? pool.take().subarray(0, length) : Buffer.allocUnsafe(length)),
+    drop: releaseSlab,
+  };
 }
 
 /** Learns when DATA writes are queued and when HTTP/2 has written them out. */
@@ -99,7 +118,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     protected readonly stream: Http2Stream,
     opts: GrpcPacketStreamOptions = {},
   ) {
-    this.deframer = new GrpcDeframer(opts.maxMessageSize);
+    this.deframer = new GrpcDeframer(opts.maxMessageSize, pooledMessageBuffers(opts.joinPool ?? messageJoinPool));
     this.sendBufferLimit = opts.sendBufferLimit ?? 1024 * 1024;
     this.writeTracker = opts.writeTracker;
     this.log = opts.logger;
@@ -143,15 +162,27 @@ export abstract class GrpcPacketStream implements PacketLink {
   }
 
   private readonly onData = (chunk: Buffer): void => {
+    if (this.ended) return;
     // Packets are decoded all first: a malformed one anywhere in the chunk ends the call before any is handled.
     const packets = this.decoded;
     try {
       this.deframer.forEach(chunk, this.onMessage);
     } catch (err: unknown) {
       packets.length = 0;
+      this.releaseJoined();
       this.onProtocolError(err instanceof ProtocolError ? err : new ProtocolError('YT_ERR_PROTOCOL_FRAME', String(err)));
       return;
     }
+    try {
+      this.dispatch(packets);
+    } finally {
+      packets.length = 0;
+      // Whoever keeps a view of a joined message past its packet's handler has retained it.
+      this.releaseJoined();
+    }
+  };
+
+  private dispatch(packets: Packet[]): void {
     for (let i = 0; i < packets.length; i++) {
       const p = packets[i]!;
       if (this.ended) break;
@@ -165,14 +196,22 @@ export abstract class GrpcPacketStream implements PacketLink {
         break;
       }
     }
-    packets.length = 0;
-  };
+  }
 
   /** Packets of the chunk being handled (reused: no array per chunk). */
   private readonly decoded: Packet[] = [];
-  private readonly onMessage = (message: Buffer): void => {
+  /** Messages of the chunk being handled that were joined into buffers of ours (pooled slabs), held until its packets are handled. */
+  private readonly joinedMessages: Buffer[] = [];
+  private readonly onMessage = (message: Buffer, joined: boolean): void => {
+    if (joined) this.joinedMessages.push(message);
     this.decoded.push(decodePacket(message));
   };
+
+  private releaseJoined(): void {
+    const held = this.joinedMessages;
+    for (let i = 0; i < held.length; i++) releaseSlab(held[i]!);
+    held.length = 0;
+  }
 
   sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {
     if (this.ended) {
@@ -293,6 +332,7 @@ export abstract class GrpcPacketStream implements PacketLink {
   protected finish(reason: string): void {
     if (this.ended) return;
     this.ended = true;
+    this.deframer.close();
     this.gate.clear();
     this.flushDrainWaiters(new Error(`the tunnel stream closed: ${reason}`));
     this.handlers?.onClose(reason);

@@ -3,8 +3,12 @@
 // (session resume) is neither garbage nor promoted by the GC to the old
 // generation, and its memory is reused once it comes back.
 //
+// Two pools: the agent's target reads, and both ends' joins of gRPC messages
+// that arrived in pieces (messageJoinPool; a received DATA payload is a view
+// of its slab while its packet is handled).
+//
 // A slab is counted: whoever keeps a view of it (the socket relay's queue,
-// a transport write not yet called back, the resend buffer) retains it, and
+// a transport or socket write not yet called back, the resend buffer) retains it, and
 // releases it when done. The last release puts it back in the pool. Views of
 // ordinary Buffers pass through retainSlab/releaseSlab untouched, so the
 // shared code (transport, resend buffer) calls them on every payload.
@@ -51,6 +55,13 @@ export interface BufferPoolOptions {
   trimIntervalMs?: number;
   /** Fill released slabs with POISON_BYTE. Default: YT_SLAB_POISON=1 in the environment. */
   poison?: boolean;
+  /**
+   * Whether a view that starts SLAB_HEADROOM in has the room in front free for
+   * its framing (slabWithRoom). Default true: reads leave it free. False for
+   * slabs that hold data from their first byte (joined messages), where such a
+   * view is only a later piece whose bytes in front may still be in flight.
+   */
+  framingRoom?: boolean;
 }
 
 export class BufferPool {
@@ -62,6 +73,7 @@ export class BufferPool {
   private lowFree = 0;
   private trimTimer: NodeJS.Timeout | undefined;
   readonly poison: boolean;
+  readonly framingRoom: boolean;
   /** Slabs allocated (not taken from the free list), for tests and the budget guard. */
   allocated = 0;
   /** Slabs handed out and not yet back. */
@@ -72,6 +84,7 @@ export class BufferPool {
     this.keepFree = Math.min(opts.keepFree ?? 32, this.maxFree);
     this.trimIntervalMs = opts.trimIntervalMs ?? 5000;
     this.poison = opts.poison ?? process.env.YT_SLAB_POISON === '1';
+    this.framingRoom = opts.framingRoom ?? true;
   }
 
   /** A slab of SLAB_SIZE bytes, retained once (by the caller). */
@@ -125,6 +138,9 @@ export class BufferPool {
 /** The agent's pool for reads of its target sockets. */
 export const targetReadPool = new BufferPool();
 
+/** Both ends' pool for gRPC messages that arrive in pieces and are joined (a 64 KiB DATA message always does). */
+export const messageJoinPool = new BufferPool({ framingRoom: false });
+
 /** True if `buf` is a view of a pooled slab that is handed out. */
 export function isPooled(buf: Buffer): boolean {
   const s = states.get(buf.buffer);
@@ -138,7 +154,7 @@ export function isPooled(buf: Buffer): boolean {
  */
 export function slabWithRoom(buf: Buffer): Buffer | undefined {
   const s = states.get(buf.buffer);
-  if (s === undefined || s.refs <= 0 || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
+  if (s === undefined || s.refs <= 0 || !s.pool.framingRoom || buf.byteOffset !== s.slab.byteOffset + SLAB_HEADROOM) return undefined;
   return s.slab;
 }
 

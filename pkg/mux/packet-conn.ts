@@ -22,6 +22,7 @@ import { answersPeer, armCloseTimer } from './close-handshake.js';
 import { ConnectionStalledError } from '../protocol/errors.js';
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
+import { isPooled } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
 
@@ -142,7 +143,9 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     if (this.remoteEnded || this.peerWriteEnded || this.destroyed || this.readableEnded) return;
     if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
-    const belowMark = this.push(data);
+    // What is pushed waits for a reader we cannot follow: a view of a pooled slab
+    // (a joined message, the link's only while its packet is handled) is copied.
+    const belowMark = this.push(isPooled(data) ? Buffer.from(data) : data);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
     const full = this.flow === undefined ? !belowMark : this.readableLength > this.receiveWindow;
@@ -307,7 +310,9 @@ export abstract class PacketConn extends Duplex implements MuxConn {
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
     this.sendFinal(err);
-    this.waitingForCredit = undefined;
+    // A write waiting for credit ends (sendFrom drops it, the connection being destroyed):
+    // its callback, and those of the writes queued behind it, still run, once each.
+    this.releaseWaitingWrite();
     clearTimeout(this.lingerTimer);
     if (this.closeTimer !== undefined) {
       clearTimeout(this.closeTimer);

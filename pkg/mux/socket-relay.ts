@@ -22,7 +22,7 @@ import { ConnectionClosedError, ConnectionStalledError, InternalError } from '..
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { abortStream } from './abort.js';
-import { releaseSlab } from './buffer-pool.js';
+import { isPooled, releaseSlab, retainSlab } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -165,7 +165,12 @@ export abstract class SocketRelay implements MuxConn {
     socket.on('drain', this.onSocketDrain);
     const early = this.early;
     this.early = undefined;
-    if (early !== undefined) for (const chunk of early) this.toSocket(socket, chunk);
+    if (early !== undefined) {
+      for (const chunk of early) {
+        this.toSocket(socket, chunk);
+        releaseSlab(chunk);
+      }
+    }
     if (this.inboundEnded) socket.end();
     if (this.stopReading) this.closeAfterFlush(socket);
     for (const chunk of pending) this.onSocketData(chunk);
@@ -182,12 +187,17 @@ export abstract class SocketRelay implements MuxConn {
     if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
     const socket = this.socket;
-    if (socket === undefined) (this.early ??= []).push(data);
-    else this.toSocket(socket, data);
+    if (socket === undefined) {
+      // A view of a pooled slab (a joined message) is the link's only while its packet is handled.
+      retainSlab(data);
+      (this.early ??= []).push(data);
+    } else {
+      this.toSocket(socket, data);
+    }
   }
 
   private toSocket(socket: Socket, data: Buffer): void {
-    if (!socket.write(data)) this.awaitingDrain = true;
+    if (!this.writeToSocket(socket, data)) this.awaitingDrain = true;
     // The link is held only while a 'drain' is due to release it (below the
     // socket's own mark, write() returns true and no 'drain' comes).
     if (!this.awaitingDrain) {
@@ -203,6 +213,17 @@ export abstract class SocketRelay implements MuxConn {
       // no sign of that: it also holds granted bytes its reader has not taken.
       this.holdLink(buffered);
     }
+  }
+
+  /**
+   * socket.write(), holding a pooled slab that `data` views until the socket
+   * calls back: it does for every write, also one cut short by destroy()
+   * (with an error, or with none if the handle had it already), never twice.
+   */
+  private writeToSocket(socket: Socket, data: Buffer): boolean {
+    if (!isPooled(data)) return socket.write(data);
+    retainSlab(data);
+    return socket.write(data, () => releaseSlab(data));
   }
 
   private readonly onSocketDrain = (): void => {
@@ -494,6 +515,7 @@ export abstract class SocketRelay implements MuxConn {
     this.closeTimer = this.lingerTimer = this.stallTimer = undefined;
     this.releaseLink();
     this.dropQueue();
+    if (this.early !== undefined) for (const chunk of this.early) releaseSlab(chunk);
     this.early = undefined;
     const onClose = this.onClose;
     this.onClose = undefined;

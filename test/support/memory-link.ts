@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import http2, { type ClientHttp2Session, type Http2Server, type ServerHttp2Stream } from 'node:http2';
 import { Duplex } from 'node:stream';
 import { ClientPacketCall } from '../../pkg/grpc/client-call.js';
+import type { GrpcPacketStreamOptions } from '../../pkg/grpc/packet-stream.js';
 import { ServerPacketCall } from '../../pkg/grpc/server-call.js';
 import type { Packet } from '../../pkg/protocol/packet.js';
 import type { PacketLink } from '../../pkg/mux/packet-link.js';
@@ -110,8 +111,8 @@ export interface MemoryLinkPair {
   close(): Promise<void>;
 }
 
-/** Opens the pair; both calls are started and ready to send. */
-export async function memoryLinkPair(): Promise<MemoryLinkPair> {
+/** Opens the pair; both calls are started and ready to send. `server` options go to the server's call. */
+export async function memoryLinkPair(opts: { server?: GrpcPacketStreamOptions } = {}): Promise<MemoryLinkPair> {
   const agentTransport = new MemoryTransport(true);
   const serverTransport = new MemoryTransport(false);
   agentTransport.peer = serverTransport;
@@ -134,7 +135,7 @@ export async function memoryLinkPair(): Promise<MemoryLinkPair> {
   let agentHandler: (p: Packet) => void = () => {};
   let serverHandler: (p: Packet) => void = () => {};
   const agent = new ClientPacketCall(request);
-  const serverCall = new ServerPacketCall(stream);
+  const serverCall = new ServerPacketCall(stream, opts.server);
   agent.start({ onPacket: (p) => agentHandler(p), onClose: () => {} });
   serverCall.start({ onPacket: (p) => serverHandler(p), onClose: () => {} });
   return {

@@ -5,11 +5,10 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE } from '../../pkg/mux/buffer-pool.js';
+import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE, slabWithRoom } from '../../pkg/mux/buffer-pool.js';
 import { ResendBuffer } from '../../pkg/mux/resend-buffer.js';
 import { GRPC_FRAME_HEADER_SIZE } from '../../pkg/grpc/frame.js';
 import { dataHeaderLength } from '../../pkg/protocol/codec.js';
-import type { Packet } from '../../pkg/protocol/packet.js';
 import { memoryLinkPair } from '../support/memory-link.js';
 
 /** A pooled payload of `n` bytes holding a pattern, as a read would leave it (retained once, by the reader). */
@@ -133,10 +132,11 @@ test('the packet stream keeps a pooled payload until HTTP/2 has written it', asy
   t.after(() => pair.close());
   const N = 64;
   const expected: Buffer[] = [];
-  const got = new Promise<Packet[]>((resolve) => {
-    const all: Packet[] = [];
+  // Checked as they arrive: a payload joined on the way in is the receiver's only while its packet is handled.
+  const got = new Promise<boolean[]>((resolve) => {
+    const all: boolean[] = [];
     pair.onServerPacket((p) => {
-      all.push(p);
+      all.push(p.type === 'DATA' && p.data.equals(expected[all.length]!));
       if (all.length === N) resolve(all);
     });
   });
@@ -149,13 +149,23 @@ test('the packet stream keeps a pooled payload until HTTP/2 has written it', asy
     // The reader lets go at once: only the stream's own hold keeps the bytes until they are written.
     releaseSlab(data);
   }
-  const packets = await got;
-  assert.equal(packets.length, N);
-  packets.forEach((p, i) => {
-    assert.ok(p.type === 'DATA');
-    assert.ok(p.data.equals(expected[i]!), `packet ${i} arrived as read`);
-  });
+  const arrivedAsRead = await got;
+  assert.equal(arrivedAsRead.length, N);
+  arrivedAsRead.forEach((ok, i) => assert.ok(ok, `packet ${i} arrived as read`));
   // HTTP/2 calls its writes back once the transport took them: a few turns of the loop after the peer has them.
   for (let i = 0; i < 1000 && pool.outstanding > 0; i++) await new Promise((r) => setImmediate(r));
   assert.equal(pool.outstanding, 0, 'every slab back once written');
+});
+
+test('a slab of joined messages has no room for framing in front of any view: a view SLAB_HEADROOM in is a later piece', () => {
+  const reads = new BufferPool({ poison: true });
+  const joins = new BufferPool({ poison: true, framingRoom: false });
+  const read = reads.take();
+  const joined = joins.take();
+  assert.equal(slabWithRoom(read.subarray(SLAB_HEADROOM)), read, 'a read lands SLAB_HEADROOM in, the room in front free');
+  // A message joined from the slab's first byte: a piece of its payload that starts SLAB_HEADROOM in has payload bytes in front.
+  assert.equal(slabWithRoom(joined.subarray(SLAB_HEADROOM)), undefined);
+  assert.ok(isPooled(joined.subarray(SLAB_HEADROOM)), 'still held like any pooled view');
+  releaseSlab(read);
+  releaseSlab(joined);
 });

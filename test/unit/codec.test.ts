@@ -9,7 +9,7 @@ import protobuf from 'protobufjs';
 import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../../pkg/protocol/codec.js';
 import { newDialID } from '../../pkg/protocol/ids.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
-import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
+import { GrpcDeframer, grpcFrameHeader, type MessageBuffers } from '../../pkg/grpc/frame.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { PROTO_DIR } from '../support/upstream.js';
 
@@ -232,6 +232,38 @@ test('the gRPC deframer handles empty messages and headers split across chunks',
     for (let off = 0; off < stream.length; off += cut) got.push(...d.push(stream.subarray(off, off + cut)).map((m) => m.toString()));
     assert.deepEqual(got, ['', 'abc', ''], `cut ${cut}`);
   }
+});
+
+test('the gRPC deframer joins messages that span chunks in buffers from its allocator, and gives back one left unfinished', () => {
+  const taken: Buffer[] = [];
+  const dropped: Buffer[] = [];
+  const buffers: MessageBuffers = {
+    take: (n) => {
+      const b = Buffer.alloc(n + 8).subarray(4, 4 + n);
+      taken.push(b);
+      return b;
+    },
+    drop: (b) => dropped.push(b),
+  };
+  const d = new GrpcDeframer(1024, buffers);
+  const got: Array<[string, boolean]> = [];
+  const push = (bytes: Buffer): void => d.forEach(bytes, (m, joined) => got.push([m.toString(), joined]));
+  // "ab" whole in the chunk; "cdef" cut after "cd"; then the start of "gh".
+  push(Buffer.concat([grpcFrameHeader(2), Buffer.from('ab'), grpcFrameHeader(4), Buffer.from('cd')]));
+  push(Buffer.concat([Buffer.from('ef'), grpcFrameHeader(2), Buffer.from('g')]));
+  assert.deepEqual(got, [
+    ['ab', false],
+    ['cdef', true],
+  ]);
+  assert.equal(taken.length, 2, 'one buffer per message that spanned chunks, the unfinished one included');
+  assert.equal(got.length, 2);
+  assert.equal(taken[0]!.toString(), 'cdef', 'joined in the very buffer it was given');
+  assert.deepEqual(dropped, []);
+  d.close();
+  assert.deepEqual(dropped, [taken[1]], 'the unfinished message goes back on close');
+  d.close();
+  assert.equal(dropped.length, 1, 'once');
+  assert.throws(() => d.push(Buffer.from('h')), { code: 'YT_ERR_INTERNAL' });
 });
 
 test('the gRPC deframer refuses compressed and oversized messages', () => {
