@@ -24,6 +24,7 @@ import { ServerPacketCall } from '../grpc/server-call.js';
 import { silentLogger } from '../log/logger.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { SocketRelay } from '../mux/socket-relay.js';
+import { RehearsalError } from '../protocol/errors.js';
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import type { DialResponsePacket, Packet } from '../protocol/packet.js';
 import { AllowList } from './allow-list.js';
@@ -82,7 +83,7 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
           const rsp = new Promise<DialResponsePacket>((resolve) => (answered = resolve));
           send.sendControl({ type: 'DIAL_REQ', protocol: 'tcp', address: link.targetAddress, random: BigInt(c) });
           const { connectID, error } = await rsp;
-          if (error !== '') throw new Error(`the agent's dial of the echo target failed: ${error}`);
+          if (error !== '') throw new RehearsalError(`the agent's dial of the echo target failed: ${error}`);
           const [caller, accepted] = await link.callerPair();
           const relay = new StandInRelay(send, connectID, { flow, halfClose: true });
           relays.set(connectID, relay);

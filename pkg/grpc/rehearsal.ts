@@ -17,7 +17,7 @@ import { connect, createServer, type AddressInfo, type Server, type Socket } fro
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { SocketRelay } from '../mux/socket-relay.js';
-import { errorMessage } from '../protocol/errors.js';
+import { errorMessage, RehearsalError } from '../protocol/errors.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import { startCall } from './client-call-head.js';
 import { AGENT_CONNECT_PATH } from './services.js';
@@ -123,7 +123,7 @@ export async function openRehearsalLink(tls: RehearsalOptions['tls'], metadata: 
     if (tls !== undefined) {
       const pinned = new X509Certificate(tls.cert).fingerprint256;
       if ((socket as TLSSocket).getPeerX509Certificate()?.fingerprint256 !== pinned) {
-        throw new Error('the rehearsal reached a listener that is not its own (its certificate differs)');
+        throw new RehearsalError('the rehearsal reached a listener that is not its own (its certificate differs)');
       }
     }
     const request = startCall(client, AGENT_CONNECT_PATH, metadata, 'yurt-tunnel-rehearsal');
@@ -157,7 +157,7 @@ export function echoRoundTrips(socket: Socket, rounds: number, what: string): Pr
       socket.off('close', onClose);
       resolve();
     };
-    const onClose = (): void => reject(new Error(`${what} closed after ${rounds - left} of ${rounds} round trips`));
+    const onClose = (): void => reject(new RehearsalError(`${what} closed after ${rounds - left} of ${rounds} round trips`));
     socket.on('data', onData);
     socket.once('close', onClose);
     socket.write(one);
@@ -168,7 +168,7 @@ export function echoRoundTrips(socket: Socket, rounds: number, what: string): Pr
 export async function withinDeadline<T>(work: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`did not finish within ${REHEARSAL_DEADLINE_MS} ms`)), REHEARSAL_DEADLINE_MS);
+    timer = setTimeout(() => reject(new RehearsalError(`did not finish within ${REHEARSAL_DEADLINE_MS} ms`)), REHEARSAL_DEADLINE_MS);
     timer.unref();
   });
   try {

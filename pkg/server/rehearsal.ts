@@ -32,6 +32,7 @@ import {
 import { silentLogger } from '../log/logger.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { SocketRelay } from '../mux/socket-relay.js';
+import { RehearsalError } from '../protocol/errors.js';
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { emptyIdentifiers } from '../protocol/identifiers.js';
 import type { DialRequestPacket, Packet } from '../protocol/packet.js';
@@ -146,10 +147,10 @@ function connectThrough(caller: Socket, address: string): Promise<void> {
       if (end < 0) return;
       caller.off('data', onData);
       caller.off('close', onClose);
-      if (!head.startsWith('HTTP/1.1 200')) reject(new Error(`the rehearsal's CONNECT was answered ${JSON.stringify(head.split('\r\n')[0])}`));
+      if (!head.startsWith('HTTP/1.1 200')) reject(new RehearsalError(`the rehearsal's CONNECT was answered ${JSON.stringify(head.split('\r\n')[0])}`));
       else resolve();
     };
-    const onClose = (): void => reject(new Error("the rehearsal's CONNECT was closed unanswered"));
+    const onClose = (): void => reject(new RehearsalError("the rehearsal's CONNECT was closed unanswered"));
     caller.on('data', onData);
     caller.once('close', onClose);
     caller.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`);
