@@ -38,6 +38,8 @@ export interface PairContext {
   nodeArgs: string[];
   /** Extra flags for our agent (e.g. --server-probe-interval 0, to see what its probes cost). */
   agentArgs?: string[];
+  /** Extra flags for our server. */
+  serverArgs?: string[];
   /** Extra environment for our server and agent (e.g. LD_PRELOAD of jemalloc, as the image runs them). */
   env: NodeJS.ProcessEnv;
   verbose: boolean;
@@ -132,7 +134,7 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     nodeName: 'bench',
     certDir: ctx.certDir,
     agentDir: join(ctx.dir, 'bench'),
-    serverArgs: off,
+    serverArgs: [...off, ...(ctx.serverArgs ?? [])],
     agentArgs: [...off, ...(ctx.agentArgs ?? [])],
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,

@@ -45,6 +45,7 @@ interface AgentFlags {
   metaHost?: string;
   metaPort: number;
   enableProfiling: boolean;
+  startupRehearsal: boolean;
   v: number;
   logFormat: 'text' | 'json';
 }
@@ -111,6 +112,12 @@ const program = new Command('yurt-tunnel-agent')
   .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266)
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
   .option(
+    '--startup-rehearsal [bool]',
+    'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
+    parseBool,
+    true,
+  )
+  .option(
     '-v, --v <level>',
     'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
     parseNonNegativeInt,
@@ -143,6 +150,7 @@ const program = new Command('yurt-tunnel-agent')
       metaHost: flags.metaHost,
       metaPort: flags.metaPort,
       enableProfiling: flags.enableProfiling,
+      startupRehearsal: flags.startupRehearsal,
       logger,
     });
     onShutdownSignals(async (signal) => {

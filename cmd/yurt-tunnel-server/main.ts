@@ -79,6 +79,7 @@ interface ServerFlags {
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
+  startupRehearsal: boolean;
   gracefulShutdownTimeout: number;
   keepaliveTimeout: number;
   v: number;
@@ -254,6 +255,12 @@ const program = new Command('yurt-tunnel-server')
   )
   .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
   .option(
+    '--startup-rehearsal [bool]',
+    'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
+    parseBool,
+    true,
+  )
+  .option(
     '-v, --v <level>',
     'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
     parseNonNegativeInt,
@@ -303,6 +310,7 @@ const program = new Command('yurt-tunnel-server')
       keepaliveTimeoutMs: flags.keepaliveTimeout,
       metaPort: flags.metaPort,
       enableProfiling: flags.enableProfiling,
+      startupRehearsal: flags.startupRehearsal,
       logger,
     });
     onShutdownSignals(async (signal) => {

@@ -19,6 +19,8 @@ import { ClientSet } from './client-set.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
+import { runStartupRehearsal } from '../grpc/rehearsal.js';
+import { rehearseAgent } from './rehearsal.js';
 
 export interface AgentOptions {
   nodeName: string;
@@ -59,6 +61,8 @@ export interface AgentOptions {
   metaHost?: string;
   metaPort?: number;
   enableProfiling?: boolean;
+  /** Rehearse the data path before dialling the server (pkg/grpc/rehearsal.ts); the CLI turns it on. */
+  startupRehearsal?: boolean;
   logger: Logger;
 }
 
@@ -151,6 +155,14 @@ export class TunnelAgent {
     const allowList =
       opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
     const credentials = await agentCredentials(opts);
+    if (opts.startupRehearsal === true)
+      await runStartupRehearsal(opts.logger, (size) =>
+        rehearseAgent({
+          ...size,
+          tls: { cert: credentials.tls.cert, key: credentials.tls.key },
+          resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+        }),
+      );
     const metrics = new AgentMetrics();
     const clients = new ClientSet({
       connection: {

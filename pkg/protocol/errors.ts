@@ -194,6 +194,12 @@ export class InternalError extends TunnelError {
   readonly code = 'YT_ERR_INTERNAL';
 }
 
+/** The start-up rehearsal of the data path failed (logged; start-up goes on). */
+export class RehearsalError extends TunnelError {
+  override readonly name = 'RehearsalError';
+  readonly code = 'YT_ERR_REHEARSAL';
+}
+
 /** An HPACK header block that cannot be decoded (RFC 7541). */
 export class HpackError extends TunnelError {
   override readonly name = 'HpackError';

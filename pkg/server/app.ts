@@ -29,6 +29,9 @@ import {
 } from './components.js';
 import type { ServerOptions } from './options.js';
 import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
+import { runStartupRehearsal } from '../grpc/rehearsal.js';
+import { rehearseServer } from './rehearsal.js';
+import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 
 export class TunnelServer {
   private stopping: Promise<void> | undefined;
@@ -112,6 +115,16 @@ export class TunnelServer {
     }
     const { agentEndpoint, proxier, egress, master, meta } = server;
     try {
+      if (opts.startupRehearsal === true) {
+        await runStartupRehearsal(log, (size) =>
+          rehearseServer({
+            ...size,
+            strategies: opts.proxyStrategies,
+            tls: { cert: certs.server.cert, key: certs.server.key },
+            resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+          }),
+        );
+      }
       await agentEndpoint.start();
       await proxier.start();
       await egress?.start();

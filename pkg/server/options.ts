@@ -78,6 +78,8 @@ export interface ServerOptions {
   metaPort?: number;
   /** Serve CPU profiles and heap snapshots on the meta port. */
   enableProfiling?: boolean;
+  /** Rehearse the data path before listening (pkg/grpc/rehearsal.ts); the CLI turns it on. */
+  startupRehearsal?: boolean;
   logger: Logger;
   metricsRegistry?: Registry;
   /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */

@@ -119,6 +119,7 @@ const SERVER_FLAGS = [
   '--egress-selector-mode',
   '--meta-port',
   '--enable-profiling',
+  '--startup-rehearsal',
   '--graceful-shutdown-timeout',
   '--max-agent-connect-rate',
   '--half-closed-linger',
@@ -145,6 +146,7 @@ const AGENT_FLAGS = [
   '--meta-port',
   '--server-probe-interval',
   '--enable-profiling',
+  '--startup-rehearsal',
   '--dial-timeout',
 ];
 

@@ -1,0 +1,114 @@
+// npm run bench:cold-start -- [--rounds N] [--log PREFIX] 'label|node args|server+agent flags' ...
+//
+// The cold figures of fresh pairs, configurations alternated round by round
+// (e.g. 'off||--startup-rehearsal=false' 'on||'): for each pair, the time to
+// ready and the CPU and RSS of server and agent at ready; the first connection
+// (CONNECT → 200 → echo); the first 2,000 round trips (p50, p99, max, and how
+// many took over 1 ms in each 500, in order); the CPU server and agent spent
+// on each (/proc, 10 ms ticks); their RSS after. The client and target are
+// warmed on the direct path first, as npm run bench does. With --log PREFIX,
+// what server and agent print goes to PREFIX.<label>.{server,agent}, each line
+// stamped with ms since the pair started, and `@@ <ms> first-conn|rtt-start|
+// rtt-end` marks the windows: run with node args '--trace-opt --trace-deopt
+// --trace-gc' to see what V8 compiled, threw away and collected in each.
+
+import { appendFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
+import { ClientProcess } from './client-process.js';
+import { startPair, type Pair } from './pairs.js';
+import { percentile } from './stats.js';
+import { cpuSeconds, loadAverage, rssBytes } from './proc.js';
+import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
+
+const MiB = 1024 * 1024;
+
+interface Config {
+  label: string;
+  nodeArgs: string[];
+  flags: string[];
+}
+
+const words = (s: string | undefined): string[] => (s ?? '').split(' ').filter((x) => x !== '');
+const mb = (pid: number): string => (rssBytes(pid) / 1e6).toFixed(1);
+
+async function one(c: Config, log: string | undefined): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'yurt-cold-start-'));
+  const children: ChildProcess[] = [];
+  let client: ClientProcess | undefined;
+  let pair: Pair | undefined;
+  try {
+    const ctx = await prepareOnePair(dir, children, c.nodeArgs);
+    ctx.serverArgs = c.flags;
+    ctx.agentArgs = c.flags;
+    const t0 = performance.now();
+    const stamp = (): string => (performance.now() - t0).toFixed(1);
+    const mark = (what: string): void => {
+      if (log !== undefined) for (const who of ['server', 'agent']) appendFileSync(`${log}.${c.label}.${who}`, `@@ ${stamp()} ${what}\n`);
+    };
+    if (log !== undefined) {
+      ctx.onOutput = (who, text) =>
+        appendFileSync(
+          `${log}.${c.label}.${who}`,
+          text
+            .split('\n')
+            .filter((l) => l !== '')
+            .map((l) => `${stamp()} ${l}\n`)
+            .join(''),
+        );
+    }
+    client = await ClientProcess.start();
+    const direct = { kind: 'tcp' as const, port: Number(ctx.targetAddress.split(':')[1]) };
+    await client.call({ op: 'bulk', path: direct, bytes: 64 * MiB });
+    await client.call({ op: 'rtt', path: direct, rounds: 2000 });
+    await client.call({ op: 'connections', path: direct, rounds: 200 });
+    const started = performance.now();
+    pair = await startPair('yurt-tunnel', ctx);
+    const p = pair;
+    const readyMs = performance.now() - started;
+    const cpu = (): number[] => [cpuSeconds(p.serverPid) * 1000, cpuSeconds(p.agentPid) * 1000];
+    const atReady = cpu();
+    const rssAtReady = `${mb(p.serverPid)}/${mb(p.agentPid)}`;
+    const load = loadAverage();
+    mark('first-conn');
+    const [first] = await client.call({ op: 'connections', path: p.path, rounds: 1 });
+    mark('rtt-start');
+    const afterFirst = cpu();
+    const r = await client.call({ op: 'rtt', path: p.path, rounds: 2000 });
+    mark('rtt-end');
+    const afterRtt = cpu();
+    const slow = [0, 0, 0, 0];
+    r.forEach((x, i) => {
+      if (x > 1000) slow[Math.floor(i / 500)]!++;
+    });
+    const spent = (a: number[], b: number[]): string => `${(b[0]! - a[0]!).toFixed(0)}/${(b[1]! - a[1]!).toFixed(0)}`;
+    console.log(
+      `${c.label.padEnd(10)} ready ${readyMs.toFixed(0)} ms (CPU s/a ${atReady.map((x) => x.toFixed(0)).join('/')} ms, RSS ${rssAtReady} MB) | ` +
+        `first ${first!.toFixed(1)} ms (CPU s/a ${spent(atReady, afterFirst)}) | RTT p50 ${percentile(r, 50).toFixed(0)} p99 ${percentile(r, 99).toFixed(0)} ` +
+        `max ${Math.max(...r).toFixed(0)} µs, >1 ms per 500 ${slow.join('/')} (CPU s/a ${spent(afterFirst, afterRtt)}) | RSS after ${mb(p.serverPid)}/${mb(p.agentPid)} MB | load ${load.toFixed(1)}`,
+    );
+  } finally {
+    await stopOnePair(pair, client, children, dir);
+  }
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  let rounds = 3;
+  let log: string | undefined;
+  const configs: Config[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--rounds') rounds = Number(args[++i]);
+    else if (a === '--log') log = args[++i];
+    else {
+      const [label, nodeArgs, flags] = a.split('|');
+      configs.push({ label: label!, nodeArgs: words(nodeArgs), flags: words(flags) });
+    }
+  }
+  if (configs.length === 0) configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'] }, { label: 'on', nodeArgs: [], flags: [] });
+  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log);
+}
+
+runBench('cold-start', main);
