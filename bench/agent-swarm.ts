@@ -36,6 +36,8 @@ const dialer = new Dialer({ allowList: AllowList.defaultFor([]) });
 const dialLimit = new DialLimit(100_000);
 const links: ServerConnection[] = [];
 let lost = 0;
+/** Links closed by stop() are not lost. */
+let stopping = false;
 
 async function openLink(i: number): Promise<void> {
   const agentID = `scale-${i}`;
@@ -43,6 +45,7 @@ async function openLink(i: number): Promise<void> {
   await link.open();
   links.push(link);
   void link.whenClosed().then(() => {
+    if (stopping) return;
     lost++;
     process.stdout.write(`lost ${lost}\n`);
   });
@@ -61,6 +64,7 @@ async function main(): Promise<void> {
 }
 
 function stop(): void {
+  stopping = true;
   for (const l of links) l.close('the scale bench is over');
   setTimeout(() => process.exit(0), 200).unref();
 }
