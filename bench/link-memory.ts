@@ -24,6 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ensureLocalServerCertificates } from '../pkg/certs/local-store.js';
 import { REPO_ROOT, issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js';
 import { loadAverage } from './proc.js';
+import { SWARM_SERVER_ARGS } from './scale.js';
 
 const KiB = 1024;
 
@@ -99,17 +100,7 @@ async function main(): Promise<void> {
   const local = await startLocalTunnel({
     certDir,
     agent: false,
-    serverArgs: [
-      '--agent-identity-check',
-      'none',
-      '--max-agent-streams',
-      '1000000',
-      '--max-agent-connect-rate',
-      '0',
-      '--proxy-strategy',
-      'default',
-      ...serverArgs,
-    ],
+    serverArgs: [...SWARM_SERVER_ARGS, ...serverArgs],
     serverNodeArgs: [...nodeArgs, '--expose-gc', '--import', join(REPO_ROOT, 'dist/bench/link-memory-probe.js')],
     serverEnv: snapshots === undefined ? serverEnv : { ...serverEnv, YT_HEAP_SNAPSHOT_DIR: snapshots },
     onOutput: (_who, text) => {

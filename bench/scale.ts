@@ -36,6 +36,22 @@ import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
 
 const MiB = 1024 * 1024;
 
+/**
+ * Our server's flags for a swarm of agent links: one certificate for every
+ * agent (identity is not what is measured), no limits on links or their rate,
+ * and the strategy that spreads connections over the agents.
+ */
+export const SWARM_SERVER_ARGS: readonly string[] = [
+  '--agent-identity-check',
+  'none',
+  '--max-agent-streams',
+  '1000000',
+  '--max-agent-connect-rate',
+  '0',
+  '--proxy-strategy',
+  'default',
+];
+
 interface ScaleOptions {
   agents: number[];
   goAgents: number;
@@ -145,18 +161,7 @@ export async function startOurServer(
   const local = await startLocalTunnel({
     certDir: ctx.certDir,
     agent: false,
-    // One certificate for every agent of the swarm: identity is not what is measured here.
-    serverArgs: [
-      '--agent-identity-check',
-      'none',
-      '--max-agent-streams',
-      '1000000',
-      '--max-agent-connect-rate',
-      '0',
-      '--proxy-strategy',
-      'default',
-      ...(extra.args ?? []),
-    ],
+    serverArgs: [...SWARM_SERVER_ARGS, ...(extra.args ?? [])],
     serverNodeArgs: extra.nodeArgs,
     serverEnv: extra.env,
     onOutput: (_who, text) => counter.onText(text),
