@@ -238,6 +238,12 @@ export async function slowReader(path: BenchPath, bytes: number, bytesPerSecond:
 export interface PacedResult {
   /** CONNECT → 200 of each dial that succeeded, in ms. */
   dialMs: number[];
+  /**
+   * CONNECT → the byte sent after the 200 echoed back, in ms: the figure to
+   * compare between servers, as Konnectivity v0.30 answers 200 before it dials
+   * (its dialMs has no round trip to the agent in it; ours does).
+   */
+  echoMs: number[];
   failures: number;
   /** The first failure's message, if any. */
   firstError?: string;
@@ -252,6 +258,7 @@ export interface PacedResult {
 export async function paced(path: BenchPath, perSecond: number, seconds: number): Promise<PacedResult> {
   const total = Math.round(perSecond * seconds);
   const dialMs: number[] = [];
+  const echoMs: number[] = [];
   let failures = 0;
   let firstError: string | undefined;
   const inFlight = new Set<Promise<void>>();
@@ -265,6 +272,10 @@ export async function paced(path: BenchPath, perSecond: number, seconds: number)
       try {
         const conn = await LeanConn.open(path);
         dialMs.push(performance.now() - t0);
+        conn.onBytes = () => {
+          conn.onBytes = undefined;
+          echoMs.push(performance.now() - t0);
+        };
         conn.write('E!');
         await deadline('a paced connection', conn.closed, 30_000);
       } catch (err: unknown) {
@@ -276,5 +287,5 @@ export async function paced(path: BenchPath, perSecond: number, seconds: number)
     void one.then(() => inFlight.delete(one));
   }
   await deadline('paced connections', Promise.all(inFlight));
-  return { dialMs, failures, ...(firstError !== undefined ? { firstError } : {}), seconds: (performance.now() - started) / 1000 };
+  return { dialMs, echoMs, failures, ...(firstError !== undefined ? { firstError } : {}), seconds: (performance.now() - started) / 1000 };
 }

@@ -92,7 +92,7 @@ async function runPhase(client: ClientProcess, path: BenchPath, phase: Phase): P
     }
     case 'paced': {
       const r = await client.call({ op: 'paced', path, perSecond: 200, seconds: 10 });
-      return `dial p50 ${percentile(r.dialMs, 50).toFixed(2)} ms, p99 ${percentile(r.dialMs, 99).toFixed(2)} ms, max ${Math.max(...r.dialMs).toFixed(1)} ms, ${r.failures} failed`;
+      return `dial p50 ${percentile(r.dialMs, 50).toFixed(2)} ms, p99 ${percentile(r.dialMs, 99).toFixed(2)} ms, max ${Math.max(...r.dialMs).toFixed(1)} ms; echo p50 ${percentile(r.echoMs, 50).toFixed(2)} ms, p99 ${percentile(r.echoMs, 99).toFixed(2)} ms; ${r.failures} failed`;
     }
     case 'rate': {
       const r = await client.call({ op: 'rate', path, count: 4000, concurrency: 8, closeBy: 'target' });

@@ -9,8 +9,11 @@
 // spreads them over the agents at random, the same for both), then:
 //   idle   the server's RSS and CPU over --idle seconds, keepalives ticking;
 //   load   a steady --rate new connections per second for --seconds (open loop,
-//          CONNECT → 200 timed as the dial, one byte echoed, the target closes),
-//          spread over the agents the same way: dial p50/p99 and the server's CPU.
+//          CONNECT → 200 timed as the dial, then one byte echoed, timed from the
+//          CONNECT too, the target closes), spread over the agents the same way:
+//          dial and echo p50/p99 and the server's CPU. Compare the echo columns:
+//          Konnectivity v0.30 answers 200 before it dials, so its dial column
+//          has no round trip to the agent in it (ours does).
 // Then the same with real Go proxy-agents (--go-agents, one process each, as many
 // as this machine holds without swapping) behind each server.
 // Writes bench/results/scale.json and scale.svg.
@@ -77,6 +80,9 @@ interface ScaleRow {
   cpuIdlePct: number;
   dialP50: number;
   dialP99: number;
+  /** To the echoed byte: comparable between the servers (Konnectivity v0.30 answers 200 before it dials). */
+  echoP50: number;
+  echoP99: number;
   achievedRate: number;
   failures: number;
   cpuLoadPct: number;
@@ -307,6 +313,8 @@ async function measure(
     cpuIdlePct: cpuIdle * 100,
     dialP50: percentile(r.dialMs, 50),
     dialP99: percentile(r.dialMs, 99),
+    echoP50: percentile(r.echoMs, 50),
+    echoP99: percentile(r.echoMs, 99),
     achievedRate: r.dialMs.length / r.seconds,
     failures: r.failures,
     cpuLoadPct: cpuLoad * 100,
@@ -325,6 +333,8 @@ function printRows(rows: ScaleRow[]): void {
     'CPU idle %',
     `dial p50 ms`,
     'dial p99 ms',
+    'echo p50 ms',
+    'echo p99 ms',
     'dials/s',
     'failed',
     'CPU load %',
@@ -340,6 +350,8 @@ function printRows(rows: ScaleRow[]): void {
     r.cpuIdlePct.toFixed(1),
     r.dialP50.toFixed(2),
     r.dialP99.toFixed(2),
+    r.echoP50.toFixed(2),
+    r.echoP99.toFixed(2),
     r.achievedRate.toFixed(0),
     String(r.failures),
     r.cpuLoadPct.toFixed(0),
@@ -387,15 +399,15 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
       ],
     },
     {
-      title: `dial latency at ${o.rate} new connections/s`,
+      title: `CONNECT to the first byte echoed, at ${o.rate} new connections/s`,
       xLabel: 'agents',
       yLabel: 'ms',
       xLog: true,
       series: [
-        series('dialP50', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel p50'),
-        series('dialP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'),
-        series('dialP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'),
-        series('dialP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99'),
+        series('echoP50', 'yurt-tunnel', '#1f77b4', true, 'yurt-tunnel p50'),
+        series('echoP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'),
+        series('echoP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'),
+        series('echoP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99'),
       ],
     },
   ];
