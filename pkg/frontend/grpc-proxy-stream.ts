@@ -19,7 +19,7 @@ import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import type { TunnelConn } from '../tunnel/tunnel-conn.js';
-import { isPooled, releaseSlab, retainSlab } from '../mux/buffer-pool.js';
+import { writeHolding } from '../mux/buffer-pool.js';
 
 /** A stream that sends no DIAL_REQ within this long is ended: it only holds resources. */
 export const DIAL_REQUEST_TIMEOUT_MS = 30_000;
@@ -94,6 +94,7 @@ export class EgressStream {
           return;
         }
         this.bytesOut += p.data.length;
+        // A view of a pooled slab (a joined message) is the call's only while its packet is handled.
         if (!writeHolding(this.conn, p.data)) {
           this.call.pauseReceive(this);
           this.conn.once('drain', () => this.call.resumeReceive(this));
@@ -225,16 +226,4 @@ export class EgressStream {
   private onCallClosed(reason: string): void {
     this.close({ kind: 'client-gone', reason });
   }
-}
-
-/**
- * conn.write(), holding a pooled slab that `data` views (a joined message,
- * the call's only while its packet is handled) until the write calls back,
- * as every write does, once: a destroyed connection fails what it had not
- * written yet.
- */
-function writeHolding(conn: TunnelConn, data: Buffer): boolean {
-  if (!isPooled(data)) return conn.write(data);
-  retainSlab(data);
-  return conn.write(data, () => releaseSlab(data));
 }

@@ -38,7 +38,7 @@ import type { Logger } from '../log/logger.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
-import { type BufferPool, isPooled, messageJoinPool, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_SIZE, slabWithRoom } from '../mux/buffer-pool.js';
+import { type BufferPool, messageJoinPool, releaseSlab, SLAB_HEADROOM, SLAB_SIZE, slabWithRoom, writeHolding } from '../mux/buffer-pool.js';
 
 /** Connections counted in one turn of the send buffer at most (many small senders end a turn early instead). */
 const MAX_TURN_SENDERS = 1024;
@@ -229,15 +229,14 @@ export abstract class GrpcPacketStream implements PacketLink {
       const start = SLAB_HEADROOM - headerLength;
       writeGrpcFrameHeader(slab.subarray(start), headerLength - GRPC_FRAME_HEADER_SIZE + data.length);
       writeDataHeader(slab, start + GRPC_FRAME_HEADER_SIZE, connectID, data.length);
-      this.writeHolding(slab.subarray(start, SLAB_HEADROOM + data.length), data);
+      writeHolding(stream, slab.subarray(start, SLAB_HEADROOM + data.length), data, this.onWritten);
     } else {
       const header = encodeDataHeader(connectID, data.length, GRPC_FRAME_HEADER_SIZE);
       writeGrpcFrameHeader(header, header.length - GRPC_FRAME_HEADER_SIZE + data.length);
       stream.cork();
       stream.write(header);
       // A later piece of a pooled slab (bytes in front of it) is held the same way.
-      if (isPooled(data)) this.writeHolding(data, data);
-      else stream.write(data, this.onWritten);
+      writeHolding(stream, data, data, this.onWritten);
       stream.uncork();
     }
     if (this.turn.size >= MAX_TURN_SENDERS && !this.turn.has(connectID)) this.endTurn();
@@ -254,15 +253,6 @@ export abstract class GrpcPacketStream implements PacketLink {
     } else {
       cb();
     }
-  }
-
-  /** Writes `chunk`, holding the pooled slab `data` views until HTTP/2 is done with it. */
-  private writeHolding(chunk: Buffer, data: Buffer): void {
-    retainSlab(data);
-    this.stream.write(chunk, () => {
-      releaseSlab(data);
-      this.onWritten?.();
-    });
   }
 
   /** Ends the turn soon (after the I/O already due, so that every sender with data has had its share). */

@@ -173,3 +173,24 @@ export function releaseSlab(buf: Buffer): void {
   if (s.refs <= 0) throw new InternalError('a pooled slab was released more often than retained');
   if (--s.refs === 0) s.pool.giveBack(s);
 }
+
+/** What writeHolding writes to: a socket, an HTTP/2 stream, a tunnelled connection. */
+export interface ChunkWriter {
+  write(chunk: Buffer, cb?: (err?: Error | null) => void): boolean;
+}
+
+/**
+ * `to.write(chunk)`, holding the pooled slab `held` views (by default the
+ * chunk itself) until the write calls back, and then calling `after`. Node
+ * calls back every write once, also one cut short by destroy(), so the slab
+ * always comes back. Without a pooled slab it is a plain write.
+ */
+export function writeHolding(to: ChunkWriter, chunk: Buffer, held: Buffer = chunk, after?: () => void): boolean {
+  const s = states.get(held.buffer);
+  if (s === undefined || s.refs <= 0) return after === undefined ? to.write(chunk) : to.write(chunk, after);
+  s.refs++;
+  return to.write(chunk, () => {
+    releaseSlab(held);
+    after?.();
+  });
+}

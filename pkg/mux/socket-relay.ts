@@ -22,7 +22,7 @@ import { ConnectionClosedError, ConnectionStalledError, InternalError } from '..
 import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { abortStream } from './abort.js';
-import { isPooled, releaseSlab, retainSlab } from './buffer-pool.js';
+import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -197,7 +197,7 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   private toSocket(socket: Socket, data: Buffer): void {
-    if (!this.writeToSocket(socket, data)) this.awaitingDrain = true;
+    if (!writeHolding(socket, data)) this.awaitingDrain = true;
     // The link is held only while a 'drain' is due to release it (below the
     // socket's own mark, write() returns true and no 'drain' comes).
     if (!this.awaitingDrain) {
@@ -213,17 +213,6 @@ export abstract class SocketRelay implements MuxConn {
       // no sign of that: it also holds granted bytes its reader has not taken.
       this.holdLink(buffered);
     }
-  }
-
-  /**
-   * socket.write(), holding a pooled slab that `data` views until the socket
-   * calls back: it does for every write, also one cut short by destroy()
-   * (with an error, or with none if the handle had it already), never twice.
-   */
-  private writeToSocket(socket: Socket, data: Buffer): boolean {
-    if (!isPooled(data)) return socket.write(data);
-    retainSlab(data);
-    return socket.write(data, () => releaseSlab(data));
   }
 
   private readonly onSocketDrain = (): void => {

@@ -5,7 +5,18 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BufferPool, isPooled, POISON_BYTE, releaseSlab, retainSlab, SLAB_HEADROOM, SLAB_PAYLOAD, SLAB_SIZE, slabWithRoom } from '../../pkg/mux/buffer-pool.js';
+import {
+  BufferPool,
+  isPooled,
+  POISON_BYTE,
+  releaseSlab,
+  retainSlab,
+  SLAB_HEADROOM,
+  SLAB_PAYLOAD,
+  SLAB_SIZE,
+  slabWithRoom,
+  writeHolding,
+} from '../../pkg/mux/buffer-pool.js';
 import { ResendBuffer } from '../../pkg/mux/resend-buffer.js';
 import { GRPC_FRAME_HEADER_SIZE } from '../../pkg/grpc/frame.js';
 import { dataHeaderLength } from '../../pkg/protocol/codec.js';
@@ -98,6 +109,27 @@ test('the trim runs by itself every trimIntervalMs and stops when keepFree is le
   const trimmed = (): boolean => pool.freeCount === 1;
   for (let i = 0; i < 400 && !trimmed(); i++) await new Promise((r) => setTimeout(r, 5));
   assert.ok(trimmed(), `${pool.freeCount} free slabs left, keepFree is 1`);
+});
+
+test('writeHolding holds the slab a chunk views until the write calls back, then calls after; a plain chunk is a plain write', () => {
+  const pool = new BufferPool({ poison: true });
+  const pending: Array<(err?: Error | null) => void> = [];
+  const writer = {
+    write(_chunk: Buffer, cb?: (err?: Error | null) => void): boolean {
+      if (cb !== undefined) pending.push(cb);
+      return true;
+    },
+  };
+  const data = pooledPayload(pool, 100, 3);
+  let after = 0;
+  writeHolding(writer, data.subarray(0, 10), data, () => after++);
+  releaseSlab(data);
+  assert.equal(pool.outstanding, 1, 'the write holds it after the reader let go');
+  pending.shift()!();
+  assert.equal(pool.outstanding, 0, 'back once the write called back');
+  assert.equal(after, 1);
+  writeHolding(writer, Buffer.from('plain'));
+  assert.equal(pending.length, 0, 'no callback needed for a chunk outside the pool');
 });
 
 test('the resend buffer keeps a pooled payload intact until the peer acknowledges it', () => {
