@@ -8,7 +8,6 @@
 // ServerConnection is not in the client set), and it is closed before start-up
 // goes on.
 
-import type { Socket } from 'node:net';
 import {
   REHEARSAL_CONNECTIONS,
   REHEARSAL_ROUND_TRIPS,
@@ -16,6 +15,7 @@ import {
   echoRoundTrips,
   openRehearsalLink,
   routeToRelays,
+  untilClosed,
   withinDeadline,
   type RehearsalOptions,
   type RehearsalResult,
@@ -103,9 +103,4 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
     await link.close();
   }
   return { connections, roundTrips, ms: performance.now() - started };
-}
-
-function untilClosed(socket: Socket): Promise<void> {
-  if (socket.destroyed) return Promise.resolve();
-  return new Promise((resolve) => socket.once('close', () => resolve()));
 }

@@ -164,6 +164,12 @@ export function echoRoundTrips(socket: Socket, rounds: number, what: string): Pr
   });
 }
 
+/** Resolves once `socket` has closed. */
+export function untilClosed(socket: Socket): Promise<void> {
+  if (socket.destroyed) return Promise.resolve();
+  return new Promise((resolve) => socket.once('close', () => resolve()));
+}
+
 /** Rejects with a timeout error unless `work` settles within REHEARSAL_DEADLINE_MS. */
 export async function withinDeadline<T>(work: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

@@ -24,6 +24,7 @@ import {
   echoRoundTrips,
   openRehearsalLink,
   routeToRelays,
+  untilClosed,
   withinDeadline,
   type RehearsalLink,
   type RehearsalOptions,
@@ -33,7 +34,7 @@ import { silentLogger } from '../log/logger.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { SocketRelay } from '../mux/socket-relay.js';
 import { RehearsalError } from '../protocol/errors.js';
-import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
+import { DEFAULT_CONN_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import { emptyIdentifiers } from '../protocol/identifiers.js';
 import type { DialRequestPacket, Packet } from '../protocol/packet.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
@@ -76,8 +77,7 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
           ? tunnel.attachResumableAgent(info, call, { agentID: AGENT_ID, fingerprint: '', identityVerified: false }, opts.resumeWindowMs).backend
           : tunnel.attachAgent(info, call);
         call.start({ onPacket: (p) => tunnel.receive(backend, call, p), onClose: (reason) => tunnel.linkEnded(backend, call, call.endOf(reason)) });
-        agentLink = resume ? standInAgent(l, flow) : undefined;
-        if (!resume) standInAgentPlain(l, flow);
+        agentLink = standInAgent(l, flow, resume);
         for (let c = 1; c <= connections; c++) {
           const caller = l.track(connect({ path: join(dir, 'proxier.sock') }));
           await connectThrough(caller, l.targetAddress);
@@ -97,27 +97,24 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
   return { connections, roundTrips, ms: performance.now() - started };
 }
 
-/** The stand-in agent: answers each DIAL_REQ by connecting to the target and relaying it, over a resumable link. */
-function standInAgent(l: RehearsalLink, flow: { sendWindow: number; receiveWindow: number }): ResumableLink {
+/**
+ * The stand-in agent: answers each DIAL_REQ by connecting to the target and
+ * relaying it, over a resumable link when the server offers resume (returned,
+ * to be closed), else over the call itself.
+ */
+function standInAgent(l: RehearsalLink, flow: FlowWindows, resume: boolean): ResumableLink | undefined {
   const call = new ClientPacketCall(l.request);
-  let link: ResumableLink;
-  const onPacket = agentPackets(l, flow, () => link);
-  link = new ResumableLink({ onPacket, onBroken: () => call.cancel('rehearsal session broken') });
+  if (!resume) {
+    call.start({ onPacket: agentPackets(l, flow, () => call), onClose: () => {} });
+    return undefined;
+  }
+  const link: ResumableLink = new ResumableLink({ onPacket: agentPackets(l, flow, () => link), onBroken: () => call.cancel('rehearsal session broken') });
   call.start({ onPacket: (p) => link.receive(call, p), onClose: () => {} });
   link.attach(call, 0);
   return link;
 }
 
-function standInAgentPlain(l: RehearsalLink, flow: { sendWindow: number; receiveWindow: number }): void {
-  const call = new ClientPacketCall(l.request);
-  call.start({ onPacket: agentPackets(l, flow, () => call), onClose: () => {} });
-}
-
-function agentPackets(
-  l: RehearsalLink,
-  flow: { sendWindow: number; receiveWindow: number },
-  link: () => ResumableLink | ClientPacketCall,
-): (p: Packet) => void {
+function agentPackets(l: RehearsalLink, flow: FlowWindows, link: () => ResumableLink | ClientPacketCall): (p: Packet) => void {
   const relays = new Map<bigint, SocketRelay>();
   let nextConnectID = 1n;
   const dial = (p: DialRequestPacket): void => {
@@ -155,9 +152,4 @@ function connectThrough(caller: Socket, address: string): Promise<void> {
     caller.once('close', onClose);
     caller.write(`CONNECT ${address} HTTP/1.1\r\nHost: ${address}\r\n\r\n`);
   });
-}
-
-function untilClosed(socket: Socket): Promise<void> {
-  if (socket.destroyed) return Promise.resolve();
-  return new Promise((resolve) => socket.once('close', () => resolve()));
 }

@@ -12,6 +12,8 @@ import { test } from 'node:test';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { runStartupRehearsal, REHEARSAL_PASSES } from '../../pkg/grpc/rehearsal.js';
 import { TunnelServer } from '../../pkg/server/app.js';
+import { rehearseServer } from '../../pkg/server/rehearsal.js';
+import { rehearseAgent } from '../../pkg/agent/rehearsal.js';
 import { startTestAgent } from '../support/cluster.js';
 import { harness, type Harness } from '../support/harness.js';
 import { MemoryLogger, type LogRecord } from '../support/memory-logger.js';
@@ -162,3 +164,15 @@ test('runStartupRehearsal: each pass in order; a pass that throws is logged as a
     [['warn', FAILED, 'echo target refused']],
   );
 });
+
+// A broken rehearsal is only a warning at start-up, so each variant is driven here directly, where a failure throws.
+for (const resumeWindowMs of [0, 10_000]) {
+  test(`the server's and the agent's rehearsals each finish, session resume ${resumeWindowMs > 0 ? 'on' : 'off'}, and leave nothing open`, async (t) => {
+    harness(t);
+    const size = { connections: 2, roundTrips: 20 };
+    const server = await rehearseServer({ ...size, strategies: ['default'], resumeWindowMs });
+    assert.deepEqual({ connections: server.connections, roundTrips: server.roundTrips }, size);
+    const agent = await rehearseAgent({ ...size, resumeWindowMs });
+    assert.deepEqual({ connections: agent.connections, roundTrips: agent.roundTrips }, size);
+  });
+}
