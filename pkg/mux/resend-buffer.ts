@@ -26,6 +26,7 @@
 import { ResumeError } from '../protocol/errors.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { releaseSlab, retainSlab } from './buffer-pool.js';
+import { objectSlots } from './object-array.js';
 
 export interface ResendBufferOptions {
   /** DATA bytes kept before `full` holds writers. Default DEFAULT_MAX_DATA_BYTES (32 MiB). */
@@ -43,9 +44,9 @@ const SHRINK_ABOVE = 1024;
 
 export class ResendBuffer {
   /** connectID of a DATA entry; undefined for a control packet. Empty until the first packet. */
-  private ids: Array<bigint | undefined> = [];
+  private ids: Array<bigint | undefined> = objectSlots(0);
   /** The payload of a DATA entry, or the control packet. */
-  private items: Array<Buffer | KnownPacket | undefined> = [];
+  private items: Array<Buffer | KnownPacket | undefined> = objectSlots(0);
   /** Ring position of the oldest entry. */
   private head = 0;
   private count = 0;
@@ -141,8 +142,8 @@ export class ResendBuffer {
     }
     // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
     if (this.count === 0 && capacity > SHRINK_ABOVE) {
-      this.ids = new Array<bigint | undefined>(INITIAL_CAPACITY);
-      this.items = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
+      this.ids = objectSlots(INITIAL_CAPACITY);
+      this.items = objectSlots(INITIAL_CAPACITY);
       this.head = 0;
     }
   }
@@ -183,8 +184,8 @@ export class ResendBuffer {
       if (this.ids[i] !== undefined) releaseSlab(this.items[i] as Buffer);
     }
     this.base = this.next;
-    this.ids = [];
-    this.items = [];
+    this.ids = objectSlots(0);
+    this.items = objectSlots(0);
     this.head = 0;
     this.count = 0;
     this.data = 0;
@@ -207,8 +208,8 @@ export class ResendBuffer {
   /** Doubles the ring (or makes it), oldest entry first. */
   private grow(): void {
     const capacity = this.items.length;
-    const ids = new Array<bigint | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
-    const items = new Array<Buffer | KnownPacket | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
+    const ids = objectSlots<bigint>(Math.max(INITIAL_CAPACITY, capacity * 2));
+    const items = objectSlots<Buffer | KnownPacket>(Math.max(INITIAL_CAPACITY, capacity * 2));
     for (let k = 0; k < this.count; k++) {
       const i = (this.head + k) % capacity;
       ids[k] = this.ids[i];

@@ -21,6 +21,7 @@ import { ConnectionClosedError, ResumeError, type TunnelError } from '../protoco
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 import { ResendBuffer } from './resend-buffer.js';
+import { objectArray } from './object-array.js';
 
 export interface ResumableLinkOptions {
   /** Each numbered packet received, once, in order. */
@@ -65,9 +66,9 @@ export class ResumableLink implements PacketLink {
   private unackedBytes = 0;
   private ackTimer: NodeJS.Timeout | undefined;
   /** Writers held while no transport is attached (or the one they used failed). */
-  private held: WriteCallback[] = [];
+  private held: WriteCallback[] = objectArray();
   /** Writers held until acknowledgements make room in the buffer. */
-  private waitingForAck: WriteCallback[] = [];
+  private waitingForAck: WriteCallback[] = objectArray();
   /** Whoever asked that receiving pause, re-applied to each new transport. */
   private readonly pauseHolders = new Set<object>();
   private closed = false;
@@ -245,8 +246,8 @@ export class ResumableLink implements PacketLink {
     this.buffer.clear();
     this.pauseHolders.clear();
     const waiting = [...this.held, ...this.waitingForAck];
-    this.held = [];
-    this.waitingForAck = [];
+    this.held = objectArray();
+    this.waitingForAck = objectArray();
     for (const cb of waiting) cb(err);
   }
 
@@ -268,7 +269,7 @@ export class ResumableLink implements PacketLink {
 
   private releaseHeld(): void {
     const held = this.held;
-    this.held = [];
+    this.held = objectArray();
     for (const cb of held) {
       if (this.buffer.full) this.waitingForAck.push(cb);
       else cb();
@@ -286,7 +287,7 @@ export class ResumableLink implements PacketLink {
     }
     if (this.waitingForAck.length > 0 && !this.buffer.full) {
       const waiting = this.waitingForAck;
-      this.waitingForAck = [];
+      this.waitingForAck = objectArray();
       for (const cb of waiting) {
         // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a released writer may fill the buffer again
         if (this.buffer.full) this.waitingForAck.push(cb);

@@ -27,6 +27,7 @@ import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
 import type { PooledReads } from './pooled-reads.js';
+import { objectArray } from './object-array.js';
 
 /**
  * As for a PacketConn. `highWaterMark` bounds what waits in the socket's
@@ -91,7 +92,7 @@ export abstract class SocketRelay implements MuxConn {
 
   // Socket → link.
   /** Chunks read from the socket and not yet handed to the link; the first from `queueOffset`. */
-  private readonly queue: Buffer[] = [];
+  private readonly queue: Buffer[] = objectArray();
   private queueOffset = 0;
   /** Bytes read from the socket that the link has not taken yet. */
   private queued = 0;
