@@ -26,8 +26,10 @@ import { ResumableLink } from '../mux/resumable-link.js';
 import type { SocketRelay } from '../mux/socket-relay.js';
 import { RehearsalError } from '../protocol/errors.js';
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
+import { newDialID } from '../protocol/ids.js';
 import type { DialResponsePacket, Packet } from '../protocol/packet.js';
 import { AllowList } from './allow-list.js';
+import { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { ServerConnection } from './server-connection.js';
@@ -58,6 +60,11 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
           dialLimit: new DialLimit(connections),
           resumeWindowMs: opts.resumeWindowMs,
           logger: silentLogger(),
+          // As the client set gives a real link: counted (in a registry of its own, never served), a shared keepalive, callbacks.
+          metrics: new AgentMetrics(),
+          keepalive: { timeMs: 35_000 },
+          onConnectionClosed: () => {},
+          onSuspended: () => {},
         });
         agent.adopt({
           session: link.session,
@@ -81,7 +88,8 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
         const send = server ?? call;
         for (let c = 1; c <= connections; c++) {
           const rsp = new Promise<DialResponsePacket>((resolve) => (answered = resolve));
-          send.sendControl({ type: 'DIAL_REQ', protocol: 'tcp', address: link.targetAddress, random: BigInt(c) });
+          // A dial ID as the server makes them (64 random bits): small ones left the agent's varint decoder to deoptimise on the first real one.
+          send.sendControl({ type: 'DIAL_REQ', protocol: 'tcp', address: link.targetAddress, random: newDialID() });
           const { connectID, error } = await rsp;
           if (error !== '') throw new RehearsalError(`the agent's dial of the echo target failed: ${error}`);
           const [caller, accepted] = await link.callerPair();

@@ -3,9 +3,13 @@
 // link for `shutdown` or `cut-off` and learns how each one ended; here those
 // become statuses and resets, and statuses and resets become ends again.
 
+import type { ServerHttp2Stream } from 'node:http2';
+import type { GrpcPacketStreamOptions } from '../grpc/packet-stream.js';
 import { GrpcStatus } from '../grpc/status.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import type { AgentLink, AgentLinkClose, AgentLinkEnd } from '../tunnel/agent-link.js';
+import type { Backend } from '../tunnel/backend.js';
+import type { Tunnel } from '../tunnel/tunnel.js';
 
 export class AgentCall extends ServerPacketCall implements AgentLink {
   /** Why we ended the call ourselves, in the tunnel's terms. */
@@ -35,4 +39,34 @@ export class AgentCall extends ServerPacketCall implements AgentLink {
     if (this.given !== undefined) return this.given;
     return this.endStatus?.code === GrpcStatus.OK ? { kind: 'left', message: reason } : { kind: 'failed', message: reason };
   }
+}
+
+// The two functions below are where an agent's call meets the tunnel, for the
+// agent endpoint and for the server's start-up rehearsal alike: V8 compiles
+// per closure site, so a rehearsal that made its own closures (or left out
+// the write tracker) warmed code that real links never run, and the real
+// links' code was compiled during the first caller's round trips
+// (bench/README.md, "Cold start").
+
+/** An agent's call, counting the packets it sends in `tunnel`'s metrics. */
+export function openAgentCall(stream: ServerHttp2Stream, tunnel: Tunnel, opts: Omit<GrpcPacketStreamOptions, 'onPacketSent'>): AgentCall {
+  return new AgentCall(stream, {
+    maxMessageSize: opts.maxMessageSize,
+    writeTracker: opts.writeTracker,
+    controlBufferLimit: opts.controlBufferLimit,
+    onControlRefused: opts.onControlRefused,
+    onPacketSent: (type) => tunnel.metrics.packetSent(type),
+    logger: opts.logger,
+  });
+}
+
+/** Starts `link`: its packets go into `tunnel` for `backend` until it ends; then `onEnd`, and the tunnel learns how it ended. */
+export function carryAgentPackets(tunnel: Tunnel, backend: Backend, link: AgentCall, onEnd: () => void): void {
+  link.start({
+    onPacket: (p) => tunnel.receive(backend, link, p),
+    onClose: (reason) => {
+      onEnd();
+      tunnel.linkEnded(backend, link, link.endOf(reason));
+    },
+  });
 }

@@ -31,7 +31,7 @@ import type { Backend } from '../tunnel/backend.js';
 import type { ClaimResolution, SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentMetadata, type Refusal } from './admission.js';
-import { AgentCall } from './agent-call.js';
+import { AgentCall, carryAgentPackets, openAgentCall } from './agent-call.js';
 import { AgentConnection, remoteOf } from './agent-connection.js';
 import type { AgentIdentityCheck } from './agent-identity.js';
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
@@ -361,12 +361,11 @@ export class AgentEndpoint {
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     const halfClose = meta.halfClose && this.opts.halfClose;
     if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
-    const link = new AgentCall(stream, {
+    const link = openAgentCall(stream, this.tunnel, {
       maxMessageSize: this.opts.maxMessageSize,
       writeTracker: connection?.pings,
       controlBufferLimit: this.opts.controlBufferLimit,
       onControlRefused: () => this.metrics.refused('unread_control'),
-      onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
       logger: this.log.child({ agentID: meta.agentID }),
     });
     const where = { remoteAddress, roundTripMs: () => connection?.roundTripMs };
@@ -413,13 +412,9 @@ export class AgentEndpoint {
     // The agent's packets go into the tunnel until the call ends.
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
-    link.start({
-      onPacket: (p) => this.tunnel.receive(backend, link, p),
-      onClose: (reason) => {
-        connection.calls.delete(link);
-        this.admission.release(meta.identityKeys);
-        this.tunnel.linkEnded(backend, link, link.endOf(reason));
-      },
+    carryAgentPackets(this.tunnel, backend, link, () => {
+      connection.calls.delete(link);
+      this.admission.release(meta.identityKeys);
     });
   }
 

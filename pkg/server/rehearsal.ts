@@ -14,7 +14,8 @@ import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Registry } from '../metrics/prom.js';
-import { AgentCall } from '../endpoint/agent-call.js';
+import { carryAgentPackets, openAgentCall } from '../endpoint/agent-call.js';
+import { PingPolicy } from '../grpc/ping-policy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import {
@@ -71,12 +72,17 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
         const flow = { sendWindow: DEFAULT_CONN_WINDOW, receiveWindow: DEFAULT_CONN_WINDOW };
         const identifiers = { ...emptyIdentifiers(), ipv4: ['127.0.0.1'], host: ['127.0.0.1'], defaultRoute: true };
         const info = { agentID: AGENT_ID, identifiers, remoteAddress: '127.0.0.1', certSubject: '', flow, halfClose: true };
-        const call = new AgentCall(l.stream);
+        // As the agent endpoint opens and starts a real agent's call: with a ping policy tracking its writes, metrics, a logger.
+        const call = openAgentCall(l.stream, tunnel, {
+          writeTracker: new PingPolicy({ minTimeMs: 0 }),
+          onControlRefused: () => {},
+          logger: silentLogger(),
+        });
         const resume = opts.resumeWindowMs > 0;
         const backend = resume
           ? tunnel.attachResumableAgent(info, call, { agentID: AGENT_ID, fingerprint: '', identityVerified: false }, opts.resumeWindowMs).backend
           : tunnel.attachAgent(info, call);
-        call.start({ onPacket: (p) => tunnel.receive(backend, call, p), onClose: (reason) => tunnel.linkEnded(backend, call, call.endOf(reason)) });
+        carryAgentPackets(tunnel, backend, call, () => {});
         agentLink = standInAgent(l, flow, resume);
         for (let c = 1; c <= connections; c++) {
           const caller = l.track(connect({ path: join(dir, 'proxier.sock') }));
