@@ -10,7 +10,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
-import { runStartupRehearsal, REHEARSAL_PASSES } from '../../pkg/grpc/rehearsal.js';
+import { runStartupRehearsal, REHEARSAL_PASSES, SHORT_PASS_DONE } from '../../pkg/grpc/rehearsal.js';
 import { TunnelServer } from '../../pkg/server/app.js';
 import { rehearseServer } from '../../pkg/server/rehearsal.js';
 import { rehearseAgent } from '../../pkg/agent/rehearsal.js';
@@ -87,6 +87,8 @@ test('server and agent rehearse before they are ready; nothing of it shows in me
     assert.ok(done !== undefined, `${who}: no "${DONE}" line:\n${log.records.map((r) => r.message).join('\n')}`);
     assert.deepEqual({ connections: done.fields.connections, roundTrips: done.fields.roundTrips }, expected);
     assert.ok(indexOf(log.records, DONE) < indexOf(log.records, ready), `${who}: the rehearsal is logged after the ready line`);
+    const short = indexOf(log.records, SHORT_PASS_DONE);
+    assert.ok(short >= 0 && short < indexOf(log.records, DONE), `${who}: no "${SHORT_PASS_DONE}" line before the full pass`);
     assert.equal(indexOf(log.records, FAILED), -1);
   }
   // Its temp folder is gone, and the server's tunnel knows one agent and no connection.
@@ -144,21 +146,36 @@ test('a rehearsal that fails is logged with its cause and the server starts anyw
   c.socket.destroy();
 });
 
-test('runStartupRehearsal: each pass in order; a pass that throws is logged as a warning and resolves undefined', async () => {
+test('runStartupRehearsal: each pass in order, a log line between the short pass and the full one, V8 told before and after; a pass that throws is logged as a warning and resolves undefined', async () => {
   const log = new MemoryLogger();
-  const sizes: unknown[] = [];
-  const r = await runStartupRehearsal(log, (size) => {
-    sizes.push(size);
-    return Promise.resolve({ ...size, ms: 1 });
-  });
-  assert.deepEqual(sizes, REHEARSAL_PASSES);
+  const steps: unknown[] = [];
+  const tiering = { begin: () => steps.push('begin'), end: () => steps.push('end') };
+  const r = await runStartupRehearsal(
+    log,
+    (size) => {
+      steps.push(size, log.records.length);
+      return Promise.resolve({ ...size, ms: 1 });
+    },
+    tiering,
+  );
+  // The full pass starts after the short pass's line is written (the log stream's code is then part of what it optimises).
+  assert.deepEqual(steps, ['begin', REHEARSAL_PASSES[0], 0, REHEARSAL_PASSES[1], 1, 'end']);
+  assert.deepEqual(
+    log.records.map((x) => x.message),
+    [SHORT_PASS_DONE, DONE],
+  );
   assert.equal(
     r?.connections,
     REHEARSAL_PASSES.reduce((n, p) => n + p.connections, 0),
   );
   const failing = new MemoryLogger();
-  const none = await runStartupRehearsal(failing, () => Promise.reject(new Error('echo target refused')));
+  const failSteps: string[] = [];
+  const none = await runStartupRehearsal(failing, () => Promise.reject(new Error('echo target refused')), {
+    begin: () => failSteps.push('begin'),
+    end: () => failSteps.push('end'),
+  });
   assert.equal(none, undefined);
+  assert.deepEqual(failSteps, ['begin', 'end'], 'V8 gets its setting back after a failed pass too');
   assert.deepEqual(
     failing.records.map((x) => [x.level, x.message, x.fields.error]),
     [['warn', FAILED, 'echo target refused']],

@@ -40,6 +40,25 @@ test('loading v8-tiering makes V8 optimise a hot function after fewer calls; a b
   assert.ok(overridden * 2 > without, `a command-line budget was overridden: ${overridden} calls, ${without} with V8's default`);
 });
 
+test('rehearsalTiering: V8 optimises sooner between begin() and end(), at the process budget after; nothing with a budget on the command line', () => {
+  const script = `
+    const { rehearsalTiering } = await import(${JSON.stringify(pathToFileURL(MODULE).href)});
+    const calls = (f) => { let n = 0; for (; n < 100000; n++) { f(n, 1); if ((%GetOptimizationStatus(f) & 16) !== 0) break; } return n; };
+    const t = rehearsalTiering();
+    t.begin();
+    const during = calls(function f(a, b) { let s = 0; for (let i = 0; i < 4; i++) s += a * i + b; return s; });
+    t.end();
+    const after = calls(function g(a, b) { let s = 0; for (let i = 0; i < 4; i++) s += a * i + b; return s; });
+    console.log(JSON.stringify({ during, after, overridden: rehearsalTiering(['--interrupt-budget=67584']) === undefined }));`;
+  const out = JSON.parse(
+    execFileSync(process.execPath, ['--allow-natives-syntax', '--no-concurrent-recompilation', '--input-type=module', '-e', script], { encoding: 'utf8' }),
+  ) as { during: number; after: number; overridden: boolean };
+  const withModule = callsUntilOptimised(true);
+  assert.ok(out.during * 2 < out.after, `optimised after ${out.during} calls during the rehearsal, ${out.after} after it`);
+  assert.ok(Math.abs(out.after - withModule) * 4 < withModule, `after end(): ${out.after} calls, the process budget takes ${withModule}`);
+  assert.equal(out.overridden, true, 'a budget on the command line is left alone');
+});
+
 test('both CLIs import v8-tiering before any other module', () => {
   for (const cli of ['yurt-tunnel-server', 'yurt-tunnel-agent']) {
     const text = readFileSync(join(ROOT, 'cmd', cli, 'main.ts'), 'utf8');
