@@ -118,17 +118,10 @@ export class Tunnel {
 
   /**
    * As dial(), but the connection is a TunnelRelay, to be joined to a socket
-   * (relay.attach): no stream object per connection.
-   */
-  dialRelay(address: string, opts: DialOptions = {}): Promise<TunnelRelay> {
-    return new Promise((resolve, reject) => this.dialRelayThen(address, opts, resolve, reject));
-  }
-
-  /**
-   * As dialRelay(), with callbacks instead of a promise: `connected` runs
-   * while the agent's DIAL_RSP is handled, so the caller can answer its
-   * client before anything else is done. Exactly one of the two is called,
-   * perhaps before this returns. Neither may throw.
+   * (relay.attach): no stream object per connection. Callbacks instead of a
+   * promise: `connected` runs while the agent's DIAL_RSP is handled, so the
+   * caller can answer its client before anything else is done. Exactly one
+   * of the two is called, perhaps before this returns. Neither may throw.
    */
   dialRelayThen(address: string, opts: DialOptions, connected: (relay: TunnelRelay) => void, failed: (err: Error) => void): void {
     this.startDial(address, opts, true, connected as (c: TunnelConn | TunnelRelay) => void, failed);
