@@ -119,6 +119,7 @@ interface Options {
   memory: boolean;
   rttOnly: boolean;
   parallelOnly: boolean;
+  connOnly: boolean;
 }
 
 function parseArgs(argv: string[]): Options {
@@ -133,6 +134,7 @@ function parseArgs(argv: string[]): Options {
     memory: true,
     rttOnly: false,
     parallelOnly: false,
+    connOnly: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -146,6 +148,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--no-memory') opts.memory = false;
     else if (a === '--rtt-only') opts.rttOnly = true;
     else if (a === '--parallel-only') opts.parallelOnly = true;
+    else if (a === '--conn-only') opts.connOnly = true;
     else if (a === '--only') {
       const names: Record<string, PairName> = {
         ours: 'yurt-tunnel',
@@ -175,7 +178,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --parallel-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --parallel-only, --conn-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -211,6 +214,8 @@ interface Bench {
   rttOnly: boolean;
   /** The warm figures are the 4 parallel flows only. */
   parallelOnly: boolean;
+  /** The warm figures are the connection rows only (one by one, and the rates). */
+  connOnly: boolean;
 }
 
 /** A path under test: its route, and the server and agent processes whose CPU is counted. */
@@ -248,6 +253,10 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
   const window = new CpuWindow(pidsOf(b, s));
   const hasPair = s.serverPid !== undefined;
   const others: number[] = [];
+  if (b.connOnly) {
+    await measureConnections(b, s, window, others);
+    return;
+  }
   // The direct path is several times faster: more bytes for the same timing precision.
   const bulkBytes = hasPair ? sizes.bulkBytes : sizes.bulkBytes * 4;
   for (let i = 0; i < (b.parallelOnly ? 0 : sizes.bulkRuns); i++) {
@@ -286,6 +295,13 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
     return;
   }
 
+  await measureConnections(b, s, window, others);
+}
+
+/** The connection rows: new connections one by one, then the sustained rate closed by each end. */
+async function measureConnections(b: Bench, s: Subject, window: CpuWindow, others: number[]): Promise<void> {
+  const { client, figures: f, sizes } = b;
+  const hasPair = s.serverPid !== undefined;
   const c = await client.call({ op: 'connections', path: s.path, rounds: sizes.connRounds });
   f.add(s.who, 'connP50', percentile(c, 50));
   f.add(s.who, 'connP99', percentile(c, 99));
@@ -626,6 +642,7 @@ async function main(): Promise<void> {
       sizes: opts.sizes,
       rttOnly: opts.rttOnly,
       parallelOnly: opts.parallelOnly,
+      connOnly: opts.connOnly,
     };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     await warmUp(b, direct);
@@ -650,7 +667,7 @@ async function main(): Promise<void> {
         }
       }
     }
-    if (opts.memory && !opts.rttOnly && !opts.parallelOnly) {
+    if (opts.memory && !opts.rttOnly && !opts.parallelOnly && !opts.connOnly) {
       for (const name of pairs) {
         console.log(`memory: ${name}`);
         const pair = await startPair(name, ctx);

@@ -52,57 +52,82 @@ export class Dialer {
   }
 
   /** Connects to `address`; rejects with an AgentDialError whose message is fit for DIAL_RSP. */
-  async dial(address: string, cancel?: Cancel): Promise<DialedTarget> {
-    const deadline = Date.now() + this.timeoutMs;
-    const target = splitHostPort(address);
-    if (target === undefined) throw new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`);
-    let ip = target.host;
-    if (isIP(ip) === 0) {
-      try {
-        ip = (await lookup(target.host)).address;
-      } catch (err: unknown) {
-        const code = errorCode(err) ?? 'EAI_FAIL';
-        const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
-        throw new AgentDialError(code, `dial tcp: lookup ${target.host}: ${why}`, { cause: err });
-      }
-    }
-    if (!this.allowList.allows(ip, target.port)) {
-      throw new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description));
-    }
-    if (cancel?.isCancelled === true) throw new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`);
-    return this.connect(address, ip, target.port, Math.max(1, deadline - Date.now()), cancel);
+  dial(address: string, cancel?: Cancel): Promise<DialedTarget> {
+    return new Promise((resolve, reject) => this.dialThen(address, cancel, resolve, reject));
   }
 
-  private connect(address: string, ip: string, port: number, timeoutMs: number, cancel?: Cancel): Promise<DialedTarget> {
-    return new Promise((resolve, reject) => {
-      // Bulk reads land in pooled slabs (pooled-reads.ts): no new buffer per read.
-      const reads = new PooledReads();
-      // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
-      const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true, onread: reads.onread });
-      reads.bind(socket);
-      const done = (err?: AgentDialError): void => {
-        clearTimeout(timer);
-        cancel?.clear();
-        socket.off('connect', onConnect);
-        socket.off('error', onError);
-        if (err === undefined) {
-          resolve({ socket, reads });
-        } else {
-          socket.destroy();
-          reject(err);
-        }
-      };
-      const onConnect = (): void => done();
-      const onError = (err: NodeJS.ErrnoException): void => {
-        const text = (err.code !== undefined && ERRNO_TEXT[err.code]) || err.message;
-        done(new AgentDialError(err.code ?? 'YT_ERR_DIAL_FAILED', `dial tcp ${address}: ${text}`, { cause: err }));
-      };
-      const onCancel = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
-      const timer = setTimeout(() => done(new AgentDialError('YT_ERR_DIAL_TIMEOUT', timeoutMessage(address, this.timeoutMs))), timeoutMs);
-      timer.unref();
-      socket.once('connect', onConnect);
-      socket.once('error', onError);
-      cancel?.listen(onCancel);
-    });
+  /**
+   * As dial(), with callbacks: `connected` runs in the socket's 'connect'
+   * event (an IP literal needs no lookup, so no promise hop either way).
+   * Exactly one of the two is called, perhaps before this returns.
+   */
+  dialThen(address: string, cancel: Cancel | undefined, connected: (target: DialedTarget) => void, failed: (err: AgentDialError) => void): void {
+    const deadline = Date.now() + this.timeoutMs;
+    const target = splitHostPort(address);
+    if (target === undefined) return failed(new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`));
+    if (isIP(target.host) !== 0) return this.checkAndConnect(address, target.host, target.port, deadline, cancel, connected, failed);
+    lookup(target.host).then(
+      ({ address: ip }) => this.checkAndConnect(address, ip, target.port, deadline, cancel, connected, failed),
+      (err: unknown) => {
+        const code = errorCode(err) ?? 'EAI_FAIL';
+        const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
+        failed(new AgentDialError(code, `dial tcp: lookup ${target.host}: ${why}`, { cause: err }));
+      },
+    );
+  }
+
+  private checkAndConnect(
+    address: string,
+    ip: string,
+    port: number,
+    deadline: number,
+    cancel: Cancel | undefined,
+    connected: (target: DialedTarget) => void,
+    failed: (err: AgentDialError) => void,
+  ): void {
+    if (!this.allowList.allows(ip, port)) {
+      return failed(new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description)));
+    }
+    if (cancel?.isCancelled === true) return failed(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+    this.connect(address, ip, port, Math.max(1, deadline - Date.now()), cancel, connected, failed);
+  }
+
+  private connect(
+    address: string,
+    ip: string,
+    port: number,
+    timeoutMs: number,
+    cancel: Cancel | undefined,
+    resolve: (target: DialedTarget) => void,
+    reject: (err: AgentDialError) => void,
+  ): void {
+    // Bulk reads land in pooled slabs (pooled-reads.ts): no new buffer per read.
+    const reads = new PooledReads();
+    // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
+    const socket = connect({ host: ip, port, noDelay: true, allowHalfOpen: true, onread: reads.onread });
+    reads.bind(socket);
+    const done = (err?: AgentDialError): void => {
+      clearTimeout(timer);
+      cancel?.clear();
+      socket.off('connect', onConnect);
+      socket.off('error', onError);
+      if (err === undefined) {
+        resolve({ socket, reads });
+      } else {
+        socket.destroy();
+        reject(err);
+      }
+    };
+    const onConnect = (): void => done();
+    const onError = (err: NodeJS.ErrnoException): void => {
+      const text = (err.code !== undefined && ERRNO_TEXT[err.code]) || err.message;
+      done(new AgentDialError(err.code ?? 'YT_ERR_DIAL_FAILED', `dial tcp ${address}: ${text}`, { cause: err }));
+    };
+    const onCancel = (): void => done(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+    const timer = setTimeout(() => done(new AgentDialError('YT_ERR_DIAL_TIMEOUT', timeoutMessage(address, this.timeoutMs))), timeoutMs);
+    timer.unref();
+    socket.once('connect', onConnect);
+    socket.once('error', onError);
+    cancel?.listen(onCancel);
   }
 }

@@ -11,7 +11,7 @@ import { Cancel } from '../mux/cancel.js';
 import { ConnTable } from '../mux/conn-table.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import type { PooledReads } from '../mux/pooled-reads.js';
-import { errorCode, errorMessage } from '../protocol/errors.js';
+import { errorCode, type AgentDialError } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { DialRequestPacket, KnownPacket } from '../protocol/packet.js';
 import type { DialLimit } from './dial-limit.js';
@@ -131,25 +131,27 @@ export class LinkConnections {
     const cancel = new Cancel();
     this.dials.set(random, cancel);
     const started = performance.now();
-    this.opts.dialer.dial(address, cancel).then(
+    this.opts.dialer.dialThen(
+      address,
+      cancel,
       ({ socket, reads }) => {
         this.dials.delete(random);
         limit.release();
-        this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
         const terms = this.terms;
         if (cancel.isCancelled || this.closed || terms === undefined) {
           socket.destroy();
           return;
         }
         this.connected(random, address, socket, reads, terms);
+        this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
       },
-      (err: unknown) => {
+      (err: AgentDialError) => {
         this.dials.delete(random);
         limit.release();
         this.opts.metrics?.dialFailed(errorCode(err));
         // A cancelled dial needs no answer: the server has forgotten it.
         if (cancel.isCancelled || this.closed) return;
-        fail(errorMessage(err));
+        fail(err.message);
       },
     );
   }
@@ -157,6 +159,8 @@ export class LinkConnections {
   private connected(random: bigint, address: string, socket: Socket, reads: PooledReads, terms: LinkTerms): void {
     const log = this.opts.log;
     const connectID = this.nextConnectID++;
+    // DIAL_RSP goes out before any DATA of this connection, and before the bookkeeping: the server's client waits for it.
+    this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
     const conn = new EndpointConn(terms.link, connectID, address, {
       highWaterMark: this.opts.connHighWaterMark,
       sendHighWaterMark: this.opts.connSendHighWaterMark ?? CONN_SEND_HIGH_WATER_MARK,
@@ -180,8 +184,6 @@ export class LinkConnections {
       }
       this.opts.onConnectionClosed?.();
     };
-    // DIAL_RSP goes out before any DATA of this connection.
-    this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
     if (log.enabled(3)) {
       log.verbose(3, 'connection established', { dialID: random.toString(), connectID: connectID.toString(), dialAddress: address });
     }

@@ -14,6 +14,7 @@ import { ConnectionSet } from '../net/connection-set.js';
 import { stopListening } from '../net/listen.js';
 import { asError, DialError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import type { TunnelRelay } from '../tunnel/tunnel-relay.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
@@ -113,20 +114,17 @@ export class HttpConnectServer {
         return;
       }
       // Bytes the client pipelined after the head belong to the tunnel.
-      // The boundary of one client: whatever goes wrong serving it ends that client, logged with its stack.
-      this.serve(socket, result.head, buffered.subarray(result.length)).catch((err: unknown) => {
-        this.log.error('internal error serving a CONNECT client; its connection was closed', {
-          error: errorMessage(err),
-          stack: err instanceof Error ? err.stack : undefined,
-        });
-        socket.destroy();
-      });
+      try {
+        this.serve(socket, result.head, buffered.subarray(result.length));
+      } catch (err: unknown) {
+        this.internalError(socket, err);
+      }
     };
     socket.on('data', onData);
     socket.on('end', onEnd);
   }
 
-  private async serve(socket: Socket, head: RequestHead, early: Buffer): Promise<void> {
+  private serve(socket: Socket, head: RequestHead, early: Buffer): void {
     if (head.method !== 'CONNECT') {
       this.limited.warn('not a CONNECT request', { method: head.method });
       answerAndClose(socket, errorResponse(405, `this proxy only supports CONNECT, not ${head.method}`, { Allow: 'CONNECT' }));
@@ -165,43 +163,61 @@ export class HttpConnectServer {
       socket.pause();
     };
 
-    let conn;
-    try {
-      conn = await this.tunnel.dialRelay(target, { proxyHost, cancel });
-    } catch (err: unknown) {
+    const failed = (err: Error): void => {
+      try {
+        this.answerFailedDial(socket, err, target, proxyHost, stopWatching, cancel);
+      } catch (thrown: unknown) {
+        this.internalError(socket, thrown);
+      }
+    };
+    // Runs while the tunnel handles the agent's DIAL_RSP: the 200 goes out before anything else is done.
+    const connected = (conn: TunnelRelay): void => {
       stopWatching();
       if (socket.destroyed || cancel.isCancelled) {
+        conn.destroy();
         socket.destroy();
         return;
       }
-      const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
-      const reason = dialFailureReason(err, removePortFromHost(proxyHost ?? target), this.opts.nodeNameOf);
-      this.limited.warn('CONNECT failed', {
-        dialAddress: target,
-        proxyHost,
-        status,
-        reason: err instanceof DialError ? err.code : 'unknown',
-        error: reason,
-      });
-      answerAndClose(socket, errorResponse(status, reason, {}, { reasonInStatusLine: true }));
-      return;
-    }
+      try {
+        socket.write(CONNECTION_ESTABLISHED);
+        // What the client sent during the dial goes first; a client that
+        // half-closed during the dial (its EOF read already) ends its direction.
+        conn.attach(socket, pendingChunks);
+      } catch (err: unknown) {
+        // Not left in the agent's table, holding its target open; and never thrown into the tunnel's packet handling.
+        conn.destroy(asError(err));
+        this.internalError(socket, err);
+      }
+    };
+    this.tunnel.dialRelayThen(target, { proxyHost, cancel }, connected, failed);
+  }
+
+  /** The dial failed: the client gets a status naming the cause (unless it left meanwhile). */
+  private answerFailedDial(socket: Socket, err: Error, target: string, proxyHost: string | undefined, stopWatching: () => void, cancel: Cancel): void {
     stopWatching();
     if (socket.destroyed || cancel.isCancelled) {
-      conn.destroy();
       socket.destroy();
       return;
     }
-    try {
-      socket.write(CONNECTION_ESTABLISHED);
-      // What the client sent during the dial goes first; a client that
-      // half-closed during the dial (its EOF read already) ends its direction.
-      conn.attach(socket, pendingChunks);
-    } catch (err: unknown) {
-      // Not left in the agent's table, holding its target open.
-      conn.destroy(asError(err));
-      throw err;
-    }
+    const status = err instanceof DialError ? statusForDialFailure(err.code) : 502;
+    const reason = dialFailureReason(err, removePortFromHost(proxyHost ?? target), this.opts.nodeNameOf);
+    this.limited.warn('CONNECT failed', {
+      dialAddress: target,
+      proxyHost,
+      status,
+      reason: err instanceof DialError ? err.code : 'unknown',
+      error: reason,
+    });
+    answerAndClose(socket, errorResponse(status, reason, {}, { reasonInStatusLine: true }));
+  }
+
+  /** The boundary of one client: whatever goes wrong serving it ends that client, logged with its stack. */
+  private internalError(socket: Socket, err: unknown): void {
+    this.log.error('internal error serving a CONNECT client; its connection was closed', {
+      error: errorMessage(err),
+      stack: err instanceof Error ? err.stack : undefined,
+    });
+    socket.destroy();
   }
 
   /** Takes no new clients; open connections go on. */

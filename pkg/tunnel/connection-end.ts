@@ -20,21 +20,21 @@ export interface EndedConnection {
 
 /** `err` is the failure that ended the connection, null for a clean end. */
 export function recordConnectionEnd(conn: EndedConnection, err: Error | null, metrics: TunnelMetrics, log: Logger): void {
+  const ended = err === null ? 'closed' : (errorCode(err) ?? 'error');
+  metrics.connectionClosed(/^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
+  // Built only for a log line: most connections end with none.
+  if (!log.enabled(2)) return;
   const where = { agentID: conn.agentID, dialAddress: conn.address, connectID: conn.connectID.toString() };
   if (err instanceof ConnectionStalledError) {
     log.verbose(2, 'closed a stalled connection', { ...where, reason: err.code, error: err.message });
   }
-  const ended = err === null ? 'closed' : (errorCode(err) ?? 'error');
-  metrics.connectionClosed(/^[A-Za-z_]+$/.test(ended) ? ended : 'error', conn.bytesSent, conn.bytesReceived);
-  if (log.enabled(2)) {
-    log.verbose(2, 'connection ended', {
-      ...where,
-      bytesToAgent: conn.bytesSent,
-      bytesFromAgent: conn.bytesReceived,
-      durationMs: Date.now() - conn.openedAt,
-      resumes: conn.resumes,
-      ended,
-      ...(err !== null ? { error: err.message } : {}),
-    });
-  }
+  log.verbose(2, 'connection ended', {
+    ...where,
+    bytesToAgent: conn.bytesSent,
+    bytesFromAgent: conn.bytesReceived,
+    durationMs: Date.now() - conn.openedAt,
+    resumes: conn.resumes,
+    ended,
+    ...(err !== null ? { error: err.message } : {}),
+  });
 }

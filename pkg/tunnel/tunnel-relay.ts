@@ -1,5 +1,5 @@
 // The server's side of a tunnelled connection joined straight to its
-// caller's socket (a SocketRelay): what `tunnel.dialRelay()` resolves to, for
+// caller's socket (a SocketRelay): what `tunnel.dialRelayThen()` hands over, for
 // frontends that only join a socket to the connection (HTTP CONNECT). Its
 // close handshake is TunnelConn's: CLOSE_REQ, then the agent's CLOSE_RSP.
 

@@ -113,19 +113,22 @@ export class Tunnel {
    * rejects with a DialError whose `code` says why not.
    */
   dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
-    return this.startDial(address, opts, false) as Promise<TunnelConn>;
+    return new Promise((resolve, reject) => this.startDial(address, opts, false, resolve as (c: TunnelConn | TunnelRelay) => void, reject));
   }
 
   /**
    * As dial(), but the connection is a TunnelRelay, to be joined to a socket
-   * (relay.attach): no stream object per connection.
+   * (relay.attach): no stream object per connection. Callbacks instead of a
+   * promise: `connected` runs while the agent's DIAL_RSP is handled, so the
+   * caller can answer its client before anything else is done. Exactly one
+   * of the two is called, perhaps before this returns. Neither may throw.
    */
-  dialRelay(address: string, opts: DialOptions = {}): Promise<TunnelRelay> {
-    return this.startDial(address, opts, true) as Promise<TunnelRelay>;
+  dialRelayThen(address: string, opts: DialOptions, connected: (relay: TunnelRelay) => void, failed: (err: Error) => void): void {
+    this.startDial(address, opts, true, connected as (c: TunnelConn | TunnelRelay) => void, failed);
   }
 
-  private startDial(address: string, opts: DialOptions, relay: boolean): Promise<TunnelConn | TunnelRelay> {
-    const fail = (code: DialFailureReason, message: string): Promise<never> => Promise.reject(this.dialFailure(code, message, 2, { dialAddress: address }));
+  private startDial(address: string, opts: DialOptions, relay: boolean, resolve: (conn: TunnelConn | TunnelRelay) => void, reject: (err: Error) => void): void {
+    const fail = (code: DialFailureReason, message: string): void => reject(this.dialFailure(code, message, 2, { dialAddress: address }));
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
@@ -155,30 +158,28 @@ export class Tunnel {
     while (this.pending.has(random)) random = this.newDialID();
     const timeoutMs = opts.timeoutMs ?? this.dialTimeoutMs;
 
-    return new Promise<TunnelConn | TunnelRelay>((resolve, reject) => {
-      const dial: PendingDial = { random, backend, address, startedAt: performance.now(), relay, resolve, reject };
-      dial.timer = setTimeout(() => {
-        this.failDial(random, 'YT_ERR_DIAL_TIMEOUT', `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`, true);
-      }, timeoutMs);
-      dial.timer.unref();
-      if (opts.signal !== undefined) {
-        dial.abortListener = addAbortListener(opts.signal, () => {
-          this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
-        });
-      }
-      if (opts.cancel !== undefined) {
-        dial.cancel = opts.cancel;
-        opts.cancel.listen(() => this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true));
-      }
-      this.pending.add(dial);
-      if (this.log.enabled(3)) {
-        this.log.verbose(3, 'dialing', { agentID: backend.agentID, dialAddress: address, dialID: random.toString() });
-      }
-      const sent = backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address, random });
-      if (!sent) {
-        this.failDial(random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${address} could be sent`, false);
-      }
-    });
+    const dial: PendingDial = { random, backend, address, startedAt: performance.now(), relay, resolve, reject };
+    dial.timer = setTimeout(() => {
+      this.failDial(random, 'YT_ERR_DIAL_TIMEOUT', `agent ${backend.agentID} did not answer the dial to ${address} within ${timeoutMs} ms`, true);
+    }, timeoutMs);
+    dial.timer.unref();
+    if (opts.signal !== undefined) {
+      dial.abortListener = addAbortListener(opts.signal, () => {
+        this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
+      });
+    }
+    if (opts.cancel !== undefined) {
+      dial.cancel = opts.cancel;
+      opts.cancel.listen(() => this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true));
+    }
+    this.pending.add(dial);
+    if (this.log.enabled(3)) {
+      this.log.verbose(3, 'dialing', { agentID: backend.agentID, dialAddress: address, dialID: random.toString() });
+    }
+    const sent = backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address, random });
+    if (!sent) {
+      this.failDial(random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${address} could be sent`, false);
+    }
   }
 
   /** Fails a pending dial, if it is still pending; optionally tells the agent with DIAL_CLS. */
@@ -522,6 +523,8 @@ export class Tunnel {
       conn = duplex;
     }
     backend.conns.add(conn);
+    // The caller answers its client first; the bookkeeping can wait that long.
+    dial.resolve(conn);
     this.metrics.dialSucceeded((performance.now() - dial.startedAt) / 1000);
     if (this.log.enabled(3)) {
       this.log.verbose(3, 'connection established', {
@@ -531,7 +534,6 @@ export class Tunnel {
         connectID: connectID.toString(),
       });
     }
-    dial.resolve(conn);
   }
 
   /** A connection is over: out of the table, counted and logged. */
