@@ -23,11 +23,20 @@
 // drain would fill the room the others left, every time (four bulk flows: one
 // got 53 % of the link). So the buffer is shared in turns (from one release of
 // the waiting senders to the next): in each turn a connection goes on at once
-// up to its share, the limit divided among the connections that sent in this
-// turn or the last, less what it overran its share by in the last turn; past
-// it, it waits with the others for the next turn. Within its share it goes on
-// even past the limit (up to the limit and one more share), so that whoever
-// is read last still gets its share: the buffer holds at most that much.
+// until it has sent its share, the limit divided among the connections that
+// sent in this turn or the last, less what it overran its share by in the
+// last turn; then it waits with the others for the next turn. Within its
+// share it goes on even past the limit (up to the limit and one more share),
+// so that whoever is read last still gets its share: the buffer holds at most
+// that much. The shares of a turn fill the limit, not more, and a turn ends
+// only when waiters are released (a 'drain' with nobody waiting is no turn).
+// Both matter on the agent: a relay released at a turn's end hands the link
+// the read it holds and resumes its socket, whose next reads come on the next
+// poll in the order the relays were released. When the shares (each one
+// piece over) overfilled the buffer, and a drain with nobody waiting reset
+// the counts so overruns were never paid back, the relay read last got one
+// piece in before the buffer was full, was released last again, and stayed
+// last: one of four bulk flows had 65–80 % of its share for the whole transfer.
 
 import type { Http2Stream } from 'node:http2';
 import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
@@ -246,8 +255,8 @@ export abstract class GrpcPacketStream implements PacketLink {
     const share = this.share();
     const limit = this.sendBufferLimit;
     // Alone on the link (the share is the whole limit), only the limit applies, as it always did.
-    const overShare = share < limit && sent + (this.overran.get(connectID) ?? 0) > share;
-    if (overShare || stream.writableLength > (share < limit ? limit + share : limit)) {
+    const shareUsed = share < limit && sent + (this.overran.get(connectID) ?? 0) >= share;
+    if (shareUsed || stream.writableLength > (share < limit ? limit + share : limit)) {
       // 'drain' releases it, or the end of the turn if the buffer is below its limit then.
       this.drainWaiters.push(cb);
       this.scheduleTurnEnd();
@@ -330,8 +339,9 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.handlers?.onClose(reason);
   }
 
+  /** Ends the turn and releases the waiting senders, unless nobody waits or the buffer is over its limit ('drain' will come). */
   private flushDrainWaiters(err?: Error): void {
-    if (!err && this.stream.writableLength > this.sendBufferLimit) return;
+    if (!err && (this.drainWaiters.length === 0 || this.stream.writableLength > this.sendBufferLimit)) return;
     this.endTurn();
     const waiters = this.drainWaiters;
     this.drainWaiters = objectArray();
