@@ -1,4 +1,4 @@
-// npm run bench:cold-start -- [--rounds N] [--log PREFIX] 'label|node args|server+agent flags[|warm round trips]' ...
+// npm run bench:cold-start -- [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
 //
 // The cold figures of fresh pairs, configurations alternated round by round
 // (e.g. 'off||--startup-rehearsal=false' 'on||'): for each pair, the time to
@@ -15,6 +15,8 @@
 // start), at the end of the log. A fourth field warms the pair before it is
 // measured ('warm|||20000': 20 connections, then 20,000 round trips): the
 // floor at the machine's load of the moment, to hold the cold figures against.
+// --warm-client warms the client on a throwaway pair first (its path through a
+// pair, CONNECT over a Unix socket, is not the direct one it is warmed on).
 
 import { appendFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -39,7 +41,7 @@ interface Config {
 const words = (s: string | undefined): string[] => (s ?? '').split(' ').filter((x) => x !== '');
 const mb = (pid: number): string => (rssBytes(pid) / 1e6).toFixed(1);
 
-async function one(c: Config, log: string | undefined): Promise<void> {
+async function one(c: Config, log: string | undefined, warmClient: boolean): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'yurt-cold-start-'));
   const children: ChildProcess[] = [];
   let client: ClientProcess | undefined;
@@ -69,6 +71,17 @@ async function one(c: Config, log: string | undefined): Promise<void> {
     await client.call({ op: 'bulk', path: direct, bytes: 64 * MiB });
     await client.call({ op: 'rtt', path: direct, rounds: 2000 });
     await client.call({ op: 'connections', path: direct, rounds: 200 });
+    if (warmClient) {
+      // The client's own path through a pair (CONNECT over a Unix socket) is not the direct one: warm it on a throwaway pair.
+      const off = ['--startup-rehearsal=false'];
+      const w = await startPair('yurt-tunnel', { ...ctx, onOutput: undefined, serverArgs: off, agentArgs: off });
+      try {
+        await client.call({ op: 'connections', path: w.path, rounds: 20 });
+        await client.call({ op: 'rtt', path: w.path, rounds: 2000 });
+      } finally {
+        await w.stop();
+      }
+    }
     const started = performance.now();
     pair = await startPair('yurt-tunnel', ctx);
     const p = pair;
@@ -120,11 +133,13 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   let rounds = 3;
   let log: string | undefined;
+  let warmClient = false;
   const configs: Config[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     if (a === '--rounds') rounds = Number(args[++i]);
     else if (a === '--log') log = args[++i];
+    else if (a === '--warm-client') warmClient = true;
     else {
       const [label, nodeArgs, flags, warm] = a.split('|');
       configs.push({ label: label!, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) });
@@ -132,7 +147,7 @@ async function main(): Promise<void> {
   }
   if (configs.length === 0)
     configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'], warm: 0 }, { label: 'on', nodeArgs: [], flags: [], warm: 0 });
-  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log);
+  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log, warmClient);
 }
 
 runBench('cold-start', main);
