@@ -1,4 +1,4 @@
-// npm run bench:cold-start -- [--rounds N] [--log PREFIX] 'label|node args|server+agent flags' ...
+// npm run bench:cold-start -- [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
 //
 // The cold figures of fresh pairs, configurations alternated round by round
 // (e.g. 'off||--startup-rehearsal=false' 'on||'): for each pair, the time to
@@ -10,7 +10,13 @@
 // what server and agent print goes to PREFIX.<label>.{server,agent}, each line
 // stamped with ms since the pair started, and `@@ <ms> first-conn|rtt-start|
 // rtt-end` marks the windows: run with node args '--trace-opt --trace-deopt
-// --trace-gc' to see what V8 compiled, threw away and collected in each.
+// --trace-gc' to see what V8 compiled, threw away and collected in each. Each
+// round trip over 1 ms is marked too (`@@ <ms> slow #<i> <µs>`, its estimated
+// start), at the end of the log. A fourth field warms the pair before it is
+// measured ('warm|||20000': 20 connections, then 20,000 round trips): the
+// floor at the machine's load of the moment, to hold the cold figures against.
+// --warm-client warms the client on a throwaway pair first (its path through a
+// pair, CONNECT over a Unix socket, is not the direct one it is warmed on).
 
 import { appendFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,12 +34,14 @@ interface Config {
   label: string;
   nodeArgs: string[];
   flags: string[];
+  /** Round trips (and 20 connections) driven through the pair before it is measured: a warm pair to compare with. */
+  warm: number;
 }
 
 const words = (s: string | undefined): string[] => (s ?? '').split(' ').filter((x) => x !== '');
 const mb = (pid: number): string => (rssBytes(pid) / 1e6).toFixed(1);
 
-async function one(c: Config, log: string | undefined): Promise<void> {
+async function one(c: Config, log: string | undefined, warmClient: boolean): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'yurt-cold-start-'));
   const children: ChildProcess[] = [];
   let client: ClientProcess | undefined;
@@ -63,6 +71,17 @@ async function one(c: Config, log: string | undefined): Promise<void> {
     await client.call({ op: 'bulk', path: direct, bytes: 64 * MiB });
     await client.call({ op: 'rtt', path: direct, rounds: 2000 });
     await client.call({ op: 'connections', path: direct, rounds: 200 });
+    if (warmClient) {
+      // The client's own path through a pair (CONNECT over a Unix socket) is not the direct one: warm it on a throwaway pair.
+      const off = ['--startup-rehearsal=false'];
+      const w = await startPair('yurt-tunnel', { ...ctx, onOutput: undefined, serverArgs: off, agentArgs: off });
+      try {
+        await client.call({ op: 'connections', path: w.path, rounds: 20 });
+        await client.call({ op: 'rtt', path: w.path, rounds: 2000 });
+      } finally {
+        await w.stop();
+      }
+    }
     const started = performance.now();
     pair = await startPair('yurt-tunnel', ctx);
     const p = pair;
@@ -71,12 +90,29 @@ async function one(c: Config, log: string | undefined): Promise<void> {
     const atReady = cpu();
     const rssAtReady = `${mb(p.serverPid)}/${mb(p.agentPid)}`;
     const load = loadAverage();
+    if (c.warm > 0) {
+      await client.call({ op: 'connections', path: p.path, rounds: 20 });
+      await client.call({ op: 'rtt', path: p.path, rounds: c.warm });
+    }
     mark('first-conn');
     const [first] = await client.call({ op: 'connections', path: p.path, rounds: 1 });
     mark('rtt-start');
+    const rttStart = performance.now() - t0;
     const afterFirst = cpu();
     const r = await client.call({ op: 'rtt', path: p.path, rounds: 2000 });
     mark('rtt-end');
+    if (log !== undefined) {
+      // Where each round trip over 1 ms fell, on the log's clock: the client sends the next byte as soon as one
+      // is back, so the sum of the round trips before it is close to its start (a little early).
+      let at = rttStart;
+      const lines = r.map((x, i) => {
+        const line = x > 1000 ? `@@ ${at.toFixed(1)} slow #${i} ${x.toFixed(0)} µs\n` : '';
+        at += x / 1000;
+        return line;
+      });
+      lines.push(`@@ ${at.toFixed(1)} rtt-sum-end\n`);
+      for (const who of ['server', 'agent']) appendFileSync(`${log}.${c.label}.${who}`, lines.join(''));
+    }
     const afterRtt = cpu();
     const slow = [0, 0, 0, 0];
     r.forEach((x, i) => {
@@ -97,18 +133,21 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   let rounds = 3;
   let log: string | undefined;
+  let warmClient = false;
   const configs: Config[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
     if (a === '--rounds') rounds = Number(args[++i]);
     else if (a === '--log') log = args[++i];
+    else if (a === '--warm-client') warmClient = true;
     else {
-      const [label, nodeArgs, flags] = a.split('|');
-      configs.push({ label: label!, nodeArgs: words(nodeArgs), flags: words(flags) });
+      const [label, nodeArgs, flags, warm] = a.split('|');
+      configs.push({ label: label!, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) });
     }
   }
-  if (configs.length === 0) configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'] }, { label: 'on', nodeArgs: [], flags: [] });
-  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log);
+  if (configs.length === 0)
+    configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'], warm: 0 }, { label: 'on', nodeArgs: [], flags: [], warm: 0 });
+  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log, warmClient);
 }
 
 runBench('cold-start', main);

@@ -127,6 +127,13 @@ async function startGoAgent(children: ChildProcess[], ctx: PairContext, serverPo
  * offered, and it must be what was asked for: a pair that measured the wrong
  * thing would go unnoticed in the table.
  */
+const logLines = (text: string): string =>
+  text
+    .split('\n')
+    .filter((l) => /^[IWEF]\d{4} /.test(l))
+    .map((l) => `${l}\n`)
+    .join('');
+
 async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
   const off = resume ? [] : ['--resume-window', '0'];
   let agentText = '';
@@ -142,7 +149,8 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     agentEnv: ctx.env,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
-      if (who === 'agent' && agentText.length < 100_000) agentText += text;
+      // Only the agent's own log lines: V8 traces (node args) would fill the cap first.
+      if (who === 'agent' && agentText.length < 100_000) agentText += logLines(text);
       ctx.onOutput?.(who, text);
     },
   });

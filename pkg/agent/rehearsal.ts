@@ -11,7 +11,8 @@
 import {
   REHEARSAL_CONNECTIONS,
   REHEARSAL_ROUND_TRIPS,
-  StandInRelay,
+  StandInServerRelay,
+  endConnection,
   echoRoundTrips,
   openRehearsalLink,
   routeToRelays,
@@ -61,7 +62,7 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
           resumeWindowMs: opts.resumeWindowMs,
           logger: silentLogger(),
           // As the client set gives a real link: counted (in a registry of its own, never served), a shared keepalive, callbacks.
-          metrics: new AgentMetrics(),
+          metrics: new AgentMetrics(opts.metricsRegistry),
           keepalive: { timeMs: 35_000 },
           onConnectionClosed: () => {},
           onSuspended: () => {},
@@ -93,12 +94,12 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
           const { connectID, error } = await rsp;
           if (error !== '') throw new RehearsalError(`the agent's dial of the echo target failed: ${error}`);
           const [caller, accepted] = await link.callerPair();
-          const relay = new StandInRelay(send, connectID, { flow, halfClose: true });
+          const relay = new StandInServerRelay(send, connectID, { flow, halfClose: true });
           relays.set(connectID, relay);
           const closed = new Promise<void>((resolve) => (relay.onClose = () => resolve()));
           relay.attach(accepted);
           await echoRoundTrips(caller, roundTrips, `rehearsal connection ${connectID}`);
-          caller.end();
+          endConnection(caller, c % 2 === 1);
           await closed;
           relays.delete(connectID);
           await untilClosed(caller);

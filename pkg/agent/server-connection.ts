@@ -107,6 +107,12 @@ export class ServerConnection {
   readonly address: string;
   identity: ServerIdentity | undefined;
   private readonly opts: ServerConnectionOptions;
+  /**
+   * Read per packet, so a field of our own: the client set's options and the
+   * rehearsal's are objects of different shapes, and reading through them
+   * threw the rehearsal's optimised onPacket away at the first real packet.
+   */
+  private readonly metrics: AgentMetrics | undefined;
   private readonly log: Logger;
   private readonly verifyName: string;
   private readonly keepalive: KeepalivePolicy;
@@ -125,6 +131,7 @@ export class ServerConnection {
 
   constructor(opts: ServerConnectionOptions) {
     this.opts = opts;
+    this.metrics = opts.metrics;
     this.address = opts.address;
     this.log = (opts.logger ?? silentLogger()).child({ server: opts.address });
     this.conns = new LinkConnections(
@@ -219,7 +226,7 @@ export class ServerConnection {
     r.suspendedAt = undefined;
     const before = { packets: r.link.resentPackets, bytes: r.link.resentBytes };
     this.takeCall(dialed, serverReceived);
-    this.opts.metrics?.sessionResumed(r.link.resentBytes - before.bytes);
+    this.metrics?.sessionResumed(r.link.resentBytes - before.bytes);
     this.log.info('link to tunnel server resumed', {
       serverID: this.identity?.serverID,
       suspendedForMs: pausedMs,
@@ -234,7 +241,7 @@ export class ServerConnection {
     this.session = session;
     this.socket = dialed.socket;
     this.identity = identity;
-    const metrics = this.opts.metrics;
+    const metrics = this.metrics;
     const call = new ClientPacketCall(stream, {
       logger: this.log,
       ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
@@ -304,7 +311,7 @@ export class ServerConnection {
     r.suspendedAt = Date.now();
     r.timer = setTimeout(() => this.expire('window'), r.windowMs);
     r.timer.unref();
-    this.opts.metrics?.linkSuspended();
+    this.metrics?.linkSuspended();
     this.log.info('link to tunnel server dropped; keeping its connections for the resume window', {
       serverID: this.identity?.serverID,
       reason,
@@ -323,7 +330,7 @@ export class ServerConnection {
       why === 'window'
         ? `the link to tunnel server ${this.identity?.serverID ?? this.address} did not come back within the ${r.windowMs} ms resume window`
         : `tunnel server ${this.identity?.serverID ?? this.address} no longer holds this agent's session`;
-    this.opts.metrics?.sessionExpired(why);
+    this.metrics?.sessionExpired(why);
     this.log.warn('session with the tunnel server expired; closing its connections', {
       serverID: this.identity?.serverID,
       reason: why,
@@ -333,7 +340,7 @@ export class ServerConnection {
   }
 
   private onBroken(err: ResumeError): void {
-    this.opts.metrics?.sessionExpired(err.code);
+    this.metrics?.sessionExpired(err.code);
     this.close(`the session with the tunnel server broke: ${err.message}`);
   }
 
@@ -391,7 +398,7 @@ export class ServerConnection {
 
   private onPacket(p: Packet): void {
     if (this.closed) return;
-    this.opts.metrics?.packetReceived(p.type);
+    this.metrics?.packetReceived(p.type);
     if (this.log.enabled(4)) this.log.verbose(4, 'packet from server', describePacket(p));
     const type = p.type;
     switch (type) {

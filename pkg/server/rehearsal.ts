@@ -23,6 +23,7 @@ import {
   REHEARSAL_ROUND_TRIPS,
   StandInRelay,
   echoRoundTrips,
+  endConnection,
   openRehearsalLink,
   routeToRelays,
   untilClosed,
@@ -54,7 +55,7 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
   const connections = opts.connections ?? REHEARSAL_CONNECTIONS;
   const roundTrips = opts.roundTrips ?? REHEARSAL_ROUND_TRIPS;
   const dir = await mkdtemp(join(tmpdir(), 'yurt-tunnel-rehearsal-'));
-  const tunnel = new Tunnel({ strategies: opts.strategies, logger: silentLogger(), metricsRegistry: new Registry() });
+  const tunnel = new Tunnel({ strategies: opts.strategies, logger: silentLogger(), metricsRegistry: opts.metricsRegistry ?? new Registry() });
   const proxier = new HttpConnectServer(tunnel, {
     path: join(dir, 'proxier.sock'),
     name: 'rehearsal',
@@ -88,7 +89,7 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
           const caller = l.track(connect({ path: join(dir, 'proxier.sock') }));
           await connectThrough(caller, l.targetAddress);
           await echoRoundTrips(caller, roundTrips, `rehearsal connection ${c}`);
-          caller.end();
+          endConnection(caller, c % 2 === 1);
           await untilClosed(caller);
         }
       })(),

@@ -14,6 +14,7 @@ import { runStartupRehearsal, REHEARSAL_PASSES, SHORT_PASS_DONE } from '../../pk
 import { TunnelServer } from '../../pkg/server/app.js';
 import { rehearseServer } from '../../pkg/server/rehearsal.js';
 import { rehearseAgent } from '../../pkg/agent/rehearsal.js';
+import { Registry } from '../../pkg/metrics/prom.js';
 import { startTestAgent } from '../support/cluster.js';
 import { harness, type Harness } from '../support/harness.js';
 import { MemoryLogger, type LogRecord } from '../support/memory-logger.js';
@@ -193,3 +194,29 @@ for (const resumeWindowMs of [0, 10_000]) {
     assert.deepEqual({ connections: agent.connections, roundTrips: agent.roundTrips }, size);
   });
 }
+
+/** The packet types counted in `segment` (Konnectivity's `*_stream_packets_total`), from a registry's text. */
+async function packetTypes(registry: InstanceType<typeof Registry>, segment: string): Promise<string[]> {
+  const text = await registry.metrics();
+  const types = new Set<string>();
+  for (const m of text.matchAll(/_stream_packets_total\{packet_type="([A-Z_]+)",segment="([a-z_]+)"\} ([0-9]+)/g)) {
+    const [, type, seg, count] = m;
+    if (type !== undefined && seg === segment && Number(count) > 0) types.add(type);
+  }
+  return [...types].sort();
+}
+
+// The first real connection used to throw away the packet handlers' optimised code ('wrong map' in the
+// server's handlePacket, 'insufficient type feedback' in the agent's onPacket): the rehearsal ended every
+// connection from the caller's side, so the agent never sent CLOSE_WRITE nor got CLOSE_REQ, of object shapes
+// (type, connectID) of their own, and a target that closes first (as most do) sent them at once.
+test("each rehearsal ends connections from both sides, so its half receives every close packet a real connection's end brings", async (t) => {
+  harness(t);
+  const size = { connections: 2, roundTrips: 5 };
+  const serverRegistry = new Registry();
+  await rehearseServer({ ...size, strategies: ['default'], resumeWindowMs: 10_000, metricsRegistry: serverRegistry });
+  assert.deepEqual(await packetTypes(serverRegistry, 'from_agent'), ['CLOSE_RSP', 'CLOSE_WRITE', 'DATA', 'DIAL_RSP']);
+  const agentRegistry = new Registry();
+  await rehearseAgent({ ...size, resumeWindowMs: 10_000, metricsRegistry: agentRegistry });
+  assert.deepEqual(await packetTypes(agentRegistry, 'to_agent'), ['CLOSE_REQ', 'CLOSE_WRITE', 'DATA', 'DIAL_REQ']);
+});
