@@ -4,24 +4,15 @@
 // settled changes. Checked in a child process with V8's own predicates.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { pathToFileURL } from 'node:url';
-
-/** The repository root: this file runs as dist/test/unit/first-packet-maps.test.js. */
-const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
-const url = (path: string): string => JSON.stringify(pathToFileURL(join(ROOT, path)).href);
+import { distUrl as url, runWithNatives } from '../support/v8-natives.js';
 
 /** Runs `body` with V8's natives and returns what it printed, as JSON. */
 function natives(body: string): Record<string, boolean> {
   const script = `
     const optimized = (f) => (%GetOptimizationStatus(f) & 16) !== 0;
     ${body}`;
-  return JSON.parse(execFileSync(process.execPath, ['--allow-natives-syntax', '--input-type=module', '-e', script], { encoding: 'utf8' })) as Record<
-    string,
-    boolean
-  >;
+  return runWithNatives<Record<string, boolean>>(script);
 }
 
 // Node's tick queue stores into a Uint8Array (setHasTickScheduled, inlined into process.nextTick, its stream

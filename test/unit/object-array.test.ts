@@ -5,14 +5,8 @@
 // and on what a fresh ResendBuffer holds.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { pathToFileURL } from 'node:url';
-
-/** The repository root: this file runs as dist/test/unit/object-array.test.js. */
-const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
-const url = (path: string): string => JSON.stringify(pathToFileURL(join(ROOT, path)).href);
+import { distUrl as url, runWithNatives } from '../support/v8-natives.js';
 
 /** Runs `body` with V8's natives and returns what it printed, as JSON. */
 function natives(body: string): Record<string, boolean> {
@@ -21,10 +15,7 @@ function natives(body: string): Record<string, boolean> {
     const { ResendBuffer } = await import(${url('dist/pkg/mux/resend-buffer.js')});
     const kind = (a) => ({ objects: %HasObjectElements(a), holey: %HasHoleyElements(a) });
     ${body}`;
-  return JSON.parse(execFileSync(process.execPath, ['--allow-natives-syntax', '--input-type=module', '-e', script], { encoding: 'utf8' })) as Record<
-    string,
-    boolean
-  >;
+  return runWithNatives<Record<string, boolean>>(script);
 }
 
 test('objectArray and objectSlots make arrays of the object kind, empty or not; [] would not be', () => {

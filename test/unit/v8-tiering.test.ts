@@ -6,28 +6,24 @@
 // both CLIs load it before anything else.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
-import { pathToFileURL } from 'node:url';
+import { distUrl, runWithNatives } from '../support/v8-natives.js';
 
 /** The repository root: this file runs as dist/test/unit/v8-tiering.test.js. */
 const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
-const MODULE = join(ROOT, 'dist/cmd/common/v8-tiering.js');
+const MODULE = distUrl('dist/cmd/common/v8-tiering.js');
 
 /** Calls a small function until V8 has optimised it; returns the number of calls. */
 function callsUntilOptimised(loadModule: boolean, nodeArgs: string[] = []): number {
   const script = `
-    ${loadModule ? `await import(${JSON.stringify(pathToFileURL(MODULE).href)});` : ''}
+    ${loadModule ? `await import(${MODULE});` : ''}
     function f(a, b) { let s = 0; for (let i = 0; i < 4; i++) s += a * i + b; return s; }
     let n = 0;
     for (; n < 100000; n++) { f(n, 1); if ((%GetOptimizationStatus(f) & 16) !== 0) break; }
     console.log(n);`;
-  const out = execFileSync(process.execPath, ['--allow-natives-syntax', '--no-concurrent-recompilation', ...nodeArgs, '--input-type=module', '-e', script], {
-    encoding: 'utf8',
-  });
-  return Number(out.trim());
+  return runWithNatives<number>(script, ['--no-concurrent-recompilation', ...nodeArgs]);
 }
 
 test('loading v8-tiering makes V8 optimise a hot function after fewer calls; a budget on the command line wins', () => {
@@ -42,7 +38,7 @@ test('loading v8-tiering makes V8 optimise a hot function after fewer calls; a b
 
 test('rehearsalTiering: V8 optimises sooner between begin() and end(), at the process budget after; nothing with a budget on the command line', () => {
   const script = `
-    const { rehearsalTiering } = await import(${JSON.stringify(pathToFileURL(MODULE).href)});
+    const { rehearsalTiering } = await import(${MODULE});
     const calls = (f) => { let n = 0; for (; n < 100000; n++) { f(n, 1); if ((%GetOptimizationStatus(f) & 16) !== 0) break; } return n; };
     const t = rehearsalTiering();
     t.begin();
@@ -50,9 +46,7 @@ test('rehearsalTiering: V8 optimises sooner between begin() and end(), at the pr
     t.end();
     const after = calls(function g(a, b) { let s = 0; for (let i = 0; i < 4; i++) s += a * i + b; return s; });
     console.log(JSON.stringify({ during, after, overridden: rehearsalTiering(['--interrupt-budget=67584']) === undefined }));`;
-  const out = JSON.parse(
-    execFileSync(process.execPath, ['--allow-natives-syntax', '--no-concurrent-recompilation', '--input-type=module', '-e', script], { encoding: 'utf8' }),
-  ) as { during: number; after: number; overridden: boolean };
+  const out = runWithNatives<{ during: number; after: number; overridden: boolean }>(script, ['--no-concurrent-recompilation']);
   const withModule = callsUntilOptimised(true);
   assert.ok(out.during * 2 < out.after, `optimised after ${out.during} calls during the rehearsal, ${out.after} after it`);
   assert.ok(Math.abs(out.after - withModule) * 4 < withModule, `after end(): ${out.after} calls, the process budget takes ${withModule}`);
