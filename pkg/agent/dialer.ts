@@ -65,9 +65,9 @@ export class Dialer {
     const deadline = Date.now() + this.timeoutMs;
     const target = splitHostPort(address);
     if (target === undefined) return failed(new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`));
-    if (isIP(target.host) !== 0) return this.checkAndConnect(address, target.host, target.port, deadline, cancel, connected, failed);
+    if (isIP(target.host) !== 0) return this.connect(address, target.host, target.port, deadline, cancel, connected, failed);
     lookup(target.host).then(
-      ({ address: ip }) => this.checkAndConnect(address, ip, target.port, deadline, cancel, connected, failed),
+      ({ address: ip }) => this.connect(address, ip, target.port, deadline, cancel, connected, failed),
       (err: unknown) => {
         const code = errorCode(err) ?? 'EAI_FAIL';
         const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
@@ -76,31 +76,21 @@ export class Dialer {
     );
   }
 
-  private checkAndConnect(
+  /** Connects to `ip` if the allow-list lets it and the dial is still wanted. */
+  private connect(
     address: string,
     ip: string,
     port: number,
     deadline: number,
     cancel: Cancel | undefined,
-    connected: (target: DialedTarget) => void,
-    failed: (err: AgentDialError) => void,
-  ): void {
-    if (!this.allowList.allows(ip, port)) {
-      return failed(new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description)));
-    }
-    if (cancel?.isCancelled === true) return failed(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
-    this.connect(address, ip, port, Math.max(1, deadline - Date.now()), cancel, connected, failed);
-  }
-
-  private connect(
-    address: string,
-    ip: string,
-    port: number,
-    timeoutMs: number,
-    cancel: Cancel | undefined,
     resolve: (target: DialedTarget) => void,
     reject: (err: AgentDialError) => void,
   ): void {
+    if (!this.allowList.allows(ip, port)) {
+      return reject(new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description)));
+    }
+    if (cancel?.isCancelled === true) return reject(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+    const timeoutMs = Math.max(1, deadline - Date.now());
     // Bulk reads land in pooled slabs (pooled-reads.ts): no new buffer per read.
     const reads = new PooledReads();
     // Half-open: a target's EOF ends one direction only; the tunnel carries it as a half-close.
