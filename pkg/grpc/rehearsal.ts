@@ -264,11 +264,6 @@ export interface RehearsalTiering {
 export const SHORT_PASS_DONE = 'start-up rehearsal of the data path: short pass done';
 
 /**
- * The start-up step: runs `rehearse` for each pass and logs what it took; a
- * failure is logged and start-up goes on (it costs only the first callers
- * their speed).
- */
-/**
  * Makes one Buffer the way Node's C++ side does (a plain Uint8Array given
  * Buffer's prototype afterwards), before the passes. The first such Buffer
  * moves an object off V8's plain Uint8Array map, and code relying on that map
@@ -282,6 +277,11 @@ export function settleBufferMaps(): void {
   createHash('sha256').update('').digest();
 }
 
+/**
+ * The start-up step: runs `rehearse` for each pass and logs what it took; a
+ * failure is logged and start-up goes on (it costs only the first callers
+ * their speed).
+ */
 export async function runStartupRehearsal(
   log: Logger,
   rehearse: (size: RehearsalSize) => Promise<RehearsalResult>,
