@@ -137,13 +137,21 @@ export class LinkConnections {
       ({ socket, reads }) => {
         this.dials.delete(random);
         limit.release();
-        const terms = this.terms;
-        if (cancel.isCancelled || this.closed || terms === undefined) {
+        if (cancel.isCancelled || this.closed || this.terms === undefined) {
           socket.destroy();
           return;
         }
-        this.connected(random, address, socket, reads, terms);
-        this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
+        const connectID = this.nextConnectID++;
+        // DIAL_RSP goes out before any DATA of this connection, and before the bookkeeping: the server's client waits for it.
+        this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
+        // HTTP/2 writes what is sent outside its own read callbacks from a native
+        // immediate, which runs before the JS ones: building the connection in an
+        // immediate puts DIAL_RSP on the wire first. Nothing of this connection
+        // can be read (from the link or the target) before it runs: no poll comes between.
+        setImmediate(() => {
+          this.connected(random, connectID, address, socket, reads);
+          this.opts.metrics?.dialSucceeded((performance.now() - started) / 1000);
+        });
       },
       (err: AgentDialError) => {
         this.dials.delete(random);
@@ -156,11 +164,14 @@ export class LinkConnections {
     );
   }
 
-  private connected(random: bigint, address: string, socket: Socket, reads: PooledReads, terms: LinkTerms): void {
+  private connected(random: bigint, connectID: bigint, address: string, socket: Socket, reads: PooledReads): void {
+    const terms = this.terms;
+    // The link went down since DIAL_RSP was sent: closeAll() did not see this connection.
+    if (this.closed || terms === undefined) {
+      socket.destroy();
+      return;
+    }
     const log = this.opts.log;
-    const connectID = this.nextConnectID++;
-    // DIAL_RSP goes out before any DATA of this connection, and before the bookkeeping: the server's client waits for it.
-    this.send({ type: 'DIAL_RSP', random, connectID, error: '' });
     const conn = new EndpointConn(terms.link, connectID, address, {
       highWaterMark: this.opts.connHighWaterMark,
       sendHighWaterMark: this.opts.connSendHighWaterMark ?? CONN_SEND_HIGH_WATER_MARK,

@@ -93,10 +93,14 @@ export class HttpConnectServer {
       answerAndClose(socket, errorResponse(408, `no complete request head within ${this.headTimeoutMs} ms`));
     }, this.headTimeoutMs);
     timer.unref();
-    const stopReading = (): void => {
+    /** The head is read: its listeners go (the socket keeps flowing, for serve()'s). */
+    const headDone = (): void => {
       clearTimeout(timer);
       socket.off('data', onData);
       socket.off('end', onEnd);
+    };
+    const stopReading = (): void => {
+      headDone();
       socket.pause();
     };
     const onEnd = (): void => {
@@ -107,12 +111,14 @@ export class HttpConnectServer {
       buffered = buffered.length === 0 ? chunk : Buffer.concat([buffered, chunk]);
       const result = parseRequestHead(buffered, this.maxHeadBytes);
       if (result.kind === 'incomplete') return;
-      stopReading();
       if (result.kind === 'error') {
+        stopReading();
         this.limited.warn('bad CONNECT request', { status: result.status, error: result.message });
         answerAndClose(socket, errorResponse(result.status, result.message));
         return;
       }
+      // Not paused: serve() reads on at once (a pause here and a resume there cost a tick and a stream flush before DIAL_REQ is written).
+      headDone();
       // Bytes the client pipelined after the head belong to the tunnel.
       try {
         this.serve(socket, result.head, buffered.subarray(result.length));

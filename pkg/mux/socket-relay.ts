@@ -291,6 +291,17 @@ export abstract class SocketRelay implements MuxConn {
     }
     // The peer reads nothing more: what waits to be sent is dropped.
     this.dropQueue();
+    const socket = this.socket;
+    if (this.endsWithFinalPacket && this.localEnded && socket !== undefined && socket.writableLength === 0) {
+      // The agent, its target's EOF read and nothing left to write: a close
+      // is a FIN as an end() would be (nothing unread can make it a reset),
+      // without the shutdown, the wait for 'finish' and the close timer, and
+      // CLOSE_RSP goes out in this turn.
+      this.closingSocket = true;
+      socket.destroy();
+      this.finish(undefined);
+      return;
+    }
     this.endInbound();
     this.startCloseTimer();
     // The agent stops reading its target: left to flow, the socket would be

@@ -22,11 +22,15 @@ const CONNECTIONS = 100;
 
 /**
  * Per connection, at most (async resources by type, and the two counted by
- * hand). Today: 5 timers (the proxier's head deadline, the pending dial's, the
- * agent's connect deadline, a close timer on each side while the handshake
+ * hand). Today: 4 timers (the proxier's head deadline, the pending dial's, the
+ * agent's connect deadline, the server's close timer while the handshake
  * runs), ~20 promises and ~45 nextTicks (most of both are the test client's;
  * ~28 promises when the proxier awaited its dial and the agent's dialer was async),
- * 14 socket writes, 4 shutdowns; no AbortController, no pipe. (With a Duplex
+ * 14 socket writes, 3 shutdowns (the client's, the server's half-close to it,
+ * the target's), 2 immediates (the agent builds the connection and makes its
+ * next target socket after DIAL_RSP is out); no AbortController, no pipe.
+ * (While the agent shut its target down on CLOSE_REQ and waited for that:
+ * 5 timers, 4 shutdowns.) (With a Duplex
  * and splice() per side and an AbortController per dial: 6 timers, 56 ticks,
  * 2 AbortControllers and 4 pipes.) The half-timer of room absorbs the
  * tunnel's own periodic timers, and the half-AbortController the agent's
@@ -34,11 +38,12 @@ const CONNECTIONS = 100;
  * whatever the connections do.
  */
 const BUDGET: Record<string, number> = {
-  Timeout: 5.5,
+  Timeout: 4.5,
   PROMISE: 22,
   TickObject: 48,
   WRITEWRAP: 14.5,
-  SHUTDOWNWRAP: 4,
+  SHUTDOWNWRAP: 3,
+  Immediate: 2,
   AbortController: 0.5,
   pipe: 0,
 };
