@@ -1,8 +1,9 @@
 // Reading certificates with node:crypto alone: what the CLIs do at every
 // start and in their steady state (names, expiry, names Go cannot read).
-// Making certificates needs node-forge (pki.ts), which costs every process
-// that loads it ~1 MB of RSS for its whole life, so only the code that issues
-// or requests a certificate imports pki.ts, and only when it does.
+// Making certificates needs node-forge (pki.ts), which costs a process that
+// loads it RSS for its whole life (the server's at ready, rehearsal off: 4-5
+// MB), so only the code that issues or requests a certificate imports pki.ts,
+// and only when it does.
 
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
