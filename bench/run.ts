@@ -13,6 +13,8 @@
 // the processes start), then the same warm-up for every pair, then the warm
 // figures. Then one memory run per pair. Each figure is printed as the median
 // of the rounds with their range. bench/README.md says how to read every row.
+// --memory-only runs just the memory rows (one memory run per pair, repeated
+// --rounds times), to compare memory changes in minutes.
 //
 // npm run bench -- --scale runs bench/scale.ts instead.
 
@@ -117,6 +119,7 @@ interface Options {
   json: string | undefined;
   verbose: boolean;
   memory: boolean;
+  memoryOnly: boolean;
   rttOnly: boolean;
   parallelOnly: boolean;
   connOnly: boolean;
@@ -132,6 +135,7 @@ function parseArgs(argv: string[]): Options {
     json: undefined,
     verbose: process.env.BENCH_VERBOSE === '1',
     memory: true,
+    memoryOnly: false,
     rttOnly: false,
     parallelOnly: false,
     connOnly: false,
@@ -146,6 +150,7 @@ function parseArgs(argv: string[]): Options {
     if (a === '--rounds') opts.rounds = Math.max(1, Number(value()));
     else if (a === '--quick') opts.sizes = QUICK;
     else if (a === '--no-memory') opts.memory = false;
+    else if (a === '--memory-only') opts.memoryOnly = true;
     else if (a === '--rtt-only') opts.rttOnly = true;
     else if (a === '--parallel-only') opts.parallelOnly = true;
     else if (a === '--conn-only') opts.connOnly = true;
@@ -178,7 +183,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --rtt-only, --parallel-only, --conn-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --memory-only, --rtt-only, --parallel-only, --conn-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -645,8 +650,8 @@ async function main(): Promise<void> {
       connOnly: opts.connOnly,
     };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
-    await warmUp(b, direct);
-    for (let round = 0; round < opts.rounds; round++) {
+    if (!opts.memoryOnly) await warmUp(b, direct);
+    for (let round = 0; round < (opts.memoryOnly ? 0 : opts.rounds); round++) {
       const order = pairs.map((_, i) => pairs[(i + round) % pairs.length]!);
       console.log(`round ${round + 1}/${opts.rounds}: direct, ${order.join(', ')}`);
       await measureWarm(b, direct);
@@ -668,8 +673,11 @@ async function main(): Promise<void> {
       }
     }
     if (opts.memory && !opts.rttOnly && !opts.parallelOnly && !opts.connOnly) {
-      for (const name of pairs) {
-        console.log(`memory: ${name}`);
+      const runs = opts.memoryOnly ? opts.rounds : 1;
+      for (let run = 0; run < runs * pairs.length; run++) {
+        // Rotating, as the warm rounds: with --memory-only --rounds N each pair N times, alternated.
+        const name = pairs[run % pairs.length]!;
+        console.log(`memory: ${name}${runs > 1 ? ` (${Math.floor(run / pairs.length) + 1}/${runs})` : ''}`);
         const pair = await startPair(name, ctx);
         try {
           await measureMemory(b, pair);

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENT_NODE_OPTIONS } from '../pkg/agent/node-options.js';
+import { SERVER_NODE_OPTIONS } from '../pkg/server/node-options.js';
 import { freeLowPort } from './ports.js';
 
 export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
@@ -73,7 +74,7 @@ export interface LocalTunnelOptions {
   agentNodeArgs?: string[];
   /** Extra environment for the agent process. */
   agentEnv?: NodeJS.ProcessEnv;
-  /** Node.js options for the server process, as agentNodeArgs. */
+  /** Node.js options for the server process, as agentNodeArgs (after SERVER_NODE_OPTIONS). */
   serverNodeArgs?: string[];
   /** Extra environment for the server process. */
   serverEnv?: NodeJS.ProcessEnv;
@@ -161,7 +162,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       [...localServerFlags({ certDir, agentPort, udsPath }), ...(opts.serverArgs ?? [])],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
-      { nodeArgs: opts.serverNodeArgs, env: opts.serverEnv },
+      { nodeArgs: [...SERVER_NODE_OPTIONS, ...(opts.serverNodeArgs ?? [])], env: opts.serverEnv },
     );
     securePort = Number(started.match[1]);
     insecurePort = Number(started.match[2]);

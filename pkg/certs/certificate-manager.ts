@@ -9,7 +9,8 @@ import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { PemFileStore } from './pem-file-store.js';
-import { createSigningRequest, describeCertificate, sameAddressSet, type CertKeyPair, type CertificateSummary } from './pki.js';
+import type { CertKeyPair } from './pki.js';
+import { describeCertificate, sameAddressSet, type CertificateSummary } from './read-certificate.js';
 
 export type KeyUsage = 'digital signature' | 'key encipherment' | 'server auth' | 'client auth';
 
@@ -174,6 +175,8 @@ export class CertificateManager {
     while (!this.stopped) {
       const want = this.opts.template();
       try {
+        // node-forge only when a certificate is requested (read-certificate.ts says why).
+        const { createSigningRequest } = await import('./pki.js');
         const { csr, key } = createSigningRequest(want);
         const cert = await this.opts.source.sign(
           {

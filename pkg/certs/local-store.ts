@@ -7,7 +7,8 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, errorCode } from '../protocol/errors.js';
-import { createCA, describeCertificate, invalidPrintableStrings, issueCertificate, sameAddressSet, type CertKeyPair } from './pki.js';
+import type { CertKeyPair } from './pki.js';
+import { describeCertificate, invalidPrintableStrings, sameAddressSet } from './read-certificate.js';
 
 export const CA_CERT_FILE = 'ca.crt';
 export const CA_KEY_FILE = 'ca.key';
@@ -22,6 +23,9 @@ export const SERVER_ORGANIZATION = 'system:nodes';
 export const PROXY_CLIENT_COMMON_NAME = 'tunnel-proxy-client';
 export const AGENT_COMMON_NAME = 'tunnel-agent-client';
 export const YURTTUNNEL_ORGANIZATION = 'openyurt:yurttunnel';
+
+/** node-forge's issuing code, loaded only when a certificate must be made (read-certificate.ts says why). */
+const pki = (): Promise<typeof import('./pki.js')> => import('./pki.js');
 
 /** Renew a certificate when less than this much of its life is left. */
 const RENEW_BEFORE_MS = 30 * 24 * 60 * 60 * 1000;
@@ -103,6 +107,7 @@ export async function loadOrCreateLocalCA(certDir: string): Promise<LocalCA> {
   const existing = await readPair(certDir, CA_CERT_FILE, CA_KEY_FILE);
   const unreadable = existing === undefined ? undefined : unreadableByGo(existing.cert);
   if (existing !== undefined && unreadable === undefined) return { ca: existing, created: false };
+  const { createCA } = await pki();
   const ca = createCA(`yurt-tunnel-local-ca@${Math.floor(Date.now() / 1000)}`);
   await writePair(certDir, CA_CERT_FILE, CA_KEY_FILE, ca);
   return unreadable === undefined ? { ca, created: true } : { ca, created: true, replacedBecause: unreadable };
@@ -132,6 +137,7 @@ export async function ensureLocalServerCertificates(opts: LocalServerCertOptions
   const dnsNames = unique([...(opts.certDNSNames ?? []), 'localhost', hostname()]);
   let server = await readPair(opts.certDir, SERVER_CERT_FILE, SERVER_KEY_FILE);
   if (created || needsRenewal(server, ips, dnsNames)) {
+    const { issueCertificate } = await pki();
     server = issueCertificate(ca, {
       commonName: SERVER_COMMON_NAME,
       organizations: [SERVER_ORGANIZATION],
@@ -145,6 +151,7 @@ export async function ensureLocalServerCertificates(opts: LocalServerCertOptions
 
   let proxyClient = await readPair(opts.certDir, PROXY_CLIENT_CERT_FILE, PROXY_CLIENT_KEY_FILE);
   if (created || needsRenewal(proxyClient, [], [])) {
+    const { issueCertificate } = await pki();
     proxyClient = issueCertificate(ca, {
       commonName: PROXY_CLIENT_COMMON_NAME,
       organizations: [YURTTUNNEL_ORGANIZATION],
@@ -193,6 +200,7 @@ export async function writeAgentCertificate(opts: {
         `Start yurt-tunnel-server with --cert-dir ${opts.certDir} once to replace it, then issue agent certificates again`,
     );
   }
+  const { issueCertificate } = await pki();
   const pair = issueCertificate(ca, {
     commonName: AGENT_COMMON_NAME,
     organizations: [YURTTUNNEL_ORGANIZATION],

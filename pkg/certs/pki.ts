@@ -1,12 +1,15 @@
 // Certificate authority and certificate issuing with node-forge.
 //
 // Keys are RSA-2048 made by Node's native generator (forge's pure-JS one is
-// slow); forge builds and signs the X.509 structures.
+// slow); forge builds and signs the X.509 structures. Only what issues or
+// requests a certificate imports this module, and only when it does
+// (read-certificate.ts says why); reading one needs only read-certificate.ts.
 
-import { generateKeyPairSync, randomBytes, X509Certificate } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import forge from 'node-forge';
 import { CertificateRequestError } from '../protocol/errors.js';
+import { PRINTABLE } from './read-certificate.js';
 
 export interface CertKeyPair {
   /** PEM certificate (or chain). */
@@ -46,9 +49,6 @@ function serialNumber(): string {
   return bytes.toString('hex');
 }
 
-/** What ASN.1's PrintableString may hold; anything else must be a UTF8String or Go's x509 refuses the name. */
-const PRINTABLE = /^[A-Za-z0-9 '()+,\-./:=?]*$/;
-
 /** A name attribute written as Go and OpenSSL write it: PrintableString when it can be, else UTF8String. */
 function nameAttribute(name: string, value: string): forge.pki.CertificateField {
   const valueTagClass = PRINTABLE.test(value) ? forge.asn1.Type.PRINTABLESTRING : forge.asn1.Type.UTF8;
@@ -70,28 +70,6 @@ function reusableName(attributes: forge.pki.CertificateField[]): forge.pki.Certi
 
 function subject(commonName: string, organizations: readonly string[] = []): forge.pki.CertificateField[] {
   return [...organizations.map((o) => nameAttribute('organizationName', o)), nameAttribute('commonName', commonName)];
-}
-
-/**
- * Name attributes of a PEM certificate (subject and issuer) written as a
- * PrintableString that holds characters PrintableString may not: what older
- * versions wrote, and what Go's crypto/x509 refuses to parse.
- */
-export function invalidPrintableStrings(certPem: string): string[] {
-  const cert = forge.pki.certificateFromPem(certPem);
-  const bad: string[] = [];
-  for (const [where, name] of [
-    ['subject', cert.subject],
-    ['issuer', cert.issuer],
-  ] as const) {
-    for (const a of name.attributes) {
-      const tag = (a as { valueTagClass?: number }).valueTagClass;
-      if (tag === forge.asn1.Type.PRINTABLESTRING && typeof a.value === 'string' && !PRINTABLE.test(a.value)) {
-        bad.push(`${where} ${a.shortName ?? a.name ?? a.type}=${a.value}`);
-      }
-    }
-  }
-  return bad;
 }
 
 function validity(cert: forge.pki.Certificate, days: number): void {
@@ -150,42 +128,6 @@ export function issueCertificate(ca: CertKeyPair, req: CertificateRequest): Cert
   cert.setExtensions(extensions);
   cert.sign(caKey, forge.md.sha256.create());
   return { cert: forge.pki.certificateToPem(cert), key: keyPem };
-}
-
-export interface CertificateSummary {
-  commonName: string;
-  organizations: string[];
-  dnsNames: string[];
-  ips: string[];
-  notBefore: Date;
-  notAfter: Date;
-}
-
-/** Reads the names and expiry of a PEM certificate (the first in a chain). */
-export function describeCertificate(certPem: string): CertificateSummary {
-  const x = new X509Certificate(certPem);
-  const dnsNames: string[] = [];
-  const ips: string[] = [];
-  for (const part of (x.subjectAltName ?? '').split(', ')) {
-    if (part.startsWith('DNS:')) dnsNames.push(part.slice(4));
-    else if (part.startsWith('IP Address:')) ips.push(normalizeIP(part.slice(11)));
-  }
-  const commonName = /^CN=(.*)$/m.exec(x.subject)?.[1] ?? '';
-  const organizations = [...x.subject.matchAll(/^O=(.*)$/gm)].map((m) => m[1]!);
-  return { commonName, organizations, dnsNames, ips, notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo) };
-}
-
-function normalizeIP(ip: string): string {
-  // Node prints IPv6 SANs fully expanded and upper-case; compare in one form.
-  if (isIP(ip) !== 6) return ip;
-  return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
-}
-
-/** Compares two address lists as sets, in one textual form. */
-export function sameAddressSet(a: readonly string[], b: readonly string[]): boolean {
-  const na = new Set(a.map(normalizeIP));
-  const nb = new Set(b.map(normalizeIP));
-  return na.size === nb.size && [...na].every((v) => nb.has(v));
 }
 
 /** What a certificate signing request asks for. */

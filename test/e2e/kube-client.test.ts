@@ -7,7 +7,8 @@ import { PatchStrategy, setHeaderOptions, type CoordinationV1Api, type V1Node } 
 import { Informer } from '../../pkg/kube/informer.js';
 import { isConflict } from '../../pkg/kube/errors.js';
 import { retryOnConflict } from '../../pkg/kube/retry.js';
-import { createSigningRequest, describeCertificate } from '../../pkg/certs/pki.js';
+import { createSigningRequest } from '../../pkg/certs/pki.js';
+import { describeCertificate } from '../../pkg/certs/read-certificate.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
 import { CsrSigner } from '../../pkg/kube/csr-signer.js';
 import { CertificateRequestError } from '../../pkg/protocol/errors.js';

@@ -12,7 +12,8 @@ import {
   type KeyUsage,
 } from '../../pkg/certs/certificate-manager.js';
 import { PemFileStore } from '../../pkg/certs/pem-file-store.js';
-import { describeCertificate, signRequest } from '../../pkg/certs/pki.js';
+import { signRequest } from '../../pkg/certs/pki.js';
+import { describeCertificate } from '../../pkg/certs/read-certificate.js';
 import { harness } from '../support/harness.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { testPKI } from '../support/pki.js';

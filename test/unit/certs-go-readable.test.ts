@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import forge from 'node-forge';
 import { CA_CERT_FILE, CA_KEY_FILE, ensureLocalServerCertificates, writeAgentCertificate } from '../../pkg/certs/local-store.js';
-import { createCA, invalidPrintableStrings, issueCertificate, type CertKeyPair } from '../../pkg/certs/pki.js';
+import { createCA, issueCertificate, type CertKeyPair } from '../../pkg/certs/pki.js';
+import { invalidPrintableStrings } from '../../pkg/certs/read-certificate.js';
 import { harness } from '../support/harness.js';
 import { findKonnectivity } from '../../hack/konnectivity.js';
 import { startProcess } from '../support/processes.js';
@@ -30,7 +31,7 @@ function nameTypes(pem: string, which: 'subject' | 'issuer'): string[] {
 }
 
 /** A CA as versions before this fix wrote it: every attribute a PrintableString. */
-function oldStyleCA(commonName: string): CertKeyPair {
+function oldStyleCA(commonName: string, more: forge.pki.CertificateField[] = []): CertKeyPair {
   const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const keyPem = privateKey.export({ type: 'pkcs1', format: 'pem' }).toString();
   const cert = forge.pki.createCertificate();
@@ -38,7 +39,7 @@ function oldStyleCA(commonName: string): CertKeyPair {
   cert.serialNumber = '01';
   cert.validity.notBefore = new Date(Date.now() - 60_000);
   cert.validity.notAfter = new Date(Date.now() + 86_400_000);
-  cert.setSubject([{ name: 'commonName', value: commonName }]);
+  cert.setSubject([...more, { name: 'commonName', value: commonName }]);
   cert.setIssuer([{ name: 'commonName', value: commonName }]);
   cert.setExtensions([
     { name: 'basicConstraints', cA: true, critical: true },
@@ -59,6 +60,21 @@ test('a name that PrintableString cannot hold is a UTF8String; one it can is a P
   assert.deepEqual(invalidPrintableStrings(oldStyleCA('yurt-tunnel-local-ca@1').cert), [
     'subject CN=yurt-tunnel-local-ca@1',
     'issuer CN=yurt-tunnel-local-ca@1',
+  ]);
+});
+
+test('every name attribute is checked, in the order written, with its short name or else its OID', LIMIT, () => {
+  const more = [
+    { name: 'countryName', value: 'DE' },
+    { name: 'organizationName', value: 'edge_nodes' },
+    { shortName: 'OU', value: 'fine' },
+    { type: '2.5.4.5', value: 'a*b' },
+  ];
+  assert.deepEqual(invalidPrintableStrings(oldStyleCA('ca@2', more).cert), [
+    'subject O=edge_nodes',
+    'subject 2.5.4.5=a*b',
+    'subject CN=ca@2',
+    'issuer CN=ca@2',
   ]);
 });
 

@@ -25,7 +25,8 @@ import {
   writeAgentCertificate,
   type LocalCertificates,
 } from '../../pkg/certs/local-store.js';
-import { createCA, describeCertificate, issueCertificate, sameAddressSet, type CertKeyPair } from '../../pkg/certs/pki.js';
+import { createCA, issueCertificate, type CertKeyPair } from '../../pkg/certs/pki.js';
+import { describeCertificate, sameAddressSet } from '../../pkg/certs/read-certificate.js';
 import { harness, type Harness } from '../support/harness.js';
 
 const LIMIT = { timeout: 30_000 };

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ensureLocalServerCertificates } from '../../pkg/certs/local-store.js';
-import { describeCertificate } from '../../pkg/certs/pki.js';
+import { describeCertificate } from '../../pkg/certs/read-certificate.js';
 import { harness, type Harness } from '../support/harness.js';
 import { repoRoot } from '../support/upstream.js';
 

@@ -6,6 +6,8 @@
 // process metrics with @opentelemetry/api, Summary's tdigest and bintrees; the
 // Kubernetes client (~75 MB) is for cluster mode only and is imported when that
 // mode starts. It is an ES module: only the probe's loader hook sees it.
+// node-forge (~1 MB) only makes certificates (pkg/certs/pki.ts): a server
+// whose certificates are on disk and an agent given its own never load it.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,6 +15,9 @@ import { once } from 'node:events';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { startLocalTunnel } from '../../hack/local-tunnel.js';
+import { ensureLocalServerCertificates, writeAgentCertificate } from '../../pkg/certs/local-store.js';
+import { harness } from '../support/harness.js';
+import { tempDir } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
 
 const PROBE = join(repoRoot(), 'dist/test/support/loaded-packages.js');
@@ -52,7 +57,17 @@ for (const cli of ['yurt-tunnel-agent', 'yurt-tunnel-server'] as const) {
   });
 }
 
-test('a server and an agent in local mode never load the Kubernetes client', { timeout: 120_000 }, async (t) => {
+/** What the processes of a running tunnel need not load: certificates are made before they start. */
+const NEVER_RUNNING = [...NEVER_AT_START, 'node-forge'];
+
+test('a server and an agent in local mode, their certificates on disk, never load the Kubernetes client nor node-forge', { timeout: 120_000 }, async (t) => {
+  const h = harness(t);
+  const dir = await tempDir(h);
+  const certDir = join(dir, 'pki');
+  const agentDir = join(dir, 'agent');
+  // As the bench and a restarted server find them.
+  await ensureLocalServerCertificates({ certDir });
+  await writeAgentCertificate({ certDir, nodeName: 'packages', nodeIPs: ['127.0.0.1'], outDir: agentDir });
   const output = { server: '', agent: '' };
   const env = process.env.NODE_OPTIONS;
   delete process.env.NODE_OPTIONS;
@@ -61,6 +76,8 @@ test('a server and an agent in local mode never load the Kubernetes client', { t
   });
   const local = await startLocalTunnel({
     nodeName: 'packages',
+    certDir,
+    agentDir,
     serverNodeArgs: ['--import', PROBE],
     agentNodeArgs: ['--import', PROBE],
     onOutput: (who, text) => (output[who] += text),
@@ -74,7 +91,7 @@ test('a server and an agent in local mode never load the Kubernetes client', { t
     const loaded = packagesLine(who, output[who]);
     assert.ok(loaded.includes('winston'), `the probe sees the ${who}'s packages: ${loaded.join(', ')}`);
     assert.deepEqual(
-      loaded.filter((p) => NEVER_AT_START.includes(p)),
+      loaded.filter((p) => NEVER_RUNNING.includes(p)),
       [],
       `the ${who} loaded`,
     );
