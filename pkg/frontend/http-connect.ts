@@ -162,10 +162,13 @@ export class HttpConnectServer {
     socket.once('end', onEnd);
     socket.once('close', onGone);
     socket.resume();
-    const stopWatching = (): void => {
+    const unwatch = (): void => {
       socket.off('data', onData);
       socket.off('end', onEnd);
       socket.off('close', onGone);
+    };
+    const stopWatching = (): void => {
+      unwatch();
       socket.pause();
     };
 
@@ -178,7 +181,8 @@ export class HttpConnectServer {
     };
     // Runs while the tunnel handles the agent's DIAL_RSP: the 200 goes out before anything else is done.
     const connected = (conn: TunnelRelay): void => {
-      stopWatching();
+      // Not paused: the relay takes the socket's reads over in this same turn (a pause here and its resume in attach cost a tick and two events).
+      unwatch();
       if (socket.destroyed || cancel.isCancelled) {
         conn.destroy();
         socket.destroy();
