@@ -5,18 +5,13 @@
 // (bench/README.md, "Memory") without any other test noticing.
 
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { startLocalTunnel } from '../../hack/local-tunnel.js';
 import { AGENT_NODE_OPTIONS } from '../../pkg/agent/node-options.js';
-import { repoRoot } from '../support/upstream.js';
+import { manifestNodeOptions } from '../support/manifest-node-options.js';
 
 test('the DaemonSet runs the agent with NODE_OPTIONS set to the agent options', async () => {
-  const yaml = await readFile(join(repoRoot(), 'manifests/base/agent-daemonset.yaml'), 'utf8');
-  const found = /^\s*- name: NODE_OPTIONS\n\s*value: (.*)$/m.exec(yaml);
-  assert.ok(found !== null, 'agent-daemonset.yaml sets NODE_OPTIONS');
-  assert.equal(found[1], AGENT_NODE_OPTIONS.join(' '));
+  assert.equal(await manifestNodeOptions('agent-daemonset.yaml'), AGENT_NODE_OPTIONS.join(' '));
 });
 
 test('an agent started by hack/local-tunnel runs with the agent options and says so', { timeout: 120_000 }, async (t) => {

@@ -6,17 +6,13 @@
 
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { startLocalTunnel } from '../../hack/local-tunnel.js';
 import { SERVER_NODE_OPTIONS } from '../../pkg/server/node-options.js';
-import { repoRoot } from '../support/upstream.js';
+import { manifestNodeOptions } from '../support/manifest-node-options.js';
 
 test('the Deployment runs the server with NODE_OPTIONS set to the server options', async () => {
-  const yaml = await readFile(join(repoRoot(), 'manifests/base/server-deployment.yaml'), 'utf8');
-  const found = /^\s*- name: NODE_OPTIONS\n\s*value: (.*)$/m.exec(yaml);
-  assert.ok(found !== null, 'server-deployment.yaml sets NODE_OPTIONS');
-  assert.equal(found[1], SERVER_NODE_OPTIONS.join(' '));
+  assert.equal(await manifestNodeOptions('server-deployment.yaml'), SERVER_NODE_OPTIONS.join(' '));
 });
 
 test('a server started by hack/local-tunnel runs with the server options', { timeout: 120_000 }, async (t) => {
