@@ -3,6 +3,7 @@
 // trips and ms for connections; throughput is returned as seconds and bytes
 // so that the driver does the arithmetic once.
 
+import { appendFileSync } from 'node:fs';
 import { LeanConn, type BenchPath } from './lean-conn.js';
 
 const OP_DEADLINE_MS = 180_000;
@@ -100,19 +101,25 @@ async function openAndEcho(path: BenchPath, mode: 'E' | 'H' | 'P'): Promise<{ co
 /**
  * New connections one after another: CONNECT → 200 → one byte echoed, in ms.
  * The target then closes, and that close is awaited (untimed) before the next.
+ * With `dump`, every connection's start (Unix ms, comparable with other
+ * processes' clocks) and time are appended to `dump.file` afterwards, one line
+ * each: `label index start ms`.
  */
-export async function newConnections(path: BenchPath, rounds: number): Promise<number[]> {
+export async function newConnections(path: BenchPath, rounds: number, dump?: { file: string; label: string }): Promise<number[]> {
   const samples: number[] = [];
+  const starts: number[] = [];
   await deadline(
     'new connections',
     (async () => {
       for (let i = 0; i < rounds; i++) {
+        starts.push(performance.timeOrigin + performance.now());
         const { conn, ms } = await openAndEcho(path, 'E');
         samples.push(ms);
         await conn.closed;
       }
     })(),
   );
+  if (dump !== undefined) appendFileSync(dump.file, samples.map((ms, i) => `${dump.label} ${i} ${starts[i]!.toFixed(3)} ${ms.toFixed(3)}\n`).join(''));
   return samples;
 }
 

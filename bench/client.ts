@@ -11,7 +11,7 @@ import type { BenchPath } from './lean-conn.js';
 export type ClientCommand =
   | { op: 'bulk'; path: BenchPath; bytes: number }
   | { op: 'rtt'; path: BenchPath; rounds: number }
-  | { op: 'connections'; path: BenchPath; rounds: number }
+  | { op: 'connections'; path: BenchPath; rounds: number; samplesFile?: string; label?: string }
   | { op: 'rate'; path: BenchPath; count: number; concurrency: number; closeBy: 'target' | 'client' }
   | { op: 'parallel'; path: BenchPath; flows: number; bytes: number }
   | { op: 'hold'; path: BenchPath; count: number }
@@ -26,7 +26,7 @@ function run(cmd: ClientCommand): Promise<unknown> {
     case 'rtt':
       return rtt(cmd.path, cmd.rounds);
     case 'connections':
-      return newConnections(cmd.path, cmd.rounds);
+      return newConnections(cmd.path, cmd.rounds, cmd.samplesFile === undefined ? undefined : { file: cmd.samplesFile, label: cmd.label ?? '' });
     case 'rate':
       return connectionRate(cmd.path, cmd.count, cmd.concurrency, cmd.closeBy);
     case 'parallel':

@@ -123,6 +123,8 @@ interface Options {
   rttOnly: boolean;
   parallelOnly: boolean;
   connOnly: boolean;
+  connSamples: string | undefined;
+  connSeries: number;
 }
 
 function parseArgs(argv: string[]): Options {
@@ -139,6 +141,8 @@ function parseArgs(argv: string[]): Options {
     rttOnly: false,
     parallelOnly: false,
     connOnly: false,
+    connSamples: undefined,
+    connSeries: 1,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -154,6 +158,8 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--rtt-only') opts.rttOnly = true;
     else if (a === '--parallel-only') opts.parallelOnly = true;
     else if (a === '--conn-only') opts.connOnly = true;
+    else if (a === '--conn-samples') opts.connSamples = value();
+    else if (a === '--conn-series') opts.connSeries = Math.max(1, Number(value()));
     else if (a === '--only') {
       const names: Record<string, PairName> = {
         ours: 'yurt-tunnel',
@@ -183,7 +189,7 @@ function parseArgs(argv: string[]): Options {
     else if (a === '--verbose') opts.verbose = true;
     else
       throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --memory-only, --rtt-only, --parallel-only, --conn-only, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
+        `unknown option ${a} (--rounds N, --quick, --no-memory, --memory-only, --rtt-only, --parallel-only, --conn-only, --conn-samples FILE, --conn-series N, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
       );
   }
   return opts;
@@ -221,6 +227,10 @@ interface Bench {
   parallelOnly: boolean;
   /** The warm figures are the connection rows only (one by one, and the rates). */
   connOnly: boolean;
+  /** Where every one-by-one connection's start and time go (bench/client-ops.ts newConnections). */
+  connSamples: string | undefined;
+  /** Series of one-by-one connections in a row: the first gives the figures, each later one a printed line. */
+  connSeries: number;
 }
 
 /** A path under test: its route, and the server and agent processes whose CPU is counted. */
@@ -307,9 +317,16 @@ async function measureWarm(b: Bench, s: Subject): Promise<void> {
 async function measureConnections(b: Bench, s: Subject, window: CpuWindow, others: number[]): Promise<void> {
   const { client, figures: f, sizes } = b;
   const hasPair = s.serverPid !== undefined;
-  const c = await client.call({ op: 'connections', path: s.path, rounds: sizes.connRounds });
+  const series = (k: number) =>
+    client.call({ op: 'connections', path: s.path, rounds: sizes.connRounds, samplesFile: b.connSamples, label: `${s.who.replaceAll(' ', '_')}#${k}` });
+  const c = await series(1);
   f.add(s.who, 'connP50', percentile(c, 50));
   f.add(s.who, 'connP99', percentile(c, 99));
+  // Later series show the tail falling as V8 finishes compiling the connection path (bench/README.md, "The new-connection tail").
+  for (let k = 2; k <= b.connSeries; k++) {
+    const x = await series(k);
+    console.log(`  ${s.who}, one-by-one series ${k}: p50 ${percentile(x, 50).toFixed(3)} ms, p99 ${percentile(x, 99).toFixed(3)} ms`);
+  }
 
   window.start();
   const rate = await client.call({ op: 'rate', path: s.path, count: sizes.rateCount, concurrency: sizes.rateConcurrency, closeBy: 'target' });
@@ -648,6 +665,8 @@ async function main(): Promise<void> {
       rttOnly: opts.rttOnly,
       parallelOnly: opts.parallelOnly,
       connOnly: opts.connOnly,
+      connSamples: opts.connSamples,
+      connSeries: opts.connSeries,
     };
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     if (!opts.memoryOnly) await warmUp(b, direct);
