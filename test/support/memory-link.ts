@@ -2,12 +2,10 @@
 // node:http2 sessions over an in-memory transport: no kernel, no TLS, nothing
 // timed, so what the data path does per packet (transport writes, Buffer
 // allocations, bytes copied) can be counted exactly. The windows are the ones
-// production uses (4 MiB per stream, 16 MiB per connection). tcpLinkPair
-// joins the same calls over a real loopback socket instead.
+// production uses (4 MiB per stream, 16 MiB per connection).
 
 import { once } from 'node:events';
-import http2, { type ClientHttp2Session, type Http2Server, type ServerHttp2Stream } from 'node:http2';
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type Http2Server, type ServerHttp2Stream } from 'node:http2';
 import { Duplex } from 'node:stream';
 import { ClientPacketCall } from '../../pkg/grpc/client-call.js';
 import type { GrpcPacketStreamOptions } from '../../pkg/grpc/packet-stream.js';
@@ -100,8 +98,9 @@ export class MemoryTransport extends Duplex {
 }
 
 export interface LinkPair<T extends Duplex> {
-  /** The agent's end (a gRPC client call). */
+  /** The agent's end (a gRPC client call), and the HTTP/2 stream it writes to. */
   agent: ClientPacketCall;
+  agentStream: ClientHttp2Stream;
   /** The server's end (a gRPC server call). */
   server: ServerPacketCall;
   /** The transport the agent writes to (toward the server), and the server's. */
@@ -121,24 +120,6 @@ export async function memoryLinkPair(opts: { server?: GrpcPacketStreamOptions } 
   const serverTransport = new MemoryTransport(false);
   agentTransport.peer = serverTransport;
   serverTransport.peer = agentTransport;
-  return linkPairOver(agentTransport, serverTransport, opts);
-}
-
-/**
- * The same calls over a real loopback TCP connection (no TLS): a write to it
- * completes when the kernel takes it, so HTTP/2's 'drain' comes from the event
- * loop's I/O, between socket reads, as on the agent.
- */
-export async function tcpLinkPair(opts: { server?: GrpcPacketStreamOptions } = {}): Promise<LinkPair<Socket>> {
-  const listener = createServer();
-  listener.listen(0, '127.0.0.1');
-  await once(listener, 'listening');
-  const accepted = once(listener, 'connection') as Promise<[Socket]>;
-  const agentTransport = connect({ host: '127.0.0.1', port: (listener.address() as AddressInfo).port, noDelay: true });
-  const [serverTransport] = await accepted;
-  // Stops listening; its callback would wait for the connection to end.
-  listener.close();
-  if (agentTransport.connecting) await once(agentTransport, 'connect');
   return linkPairOver(agentTransport, serverTransport, opts);
 }
 
@@ -165,6 +146,7 @@ async function linkPairOver<T extends Duplex>(agentTransport: T, serverTransport
   serverCall.start({ onPacket: (p) => serverHandler(p), onClose: () => {} });
   return {
     agent,
+    agentStream: request,
     server: serverCall,
     agentTransport,
     serverTransport,

@@ -1,22 +1,16 @@
 // Connections sharing one agent link share its send buffer fairly: four bulk
 // writers on the agent's packet call (real node:http2 sessions on an in-memory
-// transport, test/support/memory-link.ts), and four agent relays reading real
-// loopback targets over a real loopback link; the bytes each has delivered at
-// the server, compared by count at checkpoints while all four still send.
-// Nothing is timed. Without turns (pkg/grpc/packet-stream.ts) the writer
-// released first after each drain refilled the whole buffer before the others
-// got a piece in.
+// transport, test/support/memory-link.ts), the bytes each has delivered at the
+// server compared by count at checkpoints while all four still send; and the
+// rules of the turns (pkg/grpc/packet-stream.ts) that relays reading sockets
+// need, packet by packet. Nothing is timed. Without turns the writer released
+// first after each drain refilled the whole buffer before the others got a
+// piece in.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import { connect, createServer, type Socket } from 'node:net';
 import { test } from 'node:test';
-import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
-import { CONN_SEND_HIGH_WATER_MARK } from '../../pkg/agent/link-connections.js';
-import { PooledReads } from '../../pkg/mux/pooled-reads.js';
 import type { Packet } from '../../pkg/protocol/packet.js';
-import { harness } from '../support/harness.js';
-import { memoryLinkPair, sendWithBackPressure, tcpLinkPair } from '../support/memory-link.js';
+import { memoryLinkPair, sendWithBackPressure } from '../support/memory-link.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -97,71 +91,65 @@ function assertFair(checkpoints: readonly Checkpoint[], atLeast: number): void {
   assert.ok(checkpoints.length >= atLeast, `only ${checkpoints.length} checkpoints while all four flows sent`);
 }
 
-// The agent's case (bench "four flows"): each relay reads its target into
-// pooled slabs and holds two reads; released after a turn, it hands the link
-// what it holds and resumes its socket, whose next reads come on the next poll
-// in the order the sockets were resumed. The relay read last each turn found
-// the buffer full after one piece (the turn's count was also reset by an
-// empty turn end right after each drain) and, being released last, was read
-// last again: one flow at 55–80 % of its share for the whole transfer.
-test('four relays reading bulk targets on one link each get a fair share of it', async (t) => {
-  const h = harness(t);
-  const pair = await tcpLinkPair();
-  h.defer(() => pair.close());
-  const perFlow = 48 * MiB;
-  const chunk = Buffer.alloc(MiB, 0x5a);
-  // The targets: each sends perFlow bytes once asked, in 1 MiB writes with back-pressure (as bench/target.ts).
-  const target = createServer((socket) => {
-    socket.on('error', () => {});
-    socket.once('data', () => {
-      let left = perFlow;
-      const pump = (): void => {
-        while (left > 0) {
-          left -= chunk.length;
-          if (!socket.write(chunk)) {
-            socket.once('drain', pump);
-            return;
-          }
-        }
-        socket.end();
-      };
-      pump();
-    });
+// The two rules that keep relays reading real sockets fair (commit 69a9370),
+// each checked on its own: on the agent, a sender that went on one piece past
+// its share, or a turn that a 'drain' nobody waited for ended (so overruns
+// were never paid back), let the relay read last each turn get one piece in
+// before the buffer was full; released last, it was read last again: one of
+// four bulk flows at 65–80 % of its share for a whole transfer.
+//
+// Counted here, not judged by the bytes four real relays deliver: with
+// loopback TCP targets that outcome is the kernel's as much as ours. When the
+// process reads each socket once per event-loop turn (it is busy), Linux's
+// receive-buffer autotuning may leave a connection at its first 128 KiB while
+// the others grow to ~900 KiB (ss -tmi: rb133319 against rb855025), and that
+// connection brings ~95 KiB per turn against the others' 256 KiB share:
+// 43/119/119/119 % for a whole transfer, in most runs beside three busy
+// processes and once in CI (bench/README.md, "Four flows and the kernel's
+// receive windows").
+test('a sender waits once it has sent its share, and a drain with nobody waiting ends no turn', async (t) => {
+  const pair = await memoryLinkPair();
+  t.after(() => pair.close());
+  const piece = Buffer.alloc(64 * KiB, 7);
+  let delivered = 0;
+  let onDelivered = (): void => {};
+  pair.onServerPacket((p) => {
+    if (p.type !== 'DATA') return;
+    delivered += p.data.length;
+    onDelivered();
   });
-  target.listen(0, '127.0.0.1');
-  await once(target, 'listening');
-  h.defer(() => new Promise<void>((resolve) => target.close(() => resolve())));
-  const port = (target.address() as { port: number }).port;
+  let drains = 0;
+  pair.agentStream.on('drain', () => drains++);
+  /** Sends one piece; true if the link took it at once (called back within sendData). */
+  const sendOne = (id: bigint, waited?: (err?: Error | null) => void): boolean => {
+    let returned = false;
+    let atOnce = false;
+    pair.agent.sendData(id, piece, (err) => {
+      if (!returned) atOnce = true;
+      else waited?.(err);
+    });
+    returned = true;
+    return atOnce;
+  };
 
-  const flows = [21n, 22n, 23n, 24n];
-  // Judged over spans of several MiB: a turn's pieces arrive flow after flow
-  // (a share counted over one MiB may be off by a piece, 25 %), and on a busy
-  // machine a target's next write may come late in the first MiB.
-  const judge = fairnessJudge(flows, perFlow, { start: 8 * MiB, firstAfter: 8 * MiB, every: 2 * MiB });
-  const closes: Array<Promise<Error | undefined>> = [];
-  let closed = 0;
-  const allClosed = new Promise<void>((resolve) =>
-    pair.onServerPacket((p) => {
-      judge.onPacket(p);
-      if (p.type === 'CLOSE_RSP' && ++closed === flows.length) resolve();
-    }),
-  );
-  const sockets: Socket[] = [];
-  for (const id of flows) {
-    const reads = new PooledReads();
-    const socket = connect({ host: '127.0.0.1', port, noDelay: true, allowHalfOpen: true, onread: reads.onread });
-    reads.bind(socket);
-    h.defer(() => socket.destroy());
-    await once(socket, 'connect');
-    const relay = new EndpointConn(pair.agent, id, `127.0.0.1:${port}`, { sendHighWaterMark: CONN_SEND_HIGH_WATER_MARK });
-    h.defer(() => relay.destroy());
-    closes.push(new Promise((resolve) => (relay.onClose = resolve)));
-    relay.attach(socket, [], reads);
-    sockets.push(socket);
-  }
-  for (const socket of sockets) socket.write('B');
-  await allClosed;
-  for (const err of await Promise.all(closes)) assert.equal(err, undefined);
+  // Four connections in the turn: each one's share is a quarter of the 1 MiB limit, four pieces.
+  const flows = [31n, 32n, 33n, 34n];
+  for (const id of flows) assert.ok(sendOne(id), `connection ${id}'s first piece goes on at once`);
+  assert.ok(sendOne(31n) && sendOne(31n), 'the second and third pieces of connection 31 go on at once, within its share');
 
-  assertFair(judge.checkpoints, 32);
+  // Everything is written out and HTTP/2 says so with 'drain', while nobody waits: the turn goes on.
+  await new Promise<void>((resolve) => {
+    onDelivered = () => {
+      if (delivered === 6 * piece.length) resolve();
+    };
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.ok(drains > 0, "the agent's stream said 'drain' after the buffer emptied");
+  assert.equal(pair.agentStream.writableLength, 0);
+
+  // The fourth piece is the rest of 31's share: it goes out, and 31 waits for the next turn.
+  const released = new Promise<Error | null | undefined>((resolve) => {
+    assert.equal(sendOne(31n, resolve), false, 'connection 31 waits once it has sent its share (four pieces), across the drain');
+  });
+  assert.equal(await released, null, 'the end of the turn releases it');
 });
