@@ -3,18 +3,22 @@
 // before V8 considers optimising it; with the default (66 KiB) a fresh
 // process took ~3,000 new connections (CONNECT, echo, close) to reach its
 // steady CPU per connection, and its first thousand cost 2–3× that
-// (bench/README.md, "Connection cost"). A sixteenth of the default makes the
-// start-up rehearsal's round trips hot enough to optimise even the small
-// per-packet functions before the first caller's come, and has the
-// once-per-connection path optimised sooner than a quarter did: new-connection
-// p50 −11 %, p99 −28 % (bench/README.md, "The new-connection tail (p99)").
-// Konnectivity's Go binaries start compiled; this is our nearest thing. A
-// budget given on the node command line wins.
+// (bench/README.md, "Connection cost"). A quarter of the default reaches it
+// within ~1,000 connections for a little more compiling in the first few
+// hundred. Konnectivity's Go binaries start compiled; this is our nearest thing.
+// A budget given on the node command line wins.
 
 import { setFlagsFromString } from 'node:v8';
 
-/** A sixteenth of V8 11's default (67,584 bytes). */
-export const INTERRUPT_BUDGET = 4_224;
+/** A quarter of V8 11's default (67,584 bytes). */
+export const INTERRUPT_BUDGET = 16_896;
+
+/**
+ * While the start-up rehearsal runs (pkg/grpc/rehearsal.ts): a quarter of
+ * that again, so that its few hundred round trips make the small per-packet
+ * functions hot enough to be optimised before the first caller's come.
+ */
+export const REHEARSAL_INTERRUPT_BUDGET = 4_224;
 
 function budgetOnCommandLine(execArgv: readonly string[]): boolean {
   return execArgv.some((a) => a.startsWith('--interrupt-budget') || a.startsWith('--interrupt_budget'));
@@ -26,6 +30,19 @@ export function applyTieringFlags(execArgv: readonly string[] = process.execArgv
   const flag = `--interrupt-budget=${INTERRUPT_BUDGET}`;
   setFlagsFromString(flag);
   return flag;
+}
+
+/**
+ * The rehearsal's budget and, after it, the process's again (the
+ * pkg/grpc/rehearsal.ts RehearsalTiering); undefined, changing nothing, when
+ * the command line names a budget.
+ */
+export function rehearsalTiering(execArgv: readonly string[] = process.execArgv): { begin(): void; end(): void } | undefined {
+  if (budgetOnCommandLine(execArgv)) return undefined;
+  return {
+    begin: () => setFlagsFromString(`--interrupt-budget=${REHEARSAL_INTERRUPT_BUDGET}`),
+    end: () => setFlagsFromString(`--interrupt-budget=${INTERRUPT_BUDGET}`),
+  };
 }
 
 applyTieringFlags();

@@ -8,6 +8,7 @@ import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
+import { rehearsalTiering } from '../common/v8-tiering.js';
 import {
   durationOption,
   packageVersion,
@@ -151,6 +152,7 @@ const program = new Command('yurt-tunnel-agent')
       metaPort: flags.metaPort,
       enableProfiling: flags.enableProfiling,
       startupRehearsal: flags.startupRehearsal,
+      rehearsalTiering: rehearsalTiering(),
       logger,
     });
     onShutdownSignals(async (signal) => {

@@ -21,6 +21,7 @@ import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
+import { rehearsalTiering } from '../common/v8-tiering.js';
 import {
   packageVersion,
   parseBool,
@@ -311,6 +312,7 @@ const program = new Command('yurt-tunnel-server')
       metaPort: flags.metaPort,
       enableProfiling: flags.enableProfiling,
       startupRehearsal: flags.startupRehearsal,
+      rehearsalTiering: rehearsalTiering(),
       logger,
     });
     onShutdownSignals(async (signal) => {

@@ -19,7 +19,7 @@ import { ClientSet } from './client-set.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
-import { runStartupRehearsal } from '../grpc/rehearsal.js';
+import { runStartupRehearsal, type RehearsalTiering } from '../grpc/rehearsal.js';
 import { rehearseAgent } from './rehearsal.js';
 
 export interface AgentOptions {
@@ -63,6 +63,8 @@ export interface AgentOptions {
   enableProfiling?: boolean;
   /** Rehearse the data path before dialling the server (pkg/grpc/rehearsal.ts); the CLI turns it on. */
   startupRehearsal?: boolean;
+  /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
+  rehearsalTiering?: RehearsalTiering;
   logger: Logger;
 }
 
@@ -156,12 +158,15 @@ export class TunnelAgent {
       opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
     const credentials = await agentCredentials(opts);
     if (opts.startupRehearsal === true)
-      await runStartupRehearsal(opts.logger, (size) =>
-        rehearseAgent({
-          ...size,
-          tls: { cert: credentials.tls.cert, key: credentials.tls.key },
-          resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
-        }),
+      await runStartupRehearsal(
+        opts.logger,
+        (size) =>
+          rehearseAgent({
+            ...size,
+            tls: { cert: credentials.tls.cert, key: credentials.tls.key },
+            resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+          }),
+        opts.rehearsalTiering,
       );
     const metrics = new AgentMetrics();
     const clients = new ClientSet({

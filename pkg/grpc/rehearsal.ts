@@ -241,6 +241,19 @@ export const REHEARSAL_PASSES: readonly RehearsalSize[] = [
 ];
 
 /**
+ * What V8 is told around the passes (the CLIs give cmd/common/v8-tiering.ts's):
+ * begin() makes it optimise sooner, end() puts back the process's setting,
+ * also when a pass fails. Most of what the first caller's round trips still
+ * compiled were small per-packet functions (metrics, packet handlers, write
+ * callbacks) that the passes' ~1,300 packets had not made hot enough on
+ * their own (bench/README.md, "Cold start").
+ */
+export interface RehearsalTiering {
+  begin(): void;
+  end(): void;
+}
+
+/**
  * Logged after the short pass, before the full one. Not only for the reader:
  * the process's log lines go through the same stream code as the data path
  * (Writable.write, Socket._write, ...) with streams of other shapes (the
@@ -269,16 +282,25 @@ export function settleBufferMaps(): void {
  * failure is logged and start-up goes on (it costs only the first callers
  * their speed).
  */
-export async function runStartupRehearsal(log: Logger, rehearse: (size: RehearsalSize) => Promise<RehearsalResult>): Promise<RehearsalResult | undefined> {
+export async function runStartupRehearsal(
+  log: Logger,
+  rehearse: (size: RehearsalSize) => Promise<RehearsalResult>,
+  tiering?: RehearsalTiering,
+): Promise<RehearsalResult | undefined> {
   const started = performance.now();
   settleBufferMaps();
   try {
     const total = { connections: 0, roundTrips: 0, ms: 0 };
-    for (const [i, size] of REHEARSAL_PASSES.entries()) {
-      const r = await rehearse(size);
-      total.connections += r.connections;
-      total.roundTrips += r.connections * r.roundTrips;
-      if (i === 0) log.info(SHORT_PASS_DONE, { connections: r.connections, roundTrips: r.roundTrips, ms: Math.round(performance.now() - started) });
+    tiering?.begin();
+    try {
+      for (const [i, size] of REHEARSAL_PASSES.entries()) {
+        const r = await rehearse(size);
+        total.connections += r.connections;
+        total.roundTrips += r.connections * r.roundTrips;
+        if (i === 0) log.info(SHORT_PASS_DONE, { connections: r.connections, roundTrips: r.roundTrips, ms: Math.round(performance.now() - started) });
+      }
+    } finally {
+      tiering?.end();
     }
     total.ms = performance.now() - started;
     log.info('start-up rehearsal of the data path done', { connections: total.connections, roundTrips: total.roundTrips, ms: Math.round(total.ms) });

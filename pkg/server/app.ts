@@ -116,13 +116,16 @@ export class TunnelServer {
     const { agentEndpoint, proxier, egress, master, meta } = server;
     try {
       if (opts.startupRehearsal === true) {
-        await runStartupRehearsal(log, (size) =>
-          rehearseServer({
-            ...size,
-            strategies: opts.proxyStrategies,
-            tls: { cert: certs.server.cert, key: certs.server.key },
-            resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
-          }),
+        await runStartupRehearsal(
+          log,
+          (size) =>
+            rehearseServer({
+              ...size,
+              strategies: opts.proxyStrategies,
+              tls: { cert: certs.server.cert, key: certs.server.key },
+              resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+            }),
+          opts.rehearsalTiering,
         );
       }
       await agentEndpoint.start();

@@ -4,6 +4,7 @@
 import { isIP } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { AgentIdentityCheck } from '../endpoint/agent-identity.js';
+import type { RehearsalTiering } from '../grpc/rehearsal.js';
 import type { Logger } from '../log/logger.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
 
@@ -80,6 +81,8 @@ export interface ServerOptions {
   enableProfiling?: boolean;
   /** Rehearse the data path before listening (pkg/grpc/rehearsal.ts); the CLI turns it on. */
   startupRehearsal?: boolean;
+  /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
+  rehearsalTiering?: RehearsalTiering;
   logger: Logger;
   metricsRegistry?: Registry;
   /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */

@@ -147,15 +147,20 @@ test('a rehearsal that fails is logged with its cause and the server starts anyw
   c.socket.destroy();
 });
 
-test('runStartupRehearsal: each pass in order, a log line between the short pass and the full one; a pass that throws is logged as a warning and resolves undefined', async () => {
+test('runStartupRehearsal: each pass in order, a log line between the short pass and the full one, V8 told before and after; a pass that throws is logged as a warning and resolves undefined', async () => {
   const log = new MemoryLogger();
   const steps: unknown[] = [];
-  const r = await runStartupRehearsal(log, (size) => {
-    steps.push(size, log.records.length);
-    return Promise.resolve({ ...size, ms: 1 });
-  });
+  const tiering = { begin: () => steps.push('begin'), end: () => steps.push('end') };
+  const r = await runStartupRehearsal(
+    log,
+    (size) => {
+      steps.push(size, log.records.length);
+      return Promise.resolve({ ...size, ms: 1 });
+    },
+    tiering,
+  );
   // The full pass starts after the short pass's line is written (the log stream's code is then part of what it optimises).
-  assert.deepEqual(steps, [REHEARSAL_PASSES[0], 0, REHEARSAL_PASSES[1], 1]);
+  assert.deepEqual(steps, ['begin', REHEARSAL_PASSES[0], 0, REHEARSAL_PASSES[1], 1, 'end']);
   assert.deepEqual(
     log.records.map((x) => x.message),
     [SHORT_PASS_DONE, DONE],
@@ -165,8 +170,13 @@ test('runStartupRehearsal: each pass in order, a log line between the short pass
     REHEARSAL_PASSES.reduce((n, p) => n + p.connections, 0),
   );
   const failing = new MemoryLogger();
-  const none = await runStartupRehearsal(failing, () => Promise.reject(new Error('echo target refused')));
+  const failSteps: string[] = [];
+  const none = await runStartupRehearsal(failing, () => Promise.reject(new Error('echo target refused')), {
+    begin: () => failSteps.push('begin'),
+    end: () => failSteps.push('end'),
+  });
   assert.equal(none, undefined);
+  assert.deepEqual(failSteps, ['begin', 'end'], 'V8 gets its setting back after a failed pass too');
   assert.deepEqual(
     failing.records.map((x) => [x.level, x.message, x.fields.error]),
     [['warn', FAILED, 'echo target refused']],
