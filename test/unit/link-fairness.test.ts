@@ -16,13 +16,8 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 /** Bytes delivered before fairness is judged: the first writer starts alone, and the link learns there are four. */
 const START = 4 * MiB;
-
-/** When fairnessJudge looks: from `start` bytes delivered on, first `firstAfter` bytes past it, then every `every` bytes. */
-interface Judging {
-  start: number;
-  firstAfter: number;
-  every: number;
-}
+/** Bytes delivered between checkpoints, all flows. */
+const EVERY = MiB;
 
 test('four bulk writers on one link each get a fair share of it while all four send', async (t) => {
   const pair = await memoryLinkPair();
@@ -30,7 +25,7 @@ test('four bulk writers on one link each get a fair share of it while all four s
   const flows = [11n, 12n, 13n, 14n];
   const piece = Buffer.alloc(64 * KiB, 7);
   const perFlow = 16 * MiB;
-  const judge = fairnessJudge(flows, perFlow, { start: START, firstAfter: MiB, every: MiB });
+  const judge = fairnessJudge(flows, perFlow);
   let total = 0;
   const allDone = new Promise<void>((resolve) => {
     pair.onServerPacket((p) => {
@@ -44,13 +39,13 @@ test('four bulk writers on one link each get a fair share of it while all four s
   assertFair(judge.checkpoints, 32);
 });
 
-/** Follows DATA at the server and, as `judging` says, each flow's share of the bytes delivered since its start, until the first flow has delivered `perFlow`. */
-function fairnessJudge(flows: readonly bigint[], perFlow: number, judging: Judging): { onPacket(p: Packet): void; checkpoints: Checkpoint[] } {
+/** Follows DATA at the server and, every EVERY bytes past START, each flow's share of the bytes delivered since START, until the first flow has delivered `perFlow`. */
+function fairnessJudge(flows: readonly bigint[], perFlow: number): { onPacket(p: Packet): void; checkpoints: Checkpoint[] } {
   const received = new Map<bigint, number>(flows.map((id) => [id, 0]));
   const checkpoints: Checkpoint[] = [];
   let base: number[] | undefined;
   let total = 0;
-  let next = judging.start + judging.firstAfter;
+  let next = START + EVERY;
   return {
     checkpoints,
     onPacket(p) {
@@ -58,13 +53,13 @@ function fairnessJudge(flows: readonly bigint[], perFlow: number, judging: Judgi
       received.set(p.connectID, received.get(p.connectID)! + p.data.length);
       total += p.data.length;
       const got = flows.map((id) => received.get(id)!);
-      if (base === undefined && total >= judging.start) base = got;
+      if (base === undefined && total >= START) base = got;
       // Judged while all four run: until the first flow has delivered everything.
       if (base !== undefined && total >= next && got.every((g) => g < perFlow)) {
         const since = got.map((g, i) => g - base![i]!);
         const fair = since.reduce((a, b) => a + b, 0) / flows.length;
-        checkpoints.push({ total, since: judging.start, shares: since.map((g) => g / fair) });
-        next += judging.every;
+        checkpoints.push({ total, shares: since.map((g) => g / fair) });
+        next += EVERY;
       }
     },
   };
@@ -73,18 +68,16 @@ function fairnessJudge(flows: readonly bigint[], perFlow: number, judging: Judgi
 interface Checkpoint {
   /** Bytes delivered, all flows. */
   total: number;
-  /** Where the shares are counted from (bytes delivered, all flows). */
-  since: number;
-  /** Each flow's bytes since then, as a fraction of an equal share. */
+  /** Each flow's bytes since START, as a fraction of an equal share. */
   shares: number[];
 }
 
 function assertFair(checkpoints: readonly Checkpoint[], atLeast: number): void {
-  for (const { total, since, shares } of checkpoints) {
+  for (const { total, shares } of checkpoints) {
     const pct = shares.map((s) => Math.round(s * 100));
     assert.ok(
       shares.every((s) => s >= 0.8 && s <= 1.2),
-      `at ${(total / MiB).toFixed(1)} MiB delivered the flows had ${pct.join(', ')} % of a fair share since ${since / MiB} MiB (bound 80–120 %)`,
+      `at ${(total / MiB).toFixed(1)} MiB delivered the flows had ${pct.join(', ')} % of a fair share since ${START / MiB} MiB (bound 80–120 %)`,
     );
   }
   // The first flow finished too soon for fairness to be judged much at all.
