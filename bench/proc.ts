@@ -1,5 +1,6 @@
 // What the kernel says about a process: CPU time (utime + stime over all its
-// threads, /proc/<pid>/stat) and resident memory (/proc/<pid>/status VmRSS).
+// threads, /proc/<pid>/stat) and resident memory (/proc/<pid>/status VmRSS,
+// smaps_rollup Pss), and what the machine has left (/proc/meminfo).
 
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -49,4 +50,16 @@ export function machineBusySeconds(): number {
   // user nice system idle iowait irq softirq steal
   const busy = v[0]! + v[1]! + v[2]! + v[5]! + v[6]! + v[7]!;
   return busy / clockTicks();
+}
+
+/** Proportional set size in bytes (/proc/<pid>/smaps_rollup): shared pages split among the processes that map them, so many processes of one binary add up to what they cost the machine. */
+export function pssBytes(pid: number): number {
+  const m = /^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
+  return m === null ? 0 : Number(m[1]) * 1024;
+}
+
+/** The kernel's estimate of memory available to new work (/proc/meminfo MemAvailable), in bytes. */
+export function memAvailableBytes(): number {
+  const m = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+  return m === null ? 0 : Number(m[1]) * 1024;
 }

@@ -14,8 +14,9 @@
 //          dial and echo p50/p99 and the server's CPU. Compare the echo columns:
 //          Konnectivity v0.30 answers 200 before it dials, so its dial column
 //          has no round trip to the agent in it (ours does).
-// Then the same with real Go proxy-agents (--go-agents, one process each, as many
-// as this machine holds without swapping) behind each server.
+// Then the same with real Go proxy-agents behind each server (--go-agents, a
+// list of counts, one process each; what they cost the machine, by PSS, is
+// printed with each row, so a run also says how many this machine holds).
 // Writes bench/results/scale.json and scale.svg.
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -32,7 +33,7 @@ import { ClientProcess } from './client-process.js';
 import type { BenchPath } from './lean-conn.js';
 import { machineInfo } from './machine.js';
 import { preparePairs, type PairContext } from './pairs.js';
-import { cpuSeconds, loadAverage, rssBytes } from './proc.js';
+import { cpuSeconds, loadAverage, memAvailableBytes, pssBytes, rssBytes } from './proc.js';
 import { percentile } from './stats.js';
 import { svgCharts, type Chart } from './svg-plot.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
@@ -57,7 +58,7 @@ export const SWARM_SERVER_ARGS: readonly string[] = [
 
 interface ScaleOptions {
   agents: number[];
-  goAgents: number;
+  goAgents: number[];
   connsPerAgent: number;
   linksPerProcess: number;
   rate: number;
@@ -87,12 +88,15 @@ interface ScaleRow {
   failures: number;
   cpuLoadPct: number;
   rssLoadMB: number;
+  /** Go agent rows: the agents' processes together (PSS: shared pages counted once), and what the machine had left, with every agent connected. */
+  agentsPssMB?: number;
+  memAvailableMB?: number;
 }
 
 function parseScaleArgs(argv: string[]): ScaleOptions {
   const o: ScaleOptions = {
     agents: [10, 100, 1000],
-    goAgents: 100,
+    goAgents: [100, 1000],
     connsPerAgent: 10,
     linksPerProcess: 250,
     rate: 200,
@@ -108,7 +112,11 @@ function parseScaleArgs(argv: string[]): ScaleOptions {
       return x;
     };
     if (a === '--agents') o.agents = v().split(',').map(Number);
-    else if (a === '--go-agents') o.goAgents = Number(v());
+    else if (a === '--go-agents')
+      o.goAgents = v()
+        .split(',')
+        .map(Number)
+        .filter((g) => g > 0);
     else if (a === '--conns-per-agent') o.connsPerAgent = Number(v());
     else if (a === '--links-per-process') o.linksPerProcess = Number(v());
     else if (a === '--rate') o.rate = Number(v());
@@ -117,7 +125,7 @@ function parseScaleArgs(argv: string[]): ScaleOptions {
     else if (a === '--out') o.out = v();
     else
       throw new Error(
-        `unknown option ${a} (--agents 10,100,1000 --go-agents N --conns-per-agent N --links-per-process N --rate N --seconds N --idle N --out DIR)`,
+        `unknown option ${a} (--agents 10,100,1000 --go-agents 100,1000 --conns-per-agent N --links-per-process N --rate N --seconds N --idle N --out DIR)`,
       );
   }
   return o;
@@ -258,21 +266,37 @@ export async function startSwarm(
   };
 }
 
-/** G real Go agents, one process each. */
-async function startGoAgents(ctx: PairContext, g: number, agentPort: number): Promise<{ processes: number; stop: () => Promise<void> }> {
+/** G real Go agents, one process each, each given health and admin ports no other agent of the run has. */
+async function startGoAgents(
+  ctx: PairContext,
+  g: number,
+  agentPort: number,
+): Promise<{ processes: number; pids: () => number[]; exited: () => number; stop: () => Promise<void> }> {
   const children: ChildProcess[] = [];
+  const taken = new Set<number>();
+  const port = async (): Promise<number> => {
+    for (;;) {
+      const p = await freeLowPort();
+      if (!taken.has(p)) {
+        taken.add(p);
+        return p;
+      }
+    }
+  };
   for (let i = 0; i < g; i++) {
     const id = `scale-go-${i}`;
-    const args = goAgentArgs(join(ctx.dir, 'bench'), agentPort, id, `host=${id}`, await freeLowPort(), await freeLowPort());
+    const args = goAgentArgs(join(ctx.dir, 'bench'), agentPort, id, `host=${id}`, await port(), await port());
     const child = spawn(ctx.go!.proxyAgent, args, { stdio: ['ignore', 'ignore', 'ignore'] });
     children.push(child);
   }
   return {
     processes: g,
+    pids: () => children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => c.pid!),
+    exited: () => children.filter((c) => c.exitCode !== null || c.signalCode !== null).length,
     stop: async () => {
       await Promise.all(
         children.map(async (c) => {
-          if (c.exitCode !== null) return;
+          if (c.exitCode !== null || c.signalCode !== null) return;
           c.kill('SIGTERM');
           await once(c, 'exit');
         }),
@@ -363,15 +387,28 @@ function printRows(rows: ScaleRow[]): void {
   console.log('\n' + line(header));
   console.log(widths.map((w) => '-'.repeat(w)).join('  '));
   for (const b of body) console.log(line(b));
+  for (const r of rows) {
+    if (r.agentsPssMB === undefined) continue;
+    console.log(
+      `${r.agents} Go agents behind ${r.server}: their processes ${r.agentsPssMB.toFixed(0)} MB in all by PSS (${((r.agentsPssMB * 1024) / r.agents).toFixed(0)} KiB each), ` +
+        `the machine had ${r.memAvailableMB!.toFixed(0)} MB available with all connected`,
+    );
+  }
 }
 
 function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
-  const linkRows = rows.filter((r) => r.agentKind === 'links');
-  const series = (key: keyof ScaleRow, server: ServerKind, color: string, dashed = false, name: string = server): Chart['series'][number] => ({
+  const series = (
+    key: keyof ScaleRow,
+    server: ServerKind,
+    color: string,
+    dashed = false,
+    name: string = server,
+    kind: ScaleRow['agentKind'] = 'links',
+  ): Chart['series'][number] => ({
     name,
     color,
     dashed,
-    points: linkRows.filter((r) => r.server === server).map((r) => [r.agents, r[key] as number]),
+    points: rows.filter((r) => r.server === server && r.agentKind === kind).map((r) => [r.agents, r[key] as number]),
   });
   const charts: Chart[] = [
     {
@@ -384,6 +421,8 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
         series('rssIdleMB', 'yurt-tunnel', '#1f77b4', false, `yurt-tunnel, + ${o.connsPerAgent} conns/agent`),
         series('rssAgentsMB', 'Konnectivity', '#d62728', true, 'Konnectivity, agents only'),
         series('rssIdleMB', 'Konnectivity', '#d62728', false, `Konnectivity, + ${o.connsPerAgent} conns/agent`),
+        series('rssAgentsMB', 'yurt-tunnel', '#9ecae1', true, 'yurt-tunnel, Go agents only', 'Go agents'),
+        series('rssAgentsMB', 'Konnectivity', '#f4a582', true, 'Konnectivity, Go agents only', 'Go agents'),
       ],
     },
     {
@@ -399,7 +438,7 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
       ],
     },
     {
-      title: `CONNECT to the first byte echoed, at ${o.rate} new connections/s`,
+      title: `CONNECT to echo, ${o.rate} new conns/s`,
       xLabel: 'agents',
       yLabel: 'ms',
       xLog: true,
@@ -408,6 +447,8 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
         series('echoP99', 'yurt-tunnel', '#1f77b4', false, 'yurt-tunnel p99'),
         series('echoP50', 'Konnectivity', '#d62728', true, 'Konnectivity p50'),
         series('echoP99', 'Konnectivity', '#d62728', false, 'Konnectivity p99'),
+        series('echoP50', 'yurt-tunnel', '#9ecae1', true, 'yurt-tunnel p50, Go agents', 'Go agents'),
+        series('echoP50', 'Konnectivity', '#f4a582', true, 'Konnectivity p50, Go agents', 'Go agents'),
       ],
     },
   ];
@@ -453,21 +494,19 @@ export async function runScale(argv: string[]): Promise<void> {
         }
       }
     }
-    if (ctx.go !== undefined && o.goAgents > 0) {
+    for (const g of ctx.go === undefined ? [] : o.goAgents) {
       for (const kind of servers) {
-        process.stdout.write(`${kind}, ${o.goAgents} Go agents ...\n`);
+        process.stdout.write(`${kind}, ${g} Go agents ...\n`);
         const server = await startServer(kind);
         try {
-          const agents = await startGoAgents(ctx, o.goAgents, server.agentPort);
+          const agents = await startGoAgents(ctx, g, server.agentPort);
           try {
-            await server.agentsConnected(o.goAgents);
-            rows.push({
-              server: kind,
-              agents: o.goAgents,
-              agentKind: 'Go agents',
-              processes: agents.processes,
-              ...(await measure(client, server, o, o.goAgents)),
-            });
+            await server.agentsConnected(g);
+            const agentsPssMB = agents.pids().reduce((sum, pid) => sum + pssBytes(pid), 0) / MiB;
+            const memAvailableMB = memAvailableBytes() / MiB;
+            const row = { server: kind, agents: g, agentKind: 'Go agents' as const, processes: agents.processes, ...(await measure(client, server, o, g)) };
+            if (agents.exited() > 0) throw new Error(`${agents.exited()} of ${g} Go agents exited during the run`);
+            rows.push({ ...row, agentsPssMB, memAvailableMB });
           } finally {
             await agents.stop();
           }

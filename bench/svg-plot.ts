@@ -63,17 +63,20 @@ function chart(c: Chart, ox: number): string {
   }
   out.push(`<text x="${M.left + pw / 2}" y="${H - 8}" text-anchor="middle" font-size="12">${esc(c.xLabel)}</text>`);
   out.push(`<text transform="translate(14,${M.top + ph / 2}) rotate(-90)" text-anchor="middle" font-size="12">${esc(c.yLabel)}</text>`);
-  c.series.forEach((s, i) => {
-    const pts = [...s.points].sort((a, b) => a[0] - b[0]);
-    const d = pts.map(([x, y], j) => `${j === 0 ? 'M' : 'L'}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
-    out.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`);
-    for (const [x, y] of pts) out.push(`<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3" fill="${s.color}"/>`);
-    const ly = M.top + 6 + i * 15;
-    out.push(
-      `<line x1="${M.left + 8}" x2="${M.left + 28}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`,
-    );
-    out.push(`<text x="${M.left + 32}" y="${ly + 4}" font-size="11">${esc(s.name)}</text>`);
-  });
+  // A series with no points (e.g. no Go agents in this run) gets no line and no legend entry.
+  c.series
+    .filter((s) => s.points.length > 0)
+    .forEach((s, i) => {
+      const pts = [...s.points].sort((a, b) => a[0] - b[0]);
+      const d = pts.map(([x, y], j) => `${j === 0 ? 'M' : 'L'}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+      out.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`);
+      for (const [x, y] of pts) out.push(`<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3" fill="${s.color}"/>`);
+      const ly = M.top + 6 + i * 15;
+      out.push(
+        `<line x1="${M.left + 8}" x2="${M.left + 28}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5,4"' : ''}/>`,
+      );
+      out.push(`<text x="${M.left + 32}" y="${ly + 4}" font-size="11">${esc(s.name)}</text>`);
+    });
   out.push('</g>');
   return out.join('\n');
 }
