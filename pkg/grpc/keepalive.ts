@@ -2,8 +2,23 @@
 // `intervalMs` after the previous one was answered, and `onTimeout` when one
 // goes unanswered for `timeoutMs`. Both timers are unref'd and cleared by
 // stop(), which the connection's close path calls.
+//
+// Each wait is the interval plus up to a tenth more, at random. Links that
+// connected together (every agent back at once after a server restart) would
+// otherwise ping in step for their whole life: 1,000 pings in one timer turn
+// stall the server's event loop ~13 ms every interval (bench/README.md, "The
+// scale table"). Only longer, never shorter: a peer's ping policy (grpc-go's
+// MinTime, ours in ping-policy.ts) must never see pings sooner than agreed.
 
 import type { Http2Session } from 'node:http2';
+
+/** The largest share of the interval added to each wait. */
+export const KEEPALIVE_JITTER = 0.1;
+
+/** How long to wait before the next ping: `intervalMs` plus up to KEEPALIVE_JITTER of it; `random` in [0, 1). */
+export function keepaliveDelay(intervalMs: number, random: number): number {
+  return intervalMs + Math.floor(intervalMs * KEEPALIVE_JITTER * random);
+}
 
 export interface KeepaliveOptions {
   /** Read before each ping, so that a client can back off (too_many_pings). */
@@ -40,7 +55,7 @@ export class Keepalive {
 
   private schedule(): void {
     if (this.stopped) return;
-    this.intervalTimer = setTimeout(() => this.ping(), this.opts.intervalMs());
+    this.intervalTimer = setTimeout(() => this.ping(), keepaliveDelay(this.opts.intervalMs(), Math.random()));
     this.intervalTimer.unref();
   }
 
