@@ -273,6 +273,7 @@ async function startGoAgents(
   agentPort: number,
 ): Promise<{ processes: number; pids: () => number[]; exited: () => number; stop: () => Promise<void> }> {
   const children: ChildProcess[] = [];
+  const running = (c: ChildProcess): boolean => c.exitCode === null && c.signalCode === null;
   const taken = new Set<number>();
   const port = async (): Promise<number> => {
     for (;;) {
@@ -291,12 +292,12 @@ async function startGoAgents(
   }
   return {
     processes: g,
-    pids: () => children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => c.pid!),
-    exited: () => children.filter((c) => c.exitCode !== null || c.signalCode !== null).length,
+    pids: () => children.filter(running).map((c) => c.pid!),
+    exited: () => children.filter((c) => !running(c)).length,
     stop: async () => {
       await Promise.all(
         children.map(async (c) => {
-          if (c.exitCode !== null || c.signalCode !== null) return;
+          if (!running(c)) return;
           c.kill('SIGTERM');
           await once(c, 'exit');
         }),
