@@ -11,13 +11,14 @@
 // MinTime, ours in ping-policy.ts) must never see pings sooner than agreed.
 
 import type { Http2Session } from 'node:http2';
+import { stretchedMs } from '../timers/backoff.js';
 
 /** The largest share of the interval added to each wait. */
 export const KEEPALIVE_JITTER = 0.1;
 
-/** How long to wait before the next ping: `intervalMs` plus up to KEEPALIVE_JITTER of it; `random` in [0, 1). */
+/** How long to wait before the next ping: `intervalMs` plus up to KEEPALIVE_JITTER of it, whole milliseconds; `random` in [0, 1). */
 export function keepaliveDelay(intervalMs: number, random: number): number {
-  return intervalMs + Math.floor(intervalMs * KEEPALIVE_JITTER * random);
+  return Math.floor(stretchedMs(intervalMs, KEEPALIVE_JITTER, random));
 }
 
 export interface KeepaliveOptions {

@@ -16,6 +16,11 @@ export interface BackoffOptions {
   random?: () => number;
 }
 
+/** `ms` stretched by up to `jitter` of itself (0.1 = up to +10 %), never shortened; `random` in [0, 1). */
+export function stretchedMs(ms: number, jitter: number, random: number): number {
+  return ms * (1 + jitter * random);
+}
+
 /** The shortest full-jitter delay: a retry never comes back within the same millisecond. */
 const MIN_FULL_JITTER_MS = 10;
 
@@ -44,6 +49,6 @@ export class Backoff {
   }
 
   jittered(ms: number): number {
-    return ms * (1 + this.opts.jitter * this.random());
+    return stretchedMs(ms, this.opts.jitter, this.random());
   }
 }
