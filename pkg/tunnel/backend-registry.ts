@@ -46,26 +46,98 @@ function hostKeys(b: Backend): string[] {
   return [...new Set([...b.identifiers.ipv4, ...b.identifiers.ipv6, ...b.identifiers.host])];
 }
 
+interface AgentEntry {
+  readonly streams: Backend[];
+  /** Where the entry sits in AgentTable.entries. */
+  index: number;
+}
+
+/**
+ * Agents' streams by agent ID, also kept in an array so that a random agent
+ * is one index away: picking one neither copies nor walks the table, however
+ * many agents are connected (a dial with 1,000 agents once copied them all).
+ * Removal swaps the last entry into the gap, so the array's order is not the
+ * order the agents came in.
+ */
+class AgentTable {
+  private readonly byID = new Map<string, AgentEntry>();
+  private readonly entries: AgentEntry[] = [];
+
+  get size(): number {
+    return this.entries.length;
+  }
+
+  get(agentID: string): readonly Backend[] | undefined {
+    return this.byID.get(agentID)?.streams;
+  }
+
+  add(b: Backend): void {
+    const entry = this.byID.get(b.agentID);
+    if (entry !== undefined) {
+      entry.streams.push(b);
+      return;
+    }
+    const added = { streams: [b], index: this.entries.length };
+    this.byID.set(b.agentID, added);
+    this.entries.push(added);
+  }
+
+  remove(b: Backend): void {
+    const entry = this.byID.get(b.agentID);
+    if (entry === undefined) return;
+    const i = entry.streams.indexOf(b);
+    if (i < 0) return;
+    entry.streams.splice(i, 1);
+    if (entry.streams.length > 0) return;
+    this.byID.delete(b.agentID);
+    const last = this.entries.pop()!;
+    if (last !== entry) {
+      last.index = entry.index;
+      this.entries[entry.index] = last;
+    }
+  }
+
+  /** Every stream, agent by agent. */
+  streams(): Backend[] {
+    return this.entries.flatMap((e) => e.streams);
+  }
+
+  /** A random agent's oldest stream, preferring agents that are neither draining nor suspended. */
+  pickRandom(): Backend | undefined {
+    const n = this.entries.length;
+    if (n === 0) return undefined;
+    const start = Math.floor(Math.random() * n);
+    let fallback: Backend | undefined;
+    for (let i = 0; i < n; i++) {
+      const b = preferActive(this.entries[(start + i) % n]!.streams);
+      if (b === undefined) continue;
+      if (!b.draining && !b.suspended) return b;
+      fallback ??= b;
+    }
+    return fallback;
+  }
+}
+
 export class BackendRegistry {
   /** agentID → its streams, oldest first. */
-  private readonly byAgent = new Map<string, Backend[]>();
+  private readonly byAgent = new AgentTable();
   /** Advertised ipv4/ipv6/host value → streams, oldest first. */
   private readonly byHost = new Map<string, Backend[]>();
   /** agentID → its streams, for agents that advertise default-route. */
-  private readonly defaultRoute = new Map<string, Backend[]>();
+  private readonly defaultRoute = new AgentTable();
 
   add(b: Backend): void {
-    addTo(this.byAgent, b.agentID, b);
+    this.byAgent.add(b);
     for (const key of hostKeys(b)) addTo(this.byHost, key, b);
-    if (b.identifiers.defaultRoute) addTo(this.defaultRoute, b.agentID, b);
+    if (b.identifiers.defaultRoute) this.defaultRoute.add(b);
   }
 
   remove(b: Backend): boolean {
     const list = this.byAgent.get(b.agentID);
     if (list === undefined || !list.includes(b)) return false;
-    removeFrom(this.byAgent, b.agentID, b);
+    this.byAgent.remove(b);
     for (const key of hostKeys(b)) removeFrom(this.byHost, key, b);
-    removeFrom(this.defaultRoute, b.agentID, b);
+    this.defaultRoute.remove(b);
     return true;
   }
 
@@ -86,9 +158,9 @@ export class BackendRegistry {
       case 'destHost':
         return preferActive(this.byHost.get(host));
       case 'default':
-        return pickRandomAgent(this.byAgent);
+        return this.byAgent.pickRandom();
       case 'defaultRoute':
-        return pickRandomAgent(this.defaultRoute);
+        return this.defaultRoute.pickRandom();
     }
   }
 
@@ -109,25 +181,10 @@ export class BackendRegistry {
   }
 
   all(): Backend[] {
-    return [...this.byAgent.values()].flat();
+    return this.byAgent.streams();
   }
 
   streamsOf(agentID: string): readonly Backend[] {
     return this.byAgent.get(agentID) ?? [];
   }
-}
-
-/** A random agent's oldest stream, preferring agents that are neither draining nor suspended. */
-function pickRandomAgent(byAgent: Map<string, Backend[]>): Backend | undefined {
-  const agents = [...byAgent.values()];
-  if (agents.length === 0) return undefined;
-  const start = Math.floor(Math.random() * agents.length);
-  let fallback: Backend | undefined;
-  for (let i = 0; i < agents.length; i++) {
-    const b = preferActive(agents[(start + i) % agents.length]);
-    if (b === undefined) continue;
-    if (!b.draining && !b.suspended) return b;
-    fallback ??= b;
-  }
-  return fallback;
 }
