@@ -78,9 +78,13 @@ export class HttpConnectServer {
     return this.sockets.size;
   }
 
+  private readonly onClientSocketError = (err: Error): void => this.log.verbose(3, 'client socket error', { error: errorMessage(err) });
+
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
-    socket.on('error', (err) => this.log.verbose(3, 'client socket error', { error: errorMessage(err) }));
+    // One listener for every socket: a closure made here would hold this call's context (the head
+    // buffer, its timer, the handlers) for as long as the socket lives, which V8 may stretch (SocketRelay.detachFrom).
+    socket.on('error', this.onClientSocketError);
 
     let buffered: Buffer = Buffer.alloc(0);
     const timer = setTimeout(() => {

@@ -407,3 +407,31 @@ test(
     assert.equal((link.ofType('CLOSE_REQ')[0] as { error?: string }).error ?? '', '');
   },
 );
+
+test('a finished relay leaves none of its handlers on the socket, only a listener that takes a late error', LIMIT, async (t) => {
+  const handlers = (relay: SocketRelay): Set<unknown> => {
+    const r = relay as unknown as Record<string, unknown>;
+    return new Set(['onSocketData', 'onSocketEnd', 'onSocketError', 'onSocketClose', 'onSocketDrain', 'closeSocketCleanly'].map((k) => r[k]));
+  };
+  const endings: Record<string, (relay: SocketRelay, far: Socket) => void> = {
+    'the target ends': (_relay, far) => far.end('bye'),
+    'the peer closes (CLOSE_REQ)': (relay) => relay.remoteClose(),
+    'the target resets': (_relay, far) => far.resetAndDestroy(),
+    'destroy() with an error': (relay) => relay.destroy(new Error('cut here')),
+  };
+  const h = harness(t);
+  for (const [how, end] of Object.entries(endings)) {
+    const { near, far } = await socketPair(h);
+    const relay = endpoint(new RecordingLink());
+    const own = handlers(relay);
+    assert.equal(own.size, 6, 'the handlers the test looks for exist');
+    const closed = ended(relay);
+    relay.attach(near);
+    end(relay, far);
+    await closed;
+    const left = near.eventNames().flatMap((e) => near.rawListeners(e).map((l) => (l as { listener?: unknown }).listener ?? l));
+    assert.equal(left.filter((l) => own.has(l)).length, 0, `${how}: the relay's handlers are off the socket`);
+    assert.ok(near.listenerCount('error') > 0, `${how}: an error after the end is still taken`);
+    assert.doesNotThrow(() => near.emit('error', new Error('late')), how);
+  }
+});
