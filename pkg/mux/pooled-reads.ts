@@ -81,10 +81,15 @@ export class PooledReads {
     return true;
   };
 
-  /** The socket has closed: the slab it held for a next read, and chunks nobody took, go back. */
+  /**
+   * The socket has closed: the slab it held for a next read, and chunks nobody
+   * took, go back, and the sink goes (the socket's onread keeps this object,
+   * and a closed socket can outlive a scavenge or two: SocketRelay.detachFrom).
+   */
   readonly dispose = (): void => {
     if (this.disposed) return;
     this.disposed = true;
+    this.sink = undefined;
     if (this.next !== undefined) releaseSlab(this.next);
     this.next = undefined;
     for (const chunk of this.early) releaseSlab(chunk);

@@ -8,6 +8,9 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
+import { setImmediate as immediate } from 'node:timers/promises';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { BufferPool, isPooled, releaseSlab } from '../../pkg/mux/buffer-pool.js';
 import { PooledReads } from '../../pkg/mux/pooled-reads.js';
 
@@ -105,4 +108,29 @@ test('pause() stops the reads and resume() goes on, with every byte', async (t) 
   await once(c.socket, 'end');
   assert.equal(readWhilePaused, 0, 'nothing read while paused');
   assert.equal(hash.digest('hex'), createHash('sha256').update(sent).digest('hex'));
+});
+
+test('once its socket has closed, the reads no longer hold their sink (nor what the sink holds)', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const reads = new PooledReads(new BufferPool({ poison: false }));
+  let received = 0;
+  const made = (): WeakRef<object> => {
+    const connection = { received: 0 };
+    reads.deliverTo((chunk) => (received += connection.received += chunk.length));
+    return new WeakRef(connection);
+  };
+  const connection = made();
+  const { socket, close } = await pooledClient(reads, (s) => s.end('bye'));
+  const closed = once(socket, 'close');
+  await once(socket, 'end');
+  await close();
+  await closed;
+  assert.equal(received, 3);
+  gc();
+  await immediate();
+  gc();
+  // `reads` is still reachable (the socket's onread keeps it, and so does this test).
+  assert.equal(reads.pendingChunks, 0);
+  assert.equal(connection.deref(), undefined, 'the sink and its connection were collected');
 });
