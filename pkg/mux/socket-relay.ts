@@ -530,8 +530,8 @@ export abstract class SocketRelay implements MuxConn {
   /**
    * The connection is over and every handler of ours is a no-op: the socket
    * keeps none of them. A closed socket can outlive a scavenge or two in V8's
-   * young generation (traced, not explained: bench/README.md, "The tail at
-   * 1,000 agents"), and through these closures it kept the relay and
+   * young generation (traced, not explained: bench/README.md, "Traced
+   * further"), and through these closures it kept the relay and
    * everything the relay holds alive with it, all promoted to the old
    * generation: 3.1 KB per connection in the server, 1.2 KB without them.
    */
