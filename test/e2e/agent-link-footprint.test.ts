@@ -6,11 +6,10 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import http2 from 'node:http2';
 import { test } from 'node:test';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { startAgent, startServer, waitFor, waitForSteady } from '../support/tunnel.js';
+import { exposedGc } from '../support/gc.js';
 
 test('an agent link keeps no HPACK dynamic table: the server neither indexes its response head nor lets the agent index the request', async (t) => {
   const h = harness(t);
@@ -49,8 +48,7 @@ test('an agent link keeps no HPACK dynamic table: the server neither indexes its
 
 /** A full GC (twice: what the first frees may hold more), whether or not node was started with --expose-gc. */
 function collect(): void {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
+  const gc = exposedGc();
   gc();
   gc();
 }

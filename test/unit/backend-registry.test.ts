@@ -6,12 +6,11 @@ import assert from 'node:assert/strict';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { test, type TestContext } from 'node:test';
 import { setImmediate, setTimeout } from 'node:timers/promises';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import { Backend } from '../../pkg/tunnel/backend.js';
 import { BackendRegistry, PROXY_STRATEGIES, parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { emptyIdentifiers, parseAgentIdentifiers } from '../../pkg/protocol/identifiers.js';
+import { exposedGc } from '../support/gc.js';
 
 const LIMIT = { timeout: 10_000 };
 
@@ -288,8 +287,7 @@ test('after agents leave from the middle and the ends, the random choice reaches
 });
 
 test('picking an agent at random copies nothing, however many agents are connected (no collection in 2,000 picks of 10,000)', LIMIT, async () => {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
+  const gc = exposedGc();
   const r = new BackendRegistry();
   for (let i = 0; i < 10_000; i++) r.add(backend(`node-${i}`, 'default-route=true'));
   let scavenges = 0;

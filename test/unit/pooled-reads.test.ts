@@ -9,10 +9,9 @@ import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { setImmediate as immediate } from 'node:timers/promises';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { BufferPool, isPooled, releaseSlab } from '../../pkg/mux/buffer-pool.js';
 import { PooledReads } from '../../pkg/mux/pooled-reads.js';
+import { exposedGc } from '../support/gc.js';
 
 const MiB = 1024 * 1024;
 
@@ -111,8 +110,7 @@ test('pause() stops the reads and resume() goes on, with every byte', async (t) 
 });
 
 test('once its socket has closed, the reads no longer hold their sink (nor what the sink holds)', async () => {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
+  const gc = exposedGc();
   const reads = new PooledReads(new BufferPool({ poison: false }));
   let received = 0;
   const made = (): WeakRef<object> => {

@@ -4,13 +4,11 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { requestDeadline } from '../../pkg/kube/request-options.js';
+import { exposedGc } from '../support/gc.js';
 
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
+const gc = exposedGc();
 
 /** Waits `ms` with full collections along the way; resolves with whether `signal` aborted. */
 async function abortedAfterCollections(signal: AbortSignal, ms: number): Promise<boolean> {
