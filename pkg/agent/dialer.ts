@@ -7,6 +7,7 @@ import { isIP, Socket, type SocketConstructorOpts } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
 import type { Cancel } from '../mux/cancel.js';
 import { PooledReads } from '../mux/pooled-reads.js';
+import { withSocketDefaults } from '../net/socket-options.js';
 import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
 
@@ -49,7 +50,7 @@ export interface DialedTarget {
 function newTargetSocket(): DialedTarget {
   const reads = new PooledReads();
   // net.connect() passes the same options to the constructor, where `onread` and `noDelay` are read.
-  const opts = { allowHalfOpen: true, noDelay: true, onread: reads.onread } as SocketConstructorOpts;
+  const opts = withSocketDefaults({ allowHalfOpen: true, noDelay: true, onread: reads.onread } as SocketConstructorOpts);
   return { socket: new Socket(opts), reads };
 }
 

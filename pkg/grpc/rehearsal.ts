@@ -18,6 +18,7 @@ import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import type { Registry } from '../metrics/prom.js';
 import { SocketRelay } from '../mux/socket-relay.js';
+import { acceptWithSocketDefaults } from '../net/socket-options.js';
 import { errorMessage, RehearsalError } from '../protocol/errors.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import { startCall } from './client-call-head.js';
@@ -114,6 +115,8 @@ export interface RehearsalLink {
 async function listenLoopback(server: Server | http2.Http2Server): Promise<number> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
+  // As listen() does for the real listeners, so that the rehearsal warms the same accept path.
+  acceptWithSocketDefaults(server);
   return (server.address() as AddressInfo).port;
 }
 
