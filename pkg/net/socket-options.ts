@@ -37,6 +37,7 @@ interface ServerInternals {
   pauseOnConnect: boolean;
   noDelay: boolean;
   keepAlive: boolean;
+  /** Seconds. */
   keepAliveInitialDelay: number;
   highWaterMark: number;
 }
@@ -75,7 +76,8 @@ export function acceptWithSocketDefaults(server: Server): boolean {
       } as SocketConstructorOpts),
     );
     if (s.noDelay) socket.setNoDelay(true);
-    if (s.keepAlive) socket.setKeepAlive(true, s.keepAliveInitialDelay);
+    // The server keeps the delay in seconds, as the handle takes it; the socket's method takes milliseconds.
+    if (s.keepAlive) socket.setKeepAlive(true, s.keepAliveInitialDelay * 1000);
     s._connections++;
     // The socket decrements _connections through _server when it closes (server.close() waits on that).
     const accepted = socket as unknown as { server: Server; _server: Server };

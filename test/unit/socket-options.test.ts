@@ -140,6 +140,48 @@ test('a server accepting with complete options: half-open as asked, counted, clo
   }
 });
 
+/** A socket's own fields that hold plain values (what its options and the server's settings became), by name. */
+function ownSettings(socket: Socket): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of Reflect.ownKeys(socket)) {
+    const name = typeof key === 'symbol' ? (key.description ?? '') : key;
+    // Per-connection identities, not settings.
+    if (/async_id|trigger/.test(name)) continue;
+    const value = (socket as unknown as Record<PropertyKey, unknown>)[key];
+    if (value === null || ['boolean', 'number', 'string', 'undefined'].includes(typeof value)) out[name] = value;
+  }
+  out.readableHighWaterMark = socket.readableHighWaterMark;
+  out.writableHighWaterMark = socket.writableHighWaterMark;
+  out.allowHalfOpen = socket.allowHalfOpen;
+  return out;
+}
+
+test(
+  'a socket accepted with complete options has the settings Node\u2019s own accept gives it (no delay, keepalive and its delay, high-water marks, half-open)',
+  LIMIT,
+  async () => {
+    const options = { allowHalfOpen: true, noDelay: true, keepAlive: true, keepAliveInitialDelay: 3000, highWaterMark: 32 * 1024 };
+    const accepted: Socket[] = [];
+    const clients: Socket[] = [];
+    const servers = [createServer(options), createServer(options)];
+    try {
+      for (const [i, server] of servers.entries()) {
+        await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+        if (i === 1) assert.equal(acceptWithSocketDefaults(server), ACCEPT_REPLACEABLE);
+        const connection = once(server, 'connection') as Promise<[Socket]>;
+        clients.push(connect((server.address() as { port: number }).port, '127.0.0.1'));
+        accepted.push((await connection)[0]);
+      }
+      const [node, ours] = accepted.map(ownSettings);
+      assert.equal(node!.kSetKeepAliveInitialDelay, 3, 'the control: Node keeps the delay in seconds');
+      assert.deepEqual(ours, node);
+    } finally {
+      for (const s of [...accepted, ...clients]) s.destroy();
+      await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
+    }
+  },
+);
+
 test('a server accepting with complete options drops what is over maxConnections, as Node does', LIMIT, async () => {
   const server = createServer((s) => s.on('error', () => {}));
   server.maxConnections = 1;
