@@ -104,6 +104,15 @@ async function listening(server: Server): Promise<number> {
   return (server.address() as { port: number }).port;
 }
 
+/** What `socket` reads until `event`, as text. */
+async function textUntil(socket: Socket, event: 'end' | 'close'): Promise<string> {
+  let text = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (d: string) => (text += d));
+  await once(socket, event);
+  return text;
+}
+
 test('a server accepting with complete options: half-open as asked, counted, closable, published on net.server.socket', LIMIT, async () => {
   const published: unknown[] = [];
   const onPublish = (message: unknown): void => void published.push((message as { socket: Socket }).socket);
@@ -121,17 +130,9 @@ test('a server accepting with complete options: half-open as asked, counted, clo
 
     // The client finishes sending; the server, half-open, still answers.
     client.end('question');
-    let heard = '';
-    socket.setEncoding('utf8');
-    socket.on('data', (d: string) => (heard += d));
-    await once(socket, 'end');
-    assert.equal(heard, 'question');
+    assert.equal(await textUntil(socket, 'end'), 'question');
     socket.end('answer');
-    let answer = '';
-    client.setEncoding('utf8');
-    client.on('data', (d: string) => (answer += d));
-    await once(client, 'close');
-    assert.equal(answer, 'answer');
+    assert.equal(await textUntil(client, 'close'), 'answer');
     // Closing waits for the accepted socket, which counts itself out.
     await new Promise<void>((resolve) => server.close(() => resolve()));
   } finally {
