@@ -84,7 +84,7 @@ export class PooledReads {
   /**
    * The socket has closed: the slab it held for a next read, and chunks nobody
    * took, go back, and the sink goes (the socket's onread keeps this object,
-   * and a closed socket can outlive a scavenge or two: SocketRelay.detachFrom).
+   * and a closed socket can outlive scavenges: SocketRelay.detachFrom).
    */
   readonly dispose = (): void => {
     if (this.disposed) return;

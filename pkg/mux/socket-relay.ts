@@ -529,11 +529,12 @@ export abstract class SocketRelay implements MuxConn {
 
   /**
    * The connection is over and every handler of ours is a no-op: the socket
-   * keeps none of them. A closed socket can outlive a scavenge or two in V8's
-   * young generation (traced, not explained: bench/README.md, "Traced
-   * further"), and through these closures it kept the relay and
-   * everything the relay holds alive with it, all promoted to the old
-   * generation: 3.1 KB per connection in the server, 1.2 KB without them.
+   * keeps none of them. A closed socket can outlive scavenges in V8's young
+   * generation while an old-space object still points at it (a rehashed Map's
+   * old table: bench/README.md, "Closed connections in the old generation"),
+   * and through these closures it kept the relay and everything the relay
+   * holds alive with it, all promoted to the old generation: 3.1 KB per
+   * connection in the server, 1.2 KB without them.
    */
   private detachFrom(socket: Socket): void {
     socket.off('data', this.onSocketData);

@@ -64,17 +64,17 @@ export function acceptWithSocketDefaults(server: Server): boolean {
       nodeCallback.call(this, err, clientHandle);
       return;
     }
-    const socket = new Socket(
-      withSocketDefaults({
-        handle: clientHandle,
-        allowHalfOpen: s.allowHalfOpen,
-        pauseOnCreate: s.pauseOnConnect,
-        readable: true,
-        writable: true,
-        readableHighWaterMark: s.highWaterMark,
-        writableHighWaterMark: s.highWaterMark,
-      } as SocketConstructorOpts),
-    );
+    // Complete as it stands (allowHalfOpen and CONSTRUCTOR_SET in it), so no copy through withSocketDefaults().
+    const socket = new Socket({
+      handle: clientHandle,
+      allowHalfOpen: s.allowHalfOpen,
+      pauseOnCreate: s.pauseOnConnect,
+      readable: true,
+      writable: true,
+      readableHighWaterMark: s.highWaterMark,
+      writableHighWaterMark: s.highWaterMark,
+      ...CONSTRUCTOR_SET,
+    } as SocketConstructorOpts);
     if (s.noDelay) socket.setNoDelay(true);
     // The server keeps the delay in seconds, as the handle takes it; the socket's method takes milliseconds.
     if (s.keepAlive) socket.setKeepAlive(true, s.keepAliveInitialDelay * 1000);
