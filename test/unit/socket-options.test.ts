@@ -13,34 +13,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ACCEPT_REPLACEABLE, acceptWithSocketDefaults } from '../../pkg/net/socket-options.js';
+import { MEASURE } from '../support/old-generation.js';
 import { distUrl as url, runWithNatives } from '../support/v8-natives.js';
 
 const LIMIT = { timeout: 30_000 };
-
-/**
- * Old-generation bytes per socket that outlive two scavenges (the median of five batches, after a warm-up:
- * a batch that compiles code or meets a scavenge half-way reads high); `make(done)` makes one and calls done when it is gone.
- */
-const MEASURE = `
-  const { getHeapSpaceStatistics } = await import('node:v8');
-  const old = () => getHeapSpaceStatistics().find((s) => s.space_name === 'old_space').space_used_size;
-  const batch = (make, n) => new Promise((resolve) => {
-    let left = n;
-    const next = () => (left-- === 0 ? setTimeout(resolve, 20) : make(next));
-    next();
-  });
-  async function oldBytesPer(make, n = 200) {
-    await batch(make, 500);
-    const rounds = [];
-    for (let i = 0; i < 5; i++) {
-      gc(); gc();
-      const before = old();
-      await batch(make, n);
-      gc({ type: 'minor' }); gc({ type: 'minor' });
-      rounds.push(Math.round((old() - before) / n));
-    }
-    return rounds.sort((a, b) => a - b)[2];
-  }`;
 
 test(
   'a socket constructed from withSocketDefaults() options leaves nothing in the old generation; from the options net.connect() gives it, its own maps',

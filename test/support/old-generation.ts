@@ -1,0 +1,42 @@
+// A script fragment for tests run in a child process with --expose-gc
+// (runWithNatives): `await oldBytesPer(make)` measures what each of many things
+// made leaves in V8's old generation once two scavenges have passed;
+// `oldBytesPerSync(make)` the same for things made and dropped synchronously
+// (no timers or promises between them, whose own garbage blurs small figures).
+
+/**
+ * Old-generation bytes per thing made that outlive two scavenges (the median of five batches, after a warm-up:
+ * a batch that compiles code or meets a scavenge half-way reads high); `make(done)` makes one and calls done when it is gone.
+ */
+export const MEASURE = `
+  const { getHeapSpaceStatistics } = await import('node:v8');
+  const old = () => getHeapSpaceStatistics().find((s) => s.space_name === 'old_space').space_used_size;
+  const batch = (make, n) => new Promise((resolve) => {
+    let left = n;
+    const next = () => (left-- === 0 ? setTimeout(resolve, 20) : make(next));
+    next();
+  });
+  async function oldBytesPer(make, n = 200) {
+    await batch(make, 500);
+    const rounds = [];
+    for (let i = 0; i < 5; i++) {
+      gc(); gc();
+      const before = old();
+      await batch(make, n);
+      gc({ type: 'minor' }); gc({ type: 'minor' });
+      rounds.push(Math.round((old() - before) / n));
+    }
+    return rounds.sort((a, b) => a - b)[2];
+  }
+  function oldBytesPerSync(make, n = 200) {
+    for (let i = 0; i < 500; i++) make();
+    const rounds = [];
+    for (let r = 0; r < 5; r++) {
+      gc(); gc();
+      const before = old();
+      for (let i = 0; i < n; i++) make();
+      gc({ type: 'minor' }); gc({ type: 'minor' });
+      rounds.push(Math.round((old() - before) / n));
+    }
+    return rounds.sort((a, b) => a - b)[2];
+  }`;
