@@ -9,6 +9,7 @@ import type { Socket } from 'node:net';
 import type { Logger } from '../log/logger.js';
 import { Cancel } from '../mux/cancel.js';
 import { ConnTable } from '../mux/conn-table.js';
+import { IdMap } from '../mux/id-map.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import type { PooledReads } from '../mux/pooled-reads.js';
 import { errorCode, type AgentDialError } from '../protocol/errors.js';
@@ -52,7 +53,7 @@ export interface LinkTerms {
 
 export class LinkConnections {
   private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new Map<bigint, Cancel>();
+  private readonly dials = new IdMap<Cancel>();
   private nextConnectID = 1n;
   private terms: LinkTerms | undefined;
   private closed = false;
@@ -90,7 +91,7 @@ export class LinkConnections {
 
   /** The open connections, for /debug/connections. */
   list(): { connectID: string; address: string; openedSince: string; bytesToDestination: number; bytesFromDestination: number }[] {
-    return [...this.conns.values()].map((c) => ({
+    return this.conns.oldestFirst().map((c) => ({
       connectID: String(c.connectID),
       address: c.address,
       openedSince: new Date(c.openedAt).toISOString(),

@@ -54,8 +54,8 @@ export class Backend {
 
   /** Connections established through this stream. */
   readonly conns = new ConnTable<TunnelConn | TunnelRelay>();
-  /** Dial IDs pending on this backend. */
-  readonly pendingDials = new Set<bigint>();
+  /** Dials pending on this backend (kept by PendingDials). */
+  pendingDialCount = 0;
   /** Packets the agent sent for connections it does not hold here. */
   readonly unknownPackets: UnknownPackets;
 

@@ -53,7 +53,7 @@ export function agentStatuses(registry: BackendRegistry, serverID: string): Agen
       remoteAddress: b.remoteAddress,
       connectedSince: new Date(b.connectedAt).toISOString(),
       openConnections: b.conns.size,
-      pendingDials: b.pendingDials.size,
+      pendingDials: b.pendingDialCount,
       bytesToAgent: toAgent,
       bytesFromAgent: fromAgent,
       lastKeepaliveRoundTripMs: rtt === undefined ? null : Math.round(rtt * 1000) / 1000,
@@ -72,7 +72,7 @@ export function connectionStatuses(registry: BackendRegistry, agentID?: string):
   const out: ConnectionStatus[] = [];
   for (const b of registry.all()) {
     if (agentID !== undefined && b.agentID !== agentID) continue;
-    for (const c of b.conns.values()) {
+    for (const c of b.conns.oldestFirst()) {
       out.push({
         agentID: b.agentID,
         connectID: String(c.connectID),

@@ -1,9 +1,11 @@
 // Dials sent to an agent and not yet answered, keyed by dial ID (`random`).
 // Every entry has a deadline, and `take` is the only way out: it clears the
 // timer and the cancel listener, so whoever takes an entry settles it, once.
+// An IdMap: an entry comes and goes with every connection.
 
 import type { Backend } from './backend.js';
 import type { Cancel } from '../mux/cancel.js';
+import { IdMap } from '../mux/id-map.js';
 import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
 import type { TunnelRelay } from './tunnel-relay.js';
@@ -23,7 +25,7 @@ export interface PendingDial {
 }
 
 export class PendingDials {
-  private readonly dials = new Map<bigint, PendingDial>();
+  private readonly dials = new IdMap<PendingDial>();
 
   has(random: bigint): boolean {
     return this.dials.has(random);
@@ -36,14 +38,14 @@ export class PendingDials {
   add(dial: PendingDial): void {
     if (this.dials.has(dial.random)) throw new InternalError(`dial ID ${dial.random} is already pending`);
     this.dials.set(dial.random, dial);
-    dial.backend.pendingDials.add(dial.random);
+    dial.backend.pendingDialCount++;
   }
 
   take(random: bigint): PendingDial | undefined {
     const dial = this.dials.get(random);
     if (dial === undefined) return undefined;
     this.dials.delete(random);
-    dial.backend.pendingDials.delete(random);
+    dial.backend.pendingDialCount--;
     if (dial.timer !== undefined) clearTimeout(dial.timer);
     dial.abortListener?.[Symbol.dispose]();
     dial.cancel?.clear();
@@ -52,11 +54,15 @@ export class PendingDials {
 
   /** Takes every dial pending on `backend`. */
   takeAllFor(backend: Backend): PendingDial[] {
-    return [...backend.pendingDials].map((r) => this.take(r)).filter((d): d is PendingDial => d !== undefined);
+    if (backend.pendingDialCount === 0) return [];
+    return this.dials
+      .values()
+      .filter((d) => d.backend === backend)
+      .map((d) => this.take(d.random)!);
   }
 
   takeAll(): PendingDial[] {
-    return [...this.dials.keys()].map((r) => this.take(r)!);
+    return this.dials.values().map((d) => this.take(d.random)!);
   }
 
   get size(): number {

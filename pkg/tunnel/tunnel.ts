@@ -293,7 +293,7 @@ export class Tunnel {
       stream: backend.serial,
       reason: end.message,
       connections: backend.conns.size,
-      pendingDials: backend.pendingDials.size,
+      pendingDials: backend.pendingDialCount,
       windowMs: backend.session!.windowMs,
     });
   }
@@ -367,7 +367,7 @@ export class Tunnel {
       reason,
       suspendedForMs: since === undefined ? null : Date.now() - since,
       connections: backend.conns.size,
-      pendingDials: backend.pendingDials.size,
+      pendingDials: backend.pendingDialCount,
     });
     const end = { kind: 'lost', message } as const;
     this.detachAgent(backend, end);
@@ -585,7 +585,7 @@ export class Tunnel {
   /** Dials pending on every stream of `agentID`. */
   private pendingDialsOf(agentID: string): number {
     let n = 0;
-    for (const b of this.registry.streamsOf(agentID)) n += b.pendingDials.size;
+    for (const b of this.registry.streamsOf(agentID)) n += b.pendingDialCount;
     return n;
   }
 
