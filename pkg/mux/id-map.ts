@@ -16,7 +16,9 @@ import { randomInt } from 'node:crypto';
 import { objectSlots } from './object-array.js';
 
 const MIN_CAPACITY = 8;
-const MAX_U32 = 0xffffffffn;
+/** A key's low 64 bits as two 32-bit halves, without a BigInt operation (one code path for every key: no deopt when the first large one comes). */
+const keyBits = new BigUint64Array(1);
+const keyHalves = new Uint32Array(keyBits.buffer);
 
 export class IdMap<V> {
   private keys: Array<bigint | undefined> = objectSlots(MIN_CAPACITY);
@@ -108,14 +110,8 @@ export class IdMap<V> {
   }
 
   private home(key: bigint): number {
-    let low: number;
-    let high = 0;
-    if (key >= 0n && key <= MAX_U32) low = Number(key);
-    else {
-      low = Number(BigInt.asUintN(32, key));
-      high = Number(BigInt.asUintN(32, key >> 32n));
-    }
-    let h = Math.imul(low ^ this.seedLow, 0x9e3779b1) ^ Math.imul(high ^ this.seedHigh, 0x85ebca77);
+    keyBits[0] = key;
+    let h = Math.imul(keyHalves[0]! ^ this.seedLow, 0x9e3779b1) ^ Math.imul(keyHalves[1]! ^ this.seedHigh, 0x85ebca77);
     h ^= h >>> 15;
     h = Math.imul(h, 0x2c1b3c6d);
     h ^= h >>> 12;
