@@ -43,7 +43,7 @@ export class GrpcProxyServer {
   private readonly server: Server;
   private readonly http2: http2.Http2Server;
   private readonly sockets = new ConnectionSet();
-  private readonly sessions = new Set<Http2Session>();
+  private readonly sessions = new ConnectionSet<Http2Session>();
   private readonly log: Logger;
   private readonly limited: LogLimiter;
   private readonly headTimeoutMs: number;
@@ -68,7 +68,6 @@ export class GrpcProxyServer {
       session.once('stream', () => clearTimeout(headTimer));
       session.once('close', () => {
         clearTimeout(headTimer);
-        this.sessions.delete(session);
       });
       session.on('error', (err: Error) => this.log.verbose(2, 'egress HTTP/2 session error', { error: errorMessage(err) }));
     });
@@ -140,7 +139,7 @@ export class GrpcProxyServer {
     if (this.closing === undefined) {
       this.limited.flush();
       this.closing = stopListening(this.server);
-      for (const session of this.sessions) session.destroy();
+      this.sessions.destroyAll();
       this.sockets.destroyAll();
     }
     return this.closing;
