@@ -4,6 +4,9 @@
 // `oldBytesPerSync(make)` the same for things made and dropped synchronously
 // (no timers or promises between them, whose own garbage blurs small figures).
 
+import assert from 'node:assert/strict';
+import { runWithNatives } from './v8-natives.js';
+
 /**
  * Old-generation bytes per thing made that outlive two scavenges (the median of five batches, after a warm-up:
  * a batch that compiles code or meets a scavenge half-way reads high); `make(done)` makes one and calls done when it is gone.
@@ -40,3 +43,14 @@ export const MEASURE = `
     }
     return rounds.sort((a, b) => a - b)[2];
   }`;
+
+/**
+ * Runs `script` (after MEASURE, with --expose-gc; it prints `{ ours, control }` in bytes per item) and checks that
+ * our table leaves next to nothing in the old generation per item that comes and goes, while the built-in control
+ * (a Map or Set) visibly does: the measurement can see what it guards.
+ */
+export function assertTableStaysPut(script: string, names: { ours: string; control: string; item: string }): void {
+  const out = runWithNatives<{ ours: number; control: number }>(`${MEASURE}\n${script}`, ['--expose-gc']);
+  assert.ok(out.ours < 16, `${names.ours}: ${out.ours} B per ${names.item} left in the old generation`);
+  assert.ok(out.control > out.ours + 30, `${names.control}: ${out.control} B per ${names.item}, ${names.ours}: ${out.ours}`);
+}

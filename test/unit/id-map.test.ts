@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { IdMap } from '../../pkg/mux/id-map.js';
-import { MEASURE } from '../support/old-generation.js';
-import { distUrl as url, runWithNatives } from '../support/v8-natives.js';
+import { assertTableStaysPut } from '../support/old-generation.js';
+import { distUrl as url } from '../support/v8-natives.js';
 
 const LIMIT = { timeout: 30_000 };
 
@@ -98,9 +98,8 @@ test('IdMap: values() and keyList() are copies, so a caller may delete while it 
 });
 
 test('a long-lived IdMap whose entries come and go leaves nothing in the old generation; a Map leaves its replaced tables', LIMIT, () => {
-  const out = runWithNatives<{ map: number; ids: number }>(
-    `${MEASURE}
-    const { IdMap } = await import(${url('dist/pkg/mux/id-map.js')});
+  assertTableStaysPut(
+    `const { IdMap } = await import(${url('dist/pkg/mux/id-map.js')});
     // Tables that live as a link does: a few entries stay, one comes and goes per connection.
     function perEntry(table) {
       let id = 1n;
@@ -112,12 +111,9 @@ test('a long-lived IdMap whose entries come and go leaves nothing in the old gen
         table.delete(key);
       });
     }
-    const map = perEntry(new Map());
-    const ids = perEntry(new IdMap());
-    console.log(JSON.stringify({ map, ids }));`,
-    ['--expose-gc'],
+    const control = perEntry(new Map());
+    const ours = perEntry(new IdMap());
+    console.log(JSON.stringify({ ours, control }));`,
+    { ours: 'IdMap', control: 'Map', item: 'entry' },
   );
-  assert.ok(out.ids < 16, `IdMap: ${out.ids} B per entry left in the old generation`);
-  // The control: the measurement sees a Map's replaced tables.
-  assert.ok(out.map > out.ids + 30, `Map: ${out.map} B per entry, IdMap: ${out.ids}`);
 });
