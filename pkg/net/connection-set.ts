@@ -14,6 +14,9 @@ export interface Closable {
   destroy(): void;
 }
 
+/** Slots kept when the set empties (more are let go). */
+const RETAINED_SLOTS = 64;
+
 export class ConnectionSet<C extends Closable = Socket> {
   private readonly sockets: Array<C | undefined> = objectArray();
   /** Slots of `sockets` that are empty. */
@@ -28,7 +31,11 @@ export class ConnectionSet<C extends Closable = Socket> {
     socket.once('close', () => {
       this.sockets[slot] = undefined;
       this.free.push(slot);
-      this.count--;
+      // Empty after a flood: let the slots go rather than keep the flood's size for the server's life.
+      if (--this.count === 0 && this.sockets.length > RETAINED_SLOTS) {
+        this.sockets.length = 0;
+        this.free.length = 0;
+      }
     });
   }
 

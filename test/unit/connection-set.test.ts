@@ -3,7 +3,7 @@
 // in the old generation as connections come and go.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { connect, createServer, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { ConnectionSet } from '../../pkg/net/connection-set.js';
@@ -41,6 +41,29 @@ test('ConnectionSet counts real sockets until they close, reuses their slots, an
   set.destroyAll();
   await Promise.all(ended);
   await sizeReaches(0);
+});
+
+test('ConnectionSet lets a flood’s slots go once it is empty, and keeps counting after', LIMIT, () => {
+  const set = new ConnectionSet<EventEmitter & { destroy(): void }>();
+  const slots = (): number => (set as unknown as { sockets: unknown[] }).sockets.length;
+  const make = (): EventEmitter & { destroy(): void } => Object.assign(new EventEmitter(), { destroy() {} });
+  const flood = Array.from({ length: 500 }, make);
+  for (const c of flood) set.add(c);
+  assert.equal(set.size, 500);
+  for (const c of flood.slice(0, 499)) c.emit('close');
+  assert.equal(set.size, 1);
+  assert.equal(slots(), 500, 'slots stay while a connection is open');
+  flood[499]!.emit('close');
+  assert.equal(set.size, 0);
+  assert.equal(slots(), 0, 'an empty set keeps none of the flood’s slots');
+  const later = [make(), make()];
+  for (const c of later) set.add(c);
+  assert.equal(set.size, 2);
+  later[0]!.emit('close');
+  assert.equal(set.size, 1);
+  // A small set that empties keeps its slots.
+  later[1]!.emit('close');
+  assert.equal(slots(), 2);
 });
 
 test('a long-lived ConnectionSet whose sockets come and go leaves nothing in the old generation; a Set leaves its replaced tables', LIMIT, () => {
