@@ -33,35 +33,27 @@ export class IdMap<V> {
   }
 
   has(key: bigint): boolean {
-    return this.find(key) >= 0;
+    return this.keys[this.slotOf(key)] !== undefined;
   }
 
   get(key: bigint): V | undefined {
-    const i = this.find(key);
-    return i < 0 ? undefined : this.vals[i];
+    // An empty slot's value is undefined too.
+    return this.vals[this.slotOf(key)];
   }
 
   set(key: bigint, value: V): void {
-    let i = this.home(key);
-    for (;;) {
-      const k = this.keys[i];
-      if (k === undefined) break;
-      if (k === key) {
-        this.vals[i] = value;
-        return;
-      }
-      i = (i + 1) & this.mask;
-    }
-    this.keys[i] = key;
+    const i = this.slotOf(key);
     this.vals[i] = value;
+    if (this.keys[i] !== undefined) return;
+    this.keys[i] = key;
     this.count++;
     if (this.count * 2 > this.keys.length) this.resize(this.keys.length * 2);
   }
 
   /** Removes `key`; true if it was there. */
   delete(key: bigint): boolean {
-    let hole = this.find(key);
-    if (hole < 0) return false;
+    let hole = this.slotOf(key);
+    if (this.keys[hole] === undefined) return false;
     // Move back every later key of the run that may not sit past the hole.
     for (let j = (hole + 1) & this.mask; ; j = (j + 1) & this.mask) {
       const k = this.keys[j];
@@ -101,11 +93,11 @@ export class IdMap<V> {
     this.count = 0;
   }
 
-  private find(key: bigint): number {
+  /** Where `key` is, or else the empty slot that ends its run (where it would go). */
+  private slotOf(key: bigint): number {
     for (let i = this.home(key); ; i = (i + 1) & this.mask) {
       const k = this.keys[i];
-      if (k === undefined) return -1;
-      if (k === key) return i;
+      if (k === undefined || k === key) return i;
     }
   }
 
@@ -127,8 +119,7 @@ export class IdMap<V> {
     for (let i = 0; i < keys.length; i++) {
       const k = keys[i];
       if (k === undefined) continue;
-      let j = this.home(k);
-      while (this.keys[j] !== undefined) j = (j + 1) & this.mask;
+      const j = this.slotOf(k);
       this.keys[j] = k;
       this.vals[j] = vals[i];
     }

@@ -530,8 +530,8 @@ export abstract class SocketRelay implements MuxConn {
   /**
    * The connection is over and every handler of ours is a no-op: the socket
    * keeps none of them. A closed socket can outlive scavenges in V8's young
-   * generation while an old-space object still points at it (a rehashed Map's
-   * old table: bench/README.md, "Closed connections in the old generation"),
+   * generation while an old-space object still points at it (as a rehashed
+   * Map's old table did: bench/README.md, "Connection tables that stay put"),
    * and through these closures it kept the relay and everything the relay
    * holds alive with it, all promoted to the old generation: 3.1 KB per
    * connection in the server, 1.2 KB without them.
