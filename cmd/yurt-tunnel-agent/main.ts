@@ -86,7 +86,7 @@ const program = new Command('yurt-tunnel-agent')
     'comma list of CIDR or CIDR:port the server may ask this agent to dial; * allows all (default: loopback and the node IP, any port)',
   )
   .addOption(durationOption('--dial-timeout <duration>', 'how long to try to connect to a destination', '5s'))
-  .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to the server (Go servers refuse < 30s)', '35s'))
+  .addOption(durationOption('--keepalive-time <duration>', 'ping the server when not heard from for this long (Go servers refuse < 30s)', '35s'))
   .addOption(durationOption('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', '20s'))
   .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s'))
   .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s'))

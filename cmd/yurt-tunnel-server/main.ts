@@ -239,7 +239,9 @@ const program = new Command('yurt-tunnel-server')
     true,
   )
   .addOption(durationOption('--dns-sync-period <duration>', "the DNS controller's full resync besides every change (at least 30s)", '1800s'))
-  .addOption(durationOption('--keepalive-time <duration>', 'interval of keepalive pings to agents', '10s'))
+  .addOption(
+    durationOption('--keepalive-time <duration>', 'ping an agent not heard from for this long (and every 6 of these anyway, for its round trip)', '10s'),
+  )
   .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
   .addOption(
     durationOption(

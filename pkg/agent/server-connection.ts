@@ -21,7 +21,7 @@ import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
-import { Keepalive } from '../grpc/keepalive.js';
+import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
 import { LivenessWatch } from '../mux/liveness.js';
 import { nudgeRead } from '../net/read-nudge.js';
 import type { PacketLink } from '../mux/packet-link.js';
@@ -362,6 +362,7 @@ export class ServerConnection {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
     this.keepaliveLoop = new Keepalive(session, {
       intervalMs: () => this.keepalive.timeMs,
+      received: transportBytesRead(session),
       timeoutMs,
       onTimeout: () => {
         this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });

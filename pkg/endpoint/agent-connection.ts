@@ -5,12 +5,15 @@
 import http2, { type Http2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { Keepalive } from '../grpc/keepalive.js';
+import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { GrpcStatus } from '../grpc/status.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { AgentCall } from './agent-call.js';
+
+/** An agent heard all the time is still pinged every this many keepalive intervals, so that /debug/agents shows a recent round trip. */
+const ROUND_TRIP_EVERY_INTERVALS = 6;
 
 /** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
 const TOO_MANY_PINGS_GRACE_MS = 1000;
@@ -65,6 +68,8 @@ export class AgentConnection {
     const timeoutMs = opts.keepaliveTimeoutMs;
     this.keepalive = new Keepalive(session, {
       intervalMs: () => opts.keepaliveTimeMs,
+      received: transportBytesRead(session),
+      measureEveryMs: ROUND_TRIP_EVERY_INTERVALS * opts.keepaliveTimeMs,
       timeoutMs,
       onTimeout: () => {
         opts.log.warn('agent connection did not answer a keepalive ping; closing it', { remoteAddress: this.remoteAddress, timeoutMs });

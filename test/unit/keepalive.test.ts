@@ -1,10 +1,17 @@
 // Keepalive pings of links that started together must not stay in step, and
 // must never come sooner than the interval (a peer's ping policy counts on it).
+// As grpc-go's, they go only to a peer that has been silent for an interval: a
+// link the peer talks on (an agent pinging for its own liveness check) costs no
+// ping of ours.
 
 import assert from 'node:assert/strict';
 import type { Http2Session } from 'node:http2';
 import { test } from 'node:test';
-import { KEEPALIVE_JITTER, Keepalive, keepaliveDelay } from '../../pkg/grpc/keepalive.js';
+import http2 from 'node:http2';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { KEEPALIVE_JITTER, Keepalive, keepaliveDelay, transportBytesRead } from '../../pkg/grpc/keepalive.js';
 
 test('the wait is the interval plus at most a tenth of it, never less', () => {
   assert.equal(keepaliveDelay(10_000, 0), 10_000);
@@ -45,4 +52,149 @@ test('keepalives started together ping at different times, each after at least t
       [2, 1_090],
     ],
   );
+});
+
+test('a peer heard within the interval is not pinged; a silent one is, at most half an interval late', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  t.mock.method(Math, 'random', () => 0);
+  let now = 0;
+  let received = 0;
+  const pings: number[] = [];
+  const session = {
+    destroyed: false,
+    ping: (cb: (err: Error | null, ms: number) => void) => {
+      pings.push(now);
+      received += 17; // the ACK is read too
+      cb(null, 1);
+      return true;
+    },
+  } as unknown as Http2Session;
+  const k = new Keepalive(session, {
+    intervalMs: () => 1_000,
+    received: () => received,
+    now: () => now,
+    timeoutMs: 5_000,
+    onTimeout: () => assert.fail('no timeout expected'),
+  });
+  k.start();
+  const run = (until: number, talk: boolean): void => {
+    while (now < until) {
+      now += 1;
+      if (talk && now % 300 === 0) received += 9; // the peer's own frames every 300 ms
+      t.mock.timers.tick(1);
+    }
+  };
+  run(5_000, true);
+  assert.deepEqual(pings, [], 'a talking peer needs no ping');
+  run(8_500, false);
+  k.stop();
+  // Looks every 500 ms; the peer was last heard at 4,800, which the look at 5,000 saw: the ping is due at 6,000
+  // (grpc-go: 5,800); then one interval after each answer.
+  assert.deepEqual(pings, [6_000, 7_000, 8_000]);
+});
+
+test('a peer heard all the time is still pinged every measureEveryMs, for a fresh round trip', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  t.mock.method(Math, 'random', () => 0);
+  let now = 0;
+  let received = 0;
+  const pings: number[] = [];
+  const session = {
+    destroyed: false,
+    ping: (cb: (err: Error | null, ms: number) => void) => {
+      pings.push(now);
+      received += 17;
+      cb(null, 2);
+      return true;
+    },
+  } as unknown as Http2Session;
+  const k = new Keepalive(session, {
+    intervalMs: () => 1_000,
+    received: () => received,
+    measureEveryMs: 3_000,
+    now: () => now,
+    timeoutMs: 5_000,
+    onTimeout: () => assert.fail('no timeout expected'),
+  });
+  k.start();
+  while (now < 7_000) {
+    now += 1;
+    if (now % 300 === 0) received += 9;
+    t.mock.timers.tick(1);
+  }
+  k.stop();
+  // The first look that hears the peer measures at once; then every 3,000 ms, at the first look after.
+  assert.deepEqual(pings, [500, 3_500, 6_500]);
+  assert.equal(k.lastRoundTripMs, 2);
+});
+
+test('a ping whose answer is late counts the peer alive while anything else arrives; silence ends it', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  t.mock.method(Math, 'random', () => 0);
+  let received = 0;
+  let pings = 0;
+  let timeouts = 0;
+  const session = {
+    destroyed: false,
+    ping: () => {
+      pings++;
+      return true; // never answered
+    },
+  } as unknown as Http2Session;
+  let now = 0;
+  const tick = (ms: number): void => {
+    for (let i = 0; i < ms; i++) {
+      now++;
+      t.mock.timers.tick(1);
+    }
+  };
+  const k = new Keepalive(session, { intervalMs: () => 1_000, received: () => received, now: () => now, timeoutMs: 500, onTimeout: () => timeouts++ });
+  k.start();
+  tick(1_000);
+  assert.equal(pings, 1);
+  received += 16_384; // DATA the answer is queued behind
+  tick(500);
+  assert.equal(timeouts, 0, 'heard while the ping was out: alive');
+  tick(1_000);
+  assert.equal(pings, 2, 'silent for an interval again: pinged again');
+  tick(500);
+  assert.equal(timeouts, 1, 'nothing at all arrived: the link is dead');
+  k.stop();
+});
+
+test('over a real HTTP/2 connection: the server does not ping a client that pings it, and pings it once it stops', async (t) => {
+  const server = http2.createServer();
+  const sessions: http2.ServerHttp2Session[] = [];
+  server.on('session', (s) => sessions.push(s));
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const client = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  t.after(() => {
+    client.destroy();
+    for (const s of sessions) s.destroy();
+    server.close();
+  });
+  await once(client, 'connect');
+  while (sessions.length === 0) await sleep(5);
+  const session = sessions[0]!;
+  let pings = 0;
+  client.on('ping', () => pings++);
+  const pingsSeen = (): number => pings;
+  const k = new Keepalive(session, {
+    intervalMs: () => 100,
+    received: transportBytesRead(session),
+    timeoutMs: 5_000,
+    onTimeout: () => assert.fail('answered'),
+  });
+  t.after(() => k.stop());
+  k.start();
+  for (let i = 0; i < 20; i++) {
+    await new Promise<void>((resolve, reject) => client.ping((err) => (err ? reject(err) : resolve())));
+    await sleep(40);
+  }
+  assert.equal(pingsSeen(), 0, 'the client was heard every 40 ms: no ping');
+  const quietSince = performance.now();
+  while (pingsSeen() === 0 && performance.now() - quietSince < 5_000) await sleep(10);
+  assert.ok(pingsSeen() >= 1, 'pinged once the client went quiet');
+  assert.ok(k.lastRoundTripMs !== undefined, 'and the answer was read');
 });
