@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import type { Http2Session } from 'node:http2';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import http2 from 'node:http2';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -54,112 +54,85 @@ test('keepalives started together ping at different times, each after at least t
   );
 });
 
-test('a peer heard within the interval is not pinged; a silent one is, at most half an interval late', (t) => {
+/**
+ * A Keepalive on a stand-in session, on mocked timers and clock: `run(until, talkEveryMs)` advances time
+ * millisecond by millisecond, the peer sending frames every `talkEveryMs` (0: silent).
+ */
+function simulated(
+  t: TestContext,
+  opts: { answers: boolean; timeoutMs?: number; measureEveryMs?: number },
+): { keepalive: Keepalive; pings: number[]; timeouts: () => number; hear: (bytes: number) => void; run: (until: number, talkEveryMs?: number) => void } {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   t.mock.method(Math, 'random', () => 0);
   let now = 0;
   let received = 0;
+  let timeouts = 0;
   const pings: number[] = [];
   const session = {
     destroyed: false,
     ping: (cb: (err: Error | null, ms: number) => void) => {
       pings.push(now);
-      received += 17; // the ACK is read too
-      cb(null, 1);
+      if (opts.answers) {
+        received += 17; // the ACK is read too
+        cb(null, 2);
+      }
       return true;
     },
   } as unknown as Http2Session;
-  const k = new Keepalive(session, {
+  const keepalive = new Keepalive(session, {
     intervalMs: () => 1_000,
     received: () => received,
     now: () => now,
-    timeoutMs: 5_000,
-    onTimeout: () => assert.fail('no timeout expected'),
+    timeoutMs: opts.timeoutMs ?? 5_000,
+    ...(opts.measureEveryMs !== undefined ? { measureEveryMs: opts.measureEveryMs } : {}),
+    onTimeout: () => timeouts++,
   });
-  k.start();
-  const run = (until: number, talk: boolean): void => {
-    while (now < until) {
-      now += 1;
-      if (talk && now % 300 === 0) received += 9; // the peer's own frames every 300 ms
-      t.mock.timers.tick(1);
-    }
+  keepalive.start();
+  t.after(() => keepalive.stop());
+  return {
+    keepalive,
+    pings,
+    timeouts: () => timeouts,
+    hear: (bytes) => (received += bytes),
+    run: (until, talkEveryMs = 0) => {
+      while (now < until) {
+        now += 1;
+        if (talkEveryMs > 0 && now % talkEveryMs === 0) received += 9;
+        t.mock.timers.tick(1);
+      }
+    },
   };
-  run(5_000, true);
+}
+
+test('a peer heard within the interval is not pinged; a silent one is, at most half an interval late', (t) => {
+  const { pings, run } = simulated(t, { answers: true });
+  run(5_000, 300);
   assert.deepEqual(pings, [], 'a talking peer needs no ping');
-  run(8_500, false);
-  k.stop();
+  run(8_500);
   // Looks every 500 ms; the peer was last heard at 4,800, which the look at 5,000 saw: the ping is due at 6,000
   // (grpc-go: 5,800); then one interval after each answer.
   assert.deepEqual(pings, [6_000, 7_000, 8_000]);
 });
 
 test('a peer heard all the time is still pinged every measureEveryMs, for a fresh round trip', (t) => {
-  t.mock.timers.enable({ apis: ['setTimeout'] });
-  t.mock.method(Math, 'random', () => 0);
-  let now = 0;
-  let received = 0;
-  const pings: number[] = [];
-  const session = {
-    destroyed: false,
-    ping: (cb: (err: Error | null, ms: number) => void) => {
-      pings.push(now);
-      received += 17;
-      cb(null, 2);
-      return true;
-    },
-  } as unknown as Http2Session;
-  const k = new Keepalive(session, {
-    intervalMs: () => 1_000,
-    received: () => received,
-    measureEveryMs: 3_000,
-    now: () => now,
-    timeoutMs: 5_000,
-    onTimeout: () => assert.fail('no timeout expected'),
-  });
-  k.start();
-  while (now < 7_000) {
-    now += 1;
-    if (now % 300 === 0) received += 9;
-    t.mock.timers.tick(1);
-  }
-  k.stop();
+  const { keepalive, pings, run } = simulated(t, { answers: true, measureEveryMs: 3_000 });
+  run(7_000, 300);
   // The first look that hears the peer measures at once; then every 3,000 ms, at the first look after.
   assert.deepEqual(pings, [500, 3_500, 6_500]);
-  assert.equal(k.lastRoundTripMs, 2);
+  assert.equal(keepalive.lastRoundTripMs, 2);
 });
 
 test('a ping whose answer is late counts the peer alive while anything else arrives; silence ends it', (t) => {
-  t.mock.timers.enable({ apis: ['setTimeout'] });
-  t.mock.method(Math, 'random', () => 0);
-  let received = 0;
-  let pings = 0;
-  let timeouts = 0;
-  const session = {
-    destroyed: false,
-    ping: () => {
-      pings++;
-      return true; // never answered
-    },
-  } as unknown as Http2Session;
-  let now = 0;
-  const tick = (ms: number): void => {
-    for (let i = 0; i < ms; i++) {
-      now++;
-      t.mock.timers.tick(1);
-    }
-  };
-  const k = new Keepalive(session, { intervalMs: () => 1_000, received: () => received, now: () => now, timeoutMs: 500, onTimeout: () => timeouts++ });
-  k.start();
-  tick(1_000);
-  assert.equal(pings, 1);
-  received += 16_384; // DATA the answer is queued behind
-  tick(500);
-  assert.equal(timeouts, 0, 'heard while the ping was out: alive');
-  tick(1_000);
-  assert.equal(pings, 2, 'silent for an interval again: pinged again');
-  tick(500);
-  assert.equal(timeouts, 1, 'nothing at all arrived: the link is dead');
-  k.stop();
+  const { pings, timeouts, hear, run } = simulated(t, { answers: false, timeoutMs: 500 });
+  run(1_000);
+  assert.deepEqual(pings, [1_000]);
+  hear(16_384); // DATA the answer is queued behind
+  run(1_500);
+  assert.equal(timeouts(), 0, 'heard while the ping was out: alive');
+  run(2_500);
+  assert.deepEqual(pings, [1_000, 2_500], 'silent for an interval again: pinged again');
+  run(3_000);
+  assert.equal(timeouts(), 1, 'nothing at all arrived: the link is dead');
 });
 
 test('over a real HTTP/2 connection: the server does not ping a client that pings it, and pings it once it stops', async (t) => {
