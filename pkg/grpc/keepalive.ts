@@ -64,6 +64,7 @@ export class Keepalive {
   private lastPingAt = -Infinity;
   /** Numbers the pings sent, so that an answer arriving after its wait was settled otherwise changes nothing. */
   private pingsSent = 0;
+  /** The number of the ping whose answer is awaited; 0 when none is. */
   private awaited = 0;
   private readonly received: (() => number) | undefined;
   private readonly now: () => number;
