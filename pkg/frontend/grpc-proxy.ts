@@ -66,9 +66,7 @@ export class GrpcProxyServer {
       const headTimer = setTimeout(() => this.headTimedOut(session), this.headTimeoutMs);
       headTimer.unref();
       session.once('stream', () => clearTimeout(headTimer));
-      session.once('close', () => {
-        clearTimeout(headTimer);
-      });
+      session.once('close', () => clearTimeout(headTimer));
       session.on('error', (err: Error) => this.log.verbose(2, 'egress HTTP/2 session error', { error: errorMessage(err) }));
     });
     this.http2.on('stream', (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) => {

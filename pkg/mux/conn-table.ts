@@ -54,6 +54,8 @@ export class ConnTable<C extends MuxConn> {
   }
 
   sweep(now = Date.now()): void {
+    // Every link's table is swept every few seconds, and most have no tombstone: no key list to copy then.
+    if (this.tombstones.size === 0) return;
     for (const id of this.tombstones.keyList()) if (this.tombstones.get(id)! < now) this.tombstones.delete(id);
   }
 
