@@ -22,7 +22,6 @@ import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
-import { LivenessWatch } from '../mux/liveness.js';
 import { nudgeRead } from '../net/read-nudge.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
@@ -127,7 +126,6 @@ export class ServerConnection {
   private readonly closeWaiters: Array<(reason: string) => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
   private keepaliveLoop: Keepalive | undefined;
-  private liveness: LivenessWatch | undefined;
 
   constructor(opts: ServerConnectionOptions) {
     this.opts = opts;
@@ -254,31 +252,10 @@ export class ServerConnection {
     session.socket.once('end', () => this.callEnded(call, 'the server closed the connection'));
     const r = this.resume;
     if (r !== undefined) {
-      const liveness = new LivenessWatch({
-        idleMs: r.windowMs / 4,
-        timeoutMs: r.windowMs / 4,
-        ping: () => {
-          if (session.destroyed) return false;
-          return session.ping((err) => {
-            if (!err) liveness.received();
-          });
-        },
-        // A reset that arrives in the middle of a large write is not reported until the socket reads again (read-nudge.ts).
-        nudge: () => nudgeRead(dialed.socket),
-        nudgeMs: Math.min(NUDGE_AFTER_QUIET_MS, r.windowMs / 8),
-        onDead: (silentMs) => {
-          this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs });
-          this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);
-        },
-      });
-      this.liveness = liveness;
-      liveness.start();
+      this.startLivenessWatch(session, dialed.socket, r.windowMs, call);
       this.conns.linkUp({ link: r.link, flow: identity.flow, halfClose: identity.halfClose });
       call.start({
-        onPacket: (p) => {
-          liveness.received();
-          r.link.receive(call, p);
-        },
+        onPacket: (p) => r.link.receive(call, p),
         onClose: (reason) => this.callEnded(call, reason),
       });
       r.link.attach(call, peerReceived);
@@ -354,8 +331,27 @@ export class ServerConnection {
   private stopTransport(): void {
     this.keepaliveLoop?.stop();
     this.keepaliveLoop = undefined;
-    this.liveness?.stop();
-    this.liveness = undefined;
+  }
+
+  /**
+   * With session resume the agent must notice a dark path within the window, not after the
+   * minute gRPC keepalive takes: a ping after a quarter of the window heard nothing, and
+   * the link is lost when nothing at all comes back within another quarter.
+   */
+  private startLivenessWatch(session: ClientHttp2Session, socket: Socket | undefined, windowMs: number, call: ClientPacketCall): void {
+    this.keepaliveLoop = new Keepalive(session, {
+      intervalMs: () => windowMs / 4,
+      timeoutMs: windowMs / 4,
+      received: transportBytesRead(session),
+      // A reset that arrives in the middle of a large write is not reported until the socket reads again (read-nudge.ts).
+      nudge: () => nudgeRead(socket),
+      nudgeMs: Math.min(NUDGE_AFTER_QUIET_MS, windowMs / 8),
+      onTimeout: (silentMs) => {
+        this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs: Math.round(silentMs) });
+        this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);
+      },
+    });
+    this.keepaliveLoop.start();
   }
 
   private startKeepalive(session: ClientHttp2Session): void {

@@ -1,18 +1,22 @@
-// gRPC keepalive over node:http2, for either end of a connection: a PING once
-// nothing has arrived from the peer for `intervalMs`, and `onTimeout` when it
-// goes unanswered for `timeoutMs` with nothing else arriving meanwhile. Both
-// timers are unref'd and cleared by stop(), which the connection's close path
-// calls.
+// Notices a silent HTTP/2 peer, for either end of a link: gRPC keepalive on
+// the server and on an agent without session resume, and the resume agent's
+// liveness watch (a dark path noticed within the resume window, not after the
+// minute gRPC keepalive takes). A PING once nothing has arrived from the peer
+// for an interval, and `onTimeout` when nothing at all arrives for `timeoutMs`
+// after it. One unref'd timer; stop(), which the link's close path calls,
+// clears it.
 //
-// As grpc-go does, a connection the peer is talking on is not pinged: any frame
-// read proves the path works (a busy link, or an agent pinging for its own
-// liveness check, costs no ping of ours). What arrived is read from the
-// transport's byte count at a look every half interval, not noted per frame,
-// so the hot path pays nothing; the price is precision: the ping goes out
-// between one and one and a half intervals after the peer was last heard
-// (grpc-go: exactly one). A peer that is always heard would never be pinged
-// and its round trip (shown in /debug/agents) never measured, so `measureEveryMs`
-// pings it that often anyway.
+// As grpc-go does, a peer that is talking is not pinged: any frame read proves
+// the path works (a busy link, or an agent pinging for its own liveness check,
+// costs no ping of ours). And an answer late behind the data the peer is
+// sending counts nothing against it: anything heard after the ping is as good
+// (a slow edge uplink can hold seconds of it). What arrived is read from the
+// transport's byte count at each look, not noted per frame, so the packet path
+// pays nothing; the price is precision: a look every half interval, so the
+// ping goes out between one and one and a half intervals after the peer was
+// last heard (grpc-go: exactly one). A peer that is always heard would never
+// be pinged and its round trip (shown in /debug/agents) never measured, so
+// `measureEveryMs` pings it that often anyway.
 //
 // Each wait is the interval plus up to a tenth more, at random. Links that
 // connected together (every agent back at once after a server restart) would
@@ -20,6 +24,11 @@
 // stall the server's event loop ~13 ms every interval (bench/README.md, "The
 // scale table"). Only longer, never shorter: a peer's ping policy (grpc-go's
 // MinTime, ours in ping-policy.ts) must never see pings sooner than agreed.
+//
+// Optionally a `nudge` after `nudgeMs` of quiet, and every nudgeMs while it
+// lasts: not a verdict, a cheap way to let the transport report what it
+// already knows (the agent's read-nudge.ts: a reset that arrived in the middle
+// of a large write sits unread until the socket reads again).
 
 import type { Http2Session } from 'node:http2';
 import { stretchedMs } from '../timers/backoff.js';
@@ -39,122 +48,153 @@ export function transportBytesRead(session: Http2Session): () => number {
 }
 
 export interface KeepaliveOptions {
-  /** Read before each ping, so that a client can back off (too_many_pings). */
+  /** Read before each wait, so that a client can back off (too_many_pings). */
   intervalMs: () => number;
-  /** A count that grows whenever anything arrives from the peer (transportBytesRead). Without it every interval pings. */
-  received?: () => number;
-  /** With `received`: ping a peer that is heard all the time this often anyway, to keep `lastRoundTripMs` fresh. Default never. */
+  /** Nothing at all arrived this long after a ping: the peer is gone. */
+  timeoutMs: number;
+  /** A count that grows whenever anything arrives from the peer (transportBytesRead). */
+  received: () => number;
+  /** Ping a peer that is heard all the time this often anyway, to keep `lastRoundTripMs` fresh. Default never. */
   measureEveryMs?: number;
+  /** Called once `nudgeMs` passed with nothing received, and again every nudgeMs while that lasts. */
+  nudge?: () => void;
+  nudgeMs?: number;
   /** Clock, for tests. Default performance.now. */
   now?: () => number;
-  timeoutMs: number;
-  /** The peer did not answer a ping in time; the connection should be dropped. */
-  onTimeout: () => void;
+  /** The peer answered nothing in time; called once, with how long nothing was heard (at least). The link should be dropped. */
+  onTimeout: (silentMs: number) => void;
+}
+
+interface AwaitedPing {
+  id: number;
+  sentAt: number;
+  /** `received()` when it went out: anything more is an answer. */
+  receivedBefore: number;
 }
 
 export class Keepalive {
-  private intervalTimer: NodeJS.Timeout | undefined;
-  private timeoutTimer: NodeJS.Timeout | undefined;
+  private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   /** `received()` at the last look. */
   private receivedBefore = 0;
+  /** The look (or the answer) at which the peer was last heard. */
+  private heardAt = 0;
   /** When the ping is due if the peer stays silent. */
   private pingAt = 0;
-  /** When the last ping went out. */
+  /** Between looks while no ping is out: half the wait. */
+  private lookEveryMs = 1;
   private lastPingAt = -Infinity;
   /** Numbers the pings sent, so that an answer arriving after its wait was settled otherwise changes nothing. */
   private pingsSent = 0;
-  /** The number of the ping whose answer is awaited; 0 when none is. */
-  private awaited = 0;
-  private readonly received: (() => number) | undefined;
+  private awaited: AwaitedPing | undefined;
   private readonly now: () => number;
+  private readonly nudgeMs: number | undefined;
 
   constructor(
     private readonly session: Http2Session,
     private readonly opts: KeepaliveOptions,
   ) {
-    this.received = opts.received;
+    if (!(opts.timeoutMs > 0)) throw new TypeError(`invalid keepalive timeout ${opts.timeoutMs}`);
     this.now = opts.now ?? (() => performance.now());
+    this.nudgeMs = opts.nudge !== undefined && opts.nudgeMs !== undefined && opts.nudgeMs > 0 ? opts.nudgeMs : undefined;
   }
 
   /** Round trip of the last answered ping, in milliseconds. */
   lastRoundTripMs: number | undefined;
 
   start(): void {
-    this.schedule();
+    if (this.stopped || this.timer !== undefined) return;
+    const now = this.now();
+    this.heard(now);
+    this.armNext(now);
   }
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.intervalTimer);
-    clearTimeout(this.timeoutTimer);
-    this.intervalTimer = undefined;
-    this.timeoutTimer = undefined;
+    clearTimeout(this.timer);
+    this.timer = undefined;
   }
 
-  /** The peer was heard (or the keepalive starts): the ping is due one interval from now. */
-  private schedule(): void {
-    if (this.stopped) return;
+  /** The peer was heard (or the watch starts): the ping is due one wait from now. */
+  private heard(now: number, received = this.opts.received()): void {
+    this.receivedBefore = received;
+    this.heardAt = now;
+    this.due(now);
+  }
+
+  private due(now: number): void {
     const wait = keepaliveDelay(this.opts.intervalMs(), Math.random());
-    if (this.received === undefined) {
-      this.arm(wait);
-      return;
-    }
-    this.receivedBefore = this.received();
-    this.pingAt = this.now() + wait;
-    this.arm(Math.ceil(wait / 2));
+    this.pingAt = now + wait;
+    this.lookEveryMs = Math.ceil(wait / 2);
   }
 
-  private arm(ms: number): void {
-    this.intervalTimer = setTimeout(() => this.look(), ms);
-    this.intervalTimer.unref();
-  }
-
-  /** Ping when due, unless something arrived since the last look: then the wait starts again. */
   private look(): void {
-    this.intervalTimer = undefined;
+    this.timer = undefined;
     if (this.stopped || this.session.destroyed) return;
-    if (this.received === undefined) return this.ping();
-    if (this.received() !== this.receivedBefore) {
+    const now = this.now();
+    const received = this.opts.received();
+    const heard = received !== this.receivedBefore;
+    if (heard) this.heard(now, received);
+    const awaited = this.awaited;
+    if (awaited !== undefined) {
+      if (now - awaited.sentAt >= this.opts.timeoutMs) {
+        this.awaited = undefined;
+        if (received === awaited.receivedBefore) {
+          this.stop();
+          this.opts.onTimeout(now - this.heardAt);
+          return;
+        }
+      }
+    } else if (heard) {
       const every = this.opts.measureEveryMs;
-      if (every !== undefined && this.now() - this.lastPingAt >= every) return this.ping();
-      return this.schedule();
+      if (every !== undefined && now - this.lastPingAt >= every) this.ping(now);
+    } else if (now >= this.pingAt) {
+      this.ping(now);
     }
-    const left = this.pingAt - this.now();
-    if (left > 0) this.arm(Math.ceil(left));
-    else this.ping();
+    if (this.nudgeMs !== undefined && now - this.heardAt >= this.nudgeMs) this.opts.nudge?.();
+    this.armNext(now);
   }
 
-  private ping(): void {
-    const { session } = this;
-    if (this.stopped || session.destroyed) return;
+  /** The next look: the ping's deadline while one is out, else the next half wait or the due time, and the next nudge. */
+  private armNext(now: number): void {
+    if (this.stopped) return;
+    clearTimeout(this.timer);
+    const awaited = this.awaited;
+    let at = awaited !== undefined ? awaited.sentAt + this.opts.timeoutMs : Math.min(this.pingAt, now + this.lookEveryMs);
+    if (this.nudgeMs !== undefined) at = Math.min(at, now + this.nudgeMs);
+    this.timer = setTimeout(() => this.look(), Math.max(1, Math.ceil(at - now)));
+    this.timer.unref();
+  }
+
+  private ping(now: number): void {
     const id = ++this.pingsSent;
-    this.awaited = id;
-    this.lastPingAt = this.now();
-    const receivedBefore = this.received?.();
-    this.timeoutTimer = setTimeout(() => {
-      this.timeoutTimer = undefined;
-      if (this.stopped || this.awaited !== id) return;
-      this.awaited = 0;
-      // The answer may be queued behind what the peer is sending: anything heard is as good.
-      if (this.received !== undefined && this.received() !== receivedBefore) this.schedule();
-      else this.opts.onTimeout();
-    }, this.opts.timeoutMs);
-    this.timeoutTimer.unref();
-    const sent = session.ping((err, durationMs) => {
-      if (!err) this.lastRoundTripMs = durationMs;
-      if (this.awaited !== id) return;
-      this.awaited = 0;
-      clearTimeout(this.timeoutTimer);
-      this.timeoutTimer = undefined;
-      if (!err) this.schedule();
-    });
-    if (!sent) {
-      // Too many pings in flight already; try again later.
-      this.awaited = 0;
-      clearTimeout(this.timeoutTimer);
-      this.timeoutTimer = undefined;
-      this.schedule();
+    this.lastPingAt = now;
+    this.awaited = { id, sentAt: now, receivedBefore: this.opts.received() };
+    const sent = this.session.ping((err, durationMs) => this.answered(id, err, durationMs));
+    // Too many pings in flight already: try again one wait later.
+    if (!sent && this.isAwaited(id)) this.notAwaited(now);
+  }
+
+  /** Whether ping `id` is the one awaited (a stand-in session may have answered it already). */
+  private isAwaited(id: number): boolean {
+    return this.awaited?.id === id;
+  }
+
+  private answered(id: number, err: Error | null, durationMs: number): void {
+    if (!err) this.lastRoundTripMs = durationMs;
+    if (this.stopped || !this.isAwaited(id)) return;
+    const now = this.now();
+    if (err) this.notAwaited(now);
+    else {
+      this.awaited = undefined;
+      this.heard(now);
+      this.armNext(now);
     }
+  }
+
+  private notAwaited(now: number): void {
+    this.awaited = undefined;
+    this.due(now);
+    this.armNext(now);
   }
 }

@@ -35,7 +35,13 @@ test('keepalives started together ping at different times, each after at least t
         return true;
       },
     } as unknown as Http2Session;
-    const k = new Keepalive(session, { intervalMs: () => 1_000, timeoutMs: 5_000, onTimeout: () => assert.fail('no timeout expected') });
+    const k = new Keepalive(session, {
+      intervalMs: () => 1_000,
+      timeoutMs: 5_000,
+      received: () => 0,
+      now: () => now,
+      onTimeout: () => assert.fail('no timeout expected'),
+    });
     k.start();
     return k;
   });
@@ -60,18 +66,29 @@ test('keepalives started together ping at different times, each after at least t
  */
 function simulated(
   t: TestContext,
-  opts: { answers: boolean; timeoutMs?: number; measureEveryMs?: number },
-): { keepalive: Keepalive; pings: number[]; timeouts: () => number; hear: (bytes: number) => void; run: (until: number, talkEveryMs?: number) => void } {
+  opts: { answers: boolean; sends?: boolean; timeoutMs?: number; measureEveryMs?: number; nudgeMs?: number },
+): {
+  keepalive: Keepalive;
+  pings: number[];
+  nudges: number[];
+  /** What each onTimeout was told: how long nothing was heard. */
+  silences: number[];
+  timeouts: () => number;
+  hear: (bytes: number) => void;
+  run: (until: number, talkEveryMs?: number) => void;
+} {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   t.mock.method(Math, 'random', () => 0);
   let now = 0;
   let received = 0;
-  let timeouts = 0;
   const pings: number[] = [];
+  const nudges: number[] = [];
+  const silences: number[] = [];
   const session = {
     destroyed: false,
     ping: (cb: (err: Error | null, ms: number) => void) => {
       pings.push(now);
+      if (opts.sends === false) return false; // too many in flight: not sent, no callback
       if (opts.answers) {
         received += 17; // the ACK is read too
         cb(null, 2);
@@ -85,14 +102,17 @@ function simulated(
     now: () => now,
     timeoutMs: opts.timeoutMs ?? 5_000,
     ...(opts.measureEveryMs !== undefined ? { measureEveryMs: opts.measureEveryMs } : {}),
-    onTimeout: () => timeouts++,
+    ...(opts.nudgeMs !== undefined ? { nudgeMs: opts.nudgeMs, nudge: () => nudges.push(now) } : {}),
+    onTimeout: (silentMs) => silences.push(silentMs),
   });
   keepalive.start();
   t.after(() => keepalive.stop());
   return {
     keepalive,
     pings,
-    timeouts: () => timeouts,
+    nudges,
+    silences,
+    timeouts: () => silences.length,
     hear: (bytes) => (received += bytes),
     run: (until, talkEveryMs = 0) => {
       while (now < until) {
@@ -133,6 +153,45 @@ test('a ping whose answer is late counts the peer alive while anything else arri
   assert.deepEqual(pings, [1_000, 2_500], 'silent for an interval again: pinged again');
   run(3_000);
   assert.equal(timeouts(), 1, 'nothing at all arrived: the link is dead');
+});
+
+test('a silent peer: one ping, then one timeout, told how long nothing was heard; nothing after it', (t) => {
+  const { pings, silences, run } = simulated(t, { answers: false, timeoutMs: 800 });
+  run(1_000, 100);
+  // Last heard by the look at 1,000 (the peer talked every 100 ms until then); due one interval after.
+  run(10_000);
+  assert.deepEqual(pings, [2_000]);
+  assert.deepEqual(silences, [1_800], 'silent from the look that last heard it to the deadline of the ping');
+});
+
+test('a ping that cannot be sent (too many in flight) is tried again one interval later, and is no timeout', (t) => {
+  const { pings, timeouts, run } = simulated(t, { answers: false, sends: false, timeoutMs: 300 });
+  run(3_500);
+  assert.deepEqual(pings, [1_000, 2_000, 3_000]);
+  assert.equal(timeouts(), 0);
+});
+
+test('nudges: after nudgeMs with nothing heard, again every nudgeMs while the quiet lasts, never while the peer talks; never a verdict', (t) => {
+  const { nudges, pings, timeouts, hear, run } = simulated(t, { answers: false, timeoutMs: 60_000, nudgeMs: 200 });
+  run(1_000, 50);
+  assert.equal(nudges.length, 0, 'a talking peer is not nudged');
+  // Last heard by the look at 1,000: a nudge at each look that finds it still quiet.
+  run(1_650);
+  assert.deepEqual(nudges, [1_200, 1_400, 1_600]);
+  hear(9);
+  run(2_100);
+  // The look at 1,800 heard it; the quiet counts again from there.
+  assert.deepEqual(nudges.slice(3), [2_000]);
+  assert.equal(pings.length, 0, 'the ping is due an interval after the peer was last heard (2,800)');
+  run(3_000);
+  assert.deepEqual(pings, [2_800], 'the looks every nudgeMs make the ping on time');
+  assert.ok(nudges.includes(2_800) && nudges.includes(3_000), 'nudges go on while the ping is out');
+  assert.equal(timeouts(), 0);
+});
+
+test('a timeout must be positive', () => {
+  const session = { destroyed: false, ping: () => true } as unknown as Http2Session;
+  assert.throws(() => new Keepalive(session, { intervalMs: () => 1_000, timeoutMs: 0, received: () => 0, onTimeout: () => {} }), TypeError);
 });
 
 test('over a real HTTP/2 connection: the server does not ping a client that pings it, and pings it once it stops', async (t) => {
