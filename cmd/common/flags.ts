@@ -3,7 +3,7 @@
 
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { InvalidArgumentError, Option } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { MAX_RESUME_WINDOW_MS, MIN_RESUME_WINDOW_MS } from '../../pkg/protocol/resume.js';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
@@ -122,4 +122,23 @@ export function resumeWindowOption(): Option {
   )
     .argParser(parseResumeWindow)
     .default(parseResumeWindow('10s'), '10s');
+}
+
+/** The options both binaries take for the process itself (profiling, the start-up rehearsal, the log), after their own. */
+export function addProcessOptions(command: Command): Command {
+  return command
+    .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
+    .option(
+      '--startup-rehearsal [bool]',
+      'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
+      parseBool,
+      true,
+    )
+    .option(
+      '-v, --v <level>',
+      'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
+      parseNonNegativeInt,
+      0,
+    )
+    .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const);
 }

@@ -9,17 +9,7 @@ import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { rehearsalTiering } from '../common/v8-tiering.js';
-import {
-  durationOption,
-  packageVersion,
-  parseBool,
-  parseIP,
-  parseLogFormat,
-  parseNonNegativeInt,
-  parsePort,
-  parsePositiveInt,
-  resumeWindowOption,
-} from '../common/flags.js';
+import { durationOption, packageVersion, parseIP, parsePort, parsePositiveInt, resumeWindowOption, addProcessOptions } from '../common/flags.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
 interface AgentFlags {
@@ -110,56 +100,43 @@ const program = new Command('yurt-tunnel-agent')
     "address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip's family)",
     parseIP,
   )
-  .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266)
-  .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option(
-    '--startup-rehearsal [bool]',
-    'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
-    parseBool,
-    true,
-  )
-  .option(
-    '-v, --v <level>',
-    'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
-    parseNonNegativeInt,
-    0,
-  )
-  .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
-  .action(async (flags: AgentFlags) => {
-    holdProcessOpen();
-    const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
-    const agent = await TunnelAgent.start({
-      nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
-      nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
-      tunnelServerAddr: flags.tunnelserverAddr ?? '',
-      certDir: flags.certDir,
-      kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),
-      caFile: flags.caFile,
-      certFile: flags.certFile,
-      keyFile: flags.keyFile,
-      agentIdentifiers: flags.agentIdentifiers,
-      allowedDestinations: flags.allowedDestinations,
-      dialTimeoutMs: flags.dialTimeout,
-      keepaliveTimeMs: flags.keepaliveTime,
-      keepaliveTimeoutMs: flags.keepaliveTimeout,
-      syncIntervalMs: flags.syncInterval,
-      syncIntervalCapMs: flags.syncIntervalCap,
-      serverProbeIntervalMs: flags.serverProbeInterval,
-      drainTimeoutMs: flags.drainTimeout,
-      resumeWindowMs: flags.resumeWindow,
-      maxConcurrentDials: flags.maxConcurrentDials,
-      metaHost: flags.metaHost,
-      metaPort: flags.metaPort,
-      enableProfiling: flags.enableProfiling,
-      startupRehearsal: flags.startupRehearsal,
-      rehearsalTiering: rehearsalTiering(),
-      logger,
-    });
-    onShutdownSignals(async (signal) => {
-      logger.info('draining before exit', { signal, drainTimeoutMs: flags.drainTimeout });
-      await agent.drainAndStop();
-    });
+  .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266);
+
+addProcessOptions(program).action(async (flags: AgentFlags) => {
+  holdProcessOpen();
+  const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
+  const agent = await TunnelAgent.start({
+    nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
+    nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
+    tunnelServerAddr: flags.tunnelserverAddr ?? '',
+    certDir: flags.certDir,
+    kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),
+    caFile: flags.caFile,
+    certFile: flags.certFile,
+    keyFile: flags.keyFile,
+    agentIdentifiers: flags.agentIdentifiers,
+    allowedDestinations: flags.allowedDestinations,
+    dialTimeoutMs: flags.dialTimeout,
+    keepaliveTimeMs: flags.keepaliveTime,
+    keepaliveTimeoutMs: flags.keepaliveTimeout,
+    syncIntervalMs: flags.syncInterval,
+    syncIntervalCapMs: flags.syncIntervalCap,
+    serverProbeIntervalMs: flags.serverProbeInterval,
+    drainTimeoutMs: flags.drainTimeout,
+    resumeWindowMs: flags.resumeWindow,
+    maxConcurrentDials: flags.maxConcurrentDials,
+    metaHost: flags.metaHost,
+    metaPort: flags.metaPort,
+    enableProfiling: flags.enableProfiling,
+    startupRehearsal: flags.startupRehearsal,
+    rehearsalTiering: rehearsalTiering(),
+    logger,
   });
+  onShutdownSignals(async (signal) => {
+    logger.info('draining before exit', { signal, drainTimeoutMs: flags.drainTimeout });
+    await agent.drainAndStop();
+  });
+});
 
 program.parseAsync().catch((err: unknown) => {
   process.stderr.write(`yurt-tunnel-agent: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -29,12 +29,12 @@ import {
   parseIP,
   parseIPList,
   parseList,
-  parseLogFormat,
   parseNonNegativeInt,
   parsePort,
   parsePortList,
   parsePositiveInt,
   resumeWindowOption,
+  addProcessOptions,
 } from '../common/flags.js';
 import { InvalidArgumentError } from 'commander';
 import { errorMessage } from '../../pkg/protocol/errors.js';
@@ -255,73 +255,60 @@ const program = new Command('yurt-tunnel-server')
     'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one',
     parsePort,
     10265,
-  )
-  .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
-  .option(
-    '--startup-rehearsal [bool]',
-    'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
-    parseBool,
-    true,
-  )
-  .option(
-    '-v, --v <level>',
-    'log verbosity (klog-style): 0 errors and lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends, 3 connection details, 4 every packet',
-    parseNonNegativeInt,
-    0,
-  )
-  .option('--log-format <format>', 'text or json', parseLogFormat, 'text' as const)
-  .action(async (flags: ServerFlags) => {
-    holdProcessOpen();
-    const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
-    const server = await TunnelServer.start({
-      bindAddress: flags.bindAddress,
-      insecureBindAddress: flags.insecureBindAddress,
-      tunnelAgentConnectPort: flags.tunnelAgentConnectPort,
-      securePort: flags.securePort,
-      insecurePort: flags.insecurePort,
-      clientCAFile: flags.clientCaFile,
-      proxyClientCertFile: flags.proxyClientCertFile,
-      proxyClientKeyFile: flags.proxyClientKeyFile,
-      kubeletCAFile: flags.kubeletCaFile,
-      localhostProxyPorts: flags.localhostProxyPorts,
-      interceptorProxierUDS: flags.interceptorProxierUds,
-      egressSelector: flags.egressSelectorEnable ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode } : undefined,
-      proxyStrategies: flags.proxyStrategy,
-      dialTimeoutMs: flags.dialTimeout,
-      stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
-      halfClosedLingerMs: flags.halfClosedLinger,
-      tlsHandshakeTimeoutMs: flags.tlsHandshakeTimeout,
-      requestHeadTimeoutMs: flags.requestHeadTimeout,
-      connectHeadTimeoutMs: flags.connectHeadTimeout,
-      maxPendingDialsPerAgent: flags.maxPendingDialsPerAgent,
-      maxUnknownPacketsPerAgent: flags.maxUnknownPacketsPerAgent,
-      agentIdentityCheck: flags.agentIdentityCheck,
-      serverCount: flags.serverCount,
-      maxAgentStreams: flags.maxAgentStreams,
-      resumeWindowMs: flags.resumeWindow,
-      maxAgentConnectRate: flags.maxAgentConnectRate,
-      serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
-      certDir: flags.certDir,
-      certIPs: flags.certIps,
-      certDNSNames: flags.certDnsNames,
-      kubeConfig: flags.kubeConfig,
-      enableIptables: flags.enableIptables,
-      iptablesSyncPeriodMs: flags.iptablesSyncPeriod,
-      enableDNSController: flags.enableDnsController,
-      dnsSyncPeriodMs: flags.dnsSyncPeriod,
-      keepaliveTimeMs: flags.keepaliveTime,
-      keepaliveTimeoutMs: flags.keepaliveTimeout,
-      metaPort: flags.metaPort,
-      enableProfiling: flags.enableProfiling,
-      startupRehearsal: flags.startupRehearsal,
-      rehearsalTiering: rehearsalTiering(),
-      logger,
-    });
-    onShutdownSignals(async (signal) => {
-      logger.info('shutting down', { signal });
-      await server.shutdown(flags.gracefulShutdownTimeout);
-    });
+  );
+
+addProcessOptions(program).action(async (flags: ServerFlags) => {
+  holdProcessOpen();
+  const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
+  const server = await TunnelServer.start({
+    bindAddress: flags.bindAddress,
+    insecureBindAddress: flags.insecureBindAddress,
+    tunnelAgentConnectPort: flags.tunnelAgentConnectPort,
+    securePort: flags.securePort,
+    insecurePort: flags.insecurePort,
+    clientCAFile: flags.clientCaFile,
+    proxyClientCertFile: flags.proxyClientCertFile,
+    proxyClientKeyFile: flags.proxyClientKeyFile,
+    kubeletCAFile: flags.kubeletCaFile,
+    localhostProxyPorts: flags.localhostProxyPorts,
+    interceptorProxierUDS: flags.interceptorProxierUds,
+    egressSelector: flags.egressSelectorEnable ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode } : undefined,
+    proxyStrategies: flags.proxyStrategy,
+    dialTimeoutMs: flags.dialTimeout,
+    stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
+    halfClosedLingerMs: flags.halfClosedLinger,
+    tlsHandshakeTimeoutMs: flags.tlsHandshakeTimeout,
+    requestHeadTimeoutMs: flags.requestHeadTimeout,
+    connectHeadTimeoutMs: flags.connectHeadTimeout,
+    maxPendingDialsPerAgent: flags.maxPendingDialsPerAgent,
+    maxUnknownPacketsPerAgent: flags.maxUnknownPacketsPerAgent,
+    agentIdentityCheck: flags.agentIdentityCheck,
+    serverCount: flags.serverCount,
+    maxAgentStreams: flags.maxAgentStreams,
+    resumeWindowMs: flags.resumeWindow,
+    maxAgentConnectRate: flags.maxAgentConnectRate,
+    serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
+    certDir: flags.certDir,
+    certIPs: flags.certIps,
+    certDNSNames: flags.certDnsNames,
+    kubeConfig: flags.kubeConfig,
+    enableIptables: flags.enableIptables,
+    iptablesSyncPeriodMs: flags.iptablesSyncPeriod,
+    enableDNSController: flags.enableDnsController,
+    dnsSyncPeriodMs: flags.dnsSyncPeriod,
+    keepaliveTimeMs: flags.keepaliveTime,
+    keepaliveTimeoutMs: flags.keepaliveTimeout,
+    metaPort: flags.metaPort,
+    enableProfiling: flags.enableProfiling,
+    startupRehearsal: flags.startupRehearsal,
+    rehearsalTiering: rehearsalTiering(),
+    logger,
   });
+  onShutdownSignals(async (signal) => {
+    logger.info('shutting down', { signal });
+    await server.shutdown(flags.gracefulShutdownTimeout);
+  });
+});
 
 function parseEgressMode(text: string): EgressSelectorMode {
   const mode = EGRESS_SELECTOR_MODES.find((m) => m === text);
