@@ -240,10 +240,14 @@ export class ServerConnection {
     this.socket = dialed.socket;
     this.identity = identity;
     const metrics = this.metrics;
-    const call = new ClientPacketCall(stream, {
-      logger: this.log,
-      ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
-    });
+    const call = new ClientPacketCall(
+      stream,
+      {
+        logger: this.log,
+        ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
+      },
+      dialed.socket,
+    );
     this.call = call;
     session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
     session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
@@ -478,7 +482,8 @@ export class ServerConnection {
       timer.unref();
       session.once('close', () => clearTimeout(timer));
     } else {
-      this.call?.cancel(reason);
+      // Without resume the server keeps nothing for us: a goodbye (END_STREAM, then GOAWAY as the session goes) when the call is still up.
+      this.call?.goodbye(reason);
       this.destroyTransport();
     }
     // A failure for every connection on the link: their targets are reset.

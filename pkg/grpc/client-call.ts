@@ -3,6 +3,7 @@
 // reads, the call's status in the trailers, and cancellation.
 
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
+import type { Socket } from 'node:net';
 import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
 import { describeGrpcStatus } from './status.js';
 import type { ProtocolError } from '../protocol/errors.js';
@@ -11,9 +12,14 @@ export class ClientPacketCall extends GrpcPacketStream {
   /** The server ended the call itself (trailers or END_STREAM): a goodbye, not a failure. */
   endedByServer = false;
 
+  /**
+   * `transport`: the socket beneath, when this call is its connection's only
+   * stream (the agent's Connect call); cancel() then drops it.
+   */
   constructor(
     private readonly clientStream: ClientHttp2Stream,
     opts: GrpcPacketStreamOptions = {},
+    private readonly transport?: Socket,
   ) {
     super(clientStream, opts);
   }
@@ -66,9 +72,18 @@ export class ClientPacketCall extends GrpcPacketStream {
     }
   }
 
-  /** Ends the call from our side (RST_STREAM CANCEL), for `reason`. */
+  /**
+   * Ends the call from our side as a failure, for `reason`. Node resets a
+   * stream only after half-closing it (stream.close(code) sends END_STREAM,
+   * then RST_STREAM), and a server takes END_STREAM for a goodbye: with
+   * session resume it would end the session this agent means to resume. So a
+   * call given its transport drops the connection instead, before anything
+   * more is written: the server sees the link fail. Without one, RST_STREAM
+   * CANCEL (after Node's END_STREAM).
+   */
   cancel(reason: string): void {
     this.finish(reason);
-    if (!this.clientStream.closed && !this.clientStream.destroyed) this.clientStream.close(constants.NGHTTP2_CANCEL);
+    if (this.transport !== undefined) this.transport.destroy();
+    else if (!this.clientStream.closed && !this.clientStream.destroyed) this.clientStream.close(constants.NGHTTP2_CANCEL);
   }
 }

@@ -574,6 +574,39 @@ test('a silent blip: the agent notices, comes back, and its resume supersedes th
 });
 
 test(
+  'a silent blip whose old path carries on after it (loss that TCP outlasts): what the agent left on it is no goodbye; its resume takes the session',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    // The agent takes the link for lost ~2 s into the blip; the old connection then delivers whatever the agent wrote
+    // on it before and after, once the path is back, and its new connection's claim arrives after that.
+    const { server, agent, relay } = await setup(h, 4000);
+    const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(res.status, 200);
+    const echoed: number[] = [...res.rest];
+    res.socket.on('data', (c: Buffer) => echoed.push(...c));
+    res.socket.resume();
+    let n = 0;
+    const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
+    h.defer(() => clearInterval(timer));
+    await waitFor('some traffic', () => echoed.length >= 50, 10_000);
+    await relay.blip('silent', 3000, { oldFlows: 'resume' });
+    assert.equal(agent.log.find('nothing heard from the tunnel server; taking the link for lost').length, 1, 'the agent gave the old link up during the blip');
+    const after = n;
+    await waitFor('traffic after the resume', () => echoed.length >= after + 50, 20_000);
+    clearInterval(timer);
+    await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
+    for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}`);
+    assert.equal(echoed.length, n);
+    assert.equal(server.log.find('agent session expired; closing its connections').length, 0, 'the session was never ended');
+    assert.equal(server.log.find('agent link resumed').length, 1);
+    assert.equal(server.tunnel.registry.agentCount, 1);
+    res.socket.destroy();
+  },
+);
+
+test(
   'two replicas behind a round-robin relay: after a blip each resume reaches the replica that holds its session, and the transfer finishes',
   { timeout: 240_000 },
   async (t) => {
