@@ -109,8 +109,8 @@ export interface ClaimResolution<V> {
 }
 
 export interface SessionTableOptions<V> {
-  /** A suspended session's window passed: it is out of the table already; the owner closes what it carried. */
-  onExpire(session: Session<V>): void;
+  /** A suspended session's window passed (or a newer one pushed it out) after `suspendedForMs`: it is out of the table already; the owner closes what it carried. */
+  onExpire(session: Session<V>, suspendedForMs: number | undefined): void;
   /**
    * Suspended sessions one agentID may have; suspending one more expires its
    * oldest at once (onExpire). Default 4, the default --max-agent-streams.
@@ -136,11 +136,11 @@ export class SessionTable<V> {
   private readonly suspendedByAgent = new Map<string, Set<Session<V>>>();
   /** Sessions that left the table, oldest first, with the hash that proves a claim on them (ENDED_REMEMBERED). */
   private readonly endedSessions = new Map<string, { ended: EndedSession; secretHash: Buffer }>();
-  private readonly onExpire: (session: Session<V>) => void;
+  private readonly onExpire: (session: Session<V>, suspendedForMs: number | undefined) => void;
   private readonly maxSuspendedPerAgent: number;
 
   constructor(opts: SessionTableOptions<V>) {
-    this.onExpire = (session) => opts.onExpire(session);
+    this.onExpire = (session, suspendedForMs) => opts.onExpire(session, suspendedForMs);
     this.maxSuspendedPerAgent = opts.maxSuspendedPerAgent ?? 4;
     if (!Number.isInteger(this.maxSuspendedPerAgent) || this.maxSuspendedPerAgent < 1) {
       throw new TypeError(`maxSuspendedPerAgent must be a positive integer, got ${this.maxSuspendedPerAgent}`);
@@ -262,8 +262,9 @@ export class SessionTable<V> {
   }
 
   private expire(session: Session<V>): void {
+    const since = session.suspendedAt;
     if (!this.end(session, 'expired')) return;
-    this.onExpire(session);
+    this.onExpire(session, since === undefined ? undefined : Date.now() - since);
   }
 
   private stopTimer(session: Session<V>): void {

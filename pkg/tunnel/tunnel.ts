@@ -85,7 +85,7 @@ export class Tunnel {
         return open;
       },
     );
-    this.sessions = new SessionTable<Backend>({ onExpire: (s) => this.expireSession(s.value, 'window') });
+    this.sessions = new SessionTable<Backend>({ onExpire: (s, suspendedForMs) => this.expireSession(s.value, 'window', suspendedForMs) });
     this.resumeMetrics = new ResumeMetrics(this.metrics.registry, {
       suspended: () => this.sessions.suspendedCount,
       resent: () => {
@@ -352,10 +352,9 @@ export class Tunnel {
   }
 
   /** A session that will not be resumed: its connections and dials end with YT_ERR_AGENT_LOST. */
-  private expireSession(backend: Backend, reason: SessionExpiry): void {
+  private expireSession(backend: Backend, reason: SessionExpiry, suspendedForMs = suspendedFor(backend)): void {
     if (backend.closed) return;
     const windowMs = backend.session?.windowMs ?? 0;
-    const since = backend.session?.suspendedAt;
     const message =
       reason === 'window'
         ? `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and did not come back within the ${windowMs} ms resume window`
@@ -365,7 +364,7 @@ export class Tunnel {
       agentID: backend.agentID,
       stream: backend.serial,
       reason,
-      suspendedForMs: since === undefined ? null : Date.now() - since,
+      suspendedForMs: suspendedForMs ?? null,
       connections: backend.conns.size,
       pendingDials: backend.pendingDialCount,
     });
@@ -628,4 +627,10 @@ export class Tunnel {
       b.link.close(end);
     }
   }
+}
+
+/** How long the agent's session has been suspended, if it is. */
+function suspendedFor(backend: Backend): number | undefined {
+  const since = backend.session?.suspendedAt;
+  return since === undefined ? undefined : Date.now() - since;
 }

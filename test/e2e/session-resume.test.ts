@@ -274,7 +274,10 @@ test(
     assertServerForgot(server);
     const ended = server.log.find('connection ended').map((r) => r.fields.ended);
     assert.deepEqual(ended, ['YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST', 'YT_ERR_AGENT_LOST']);
-    assert.equal(server.log.find('agent session expired; closing its connections').length, 1);
+    const expiries = server.log.find('agent session expired; closing its connections');
+    assert.equal(expiries.length, 1);
+    const suspendedForMs = expiries[0]!.fields.suspendedForMs;
+    assert.ok(typeof suspendedForMs === 'number' && suspendedForMs >= windowMs - 5, `the log says how long it was suspended (${String(suspendedForMs)})`);
     const metrics = await server.tunnel.metrics.registry.metrics();
     assert.match(metrics, /^yurttunnel_server_agent_sessions_expired_total\{reason="window"\} 1$/m);
     assert.match(metrics, /^yurttunnel_server_connections_closed_total\{reason="YT_ERR_AGENT_LOST"\} 3$/m);

@@ -143,7 +143,13 @@ test('only a hash of the secret is kept', (t) => {
 test('a suspended session ends when its window passes: out of the table, its timer gone, onExpire once', async (t) => {
   const h = harness(t);
   const expired: Session<string>[] = [];
-  const sessions = table((s) => expired.push(s));
+  const suspendedFor: Array<number | undefined> = [];
+  const sessions = new SessionTable<string>({
+    onExpire: (s, ms) => {
+      expired.push(s);
+      suspendedFor.push(ms);
+    },
+  });
   h.defer(() => sessions.close());
   const { session } = sessions.open(EDGE1, 50, 'conns');
   const startedAt = performance.now();
@@ -154,6 +160,7 @@ test('a suspended session ends when its window passes: out of the table, its tim
   await waitUntil(() => expired.length > 0);
   assert.ok(performance.now() - startedAt >= 45, 'not before the window');
   assert.deepEqual(expired, [session]);
+  assert.ok(suspendedFor[0] !== undefined && suspendedFor[0] >= 45, `told how long it was suspended (${suspendedFor[0]} ms)`);
   assert.deepEqual([sessions.size, sessions.suspendedCount], [0, 0]);
   assert.equal(session.timer, undefined);
   assert.equal(sessions.take(session, 1), false, 'an expired session cannot be taken');
