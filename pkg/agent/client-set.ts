@@ -196,6 +196,7 @@ export class ClientSet {
       this.clients.set(identity.serverID, session);
       // Watched since its first call: whenClosed() covers the session's whole life.
       session.resumeOn(dialed, offer.resumedReceived);
+      this.giveUpSessionsOfGoneServers();
       return;
     }
     const lost = this.suspended.get(identity.serverID);
@@ -215,6 +216,7 @@ export class ClientSet {
     conn.adopt(dialed);
     this.clients.set(identity.serverID, conn);
     this.serverCount = identity.serverCount;
+    this.giveUpSessionsOfGoneServers();
     // The next probe comes a whole interval after the last new server, not at once.
     this.lastProbe = Date.now();
     this.log.info('connected to tunnel server', {
@@ -226,6 +228,22 @@ export class ClientSet {
       connectedServers: this.clients.size,
     });
     this.watch(identity.serverID, conn);
+  }
+
+  /**
+   * Links held to as many distinct servers as there are, none of them the one
+   * a suspended session waits for: that server is gone (it died without a
+   * goodbye and another took its place; a restarted server has a new serverID).
+   * Waiting out the window would keep its connections hanging and, dialling
+   * every 50–500 ms, hand the live servers a duplicate link each time: after a
+   * lone server's restart, every agent at once.
+   */
+  private giveUpSessionsOfGoneServers(): void {
+    if (this.clients.size < this.serverCount) return;
+    for (const [serverID, session] of this.suspended) {
+      this.suspended.delete(serverID);
+      session.expire('server_gone');
+    }
   }
 
   private newConnection(): ServerConnection {

@@ -70,7 +70,7 @@ export class AgentMetrics {
     });
     this.sessionsExpired = new Counter({
       name: 'yurttunnel_agent_sessions_expired_total',
-      help: 'Suspended sessions that ended without a resume, by reason (window, lost_by_server, or a YT_ERR_RESUME_* code).',
+      help: 'Suspended sessions that ended without a resume, by reason (window, lost_by_server, server_gone, or a YT_ERR_RESUME_* code).',
       labelNames: ['reason'],
       registers: [registry],
     });

@@ -304,13 +304,16 @@ export class ServerConnection {
   }
 
   /** The session will not be resumed: its connections end with YT_ERR_AGENT_LOST. */
-  expire(why: 'window' | 'lost_by_server'): void {
+  expire(why: 'window' | 'lost_by_server' | 'server_gone'): void {
     const r = this.resume;
     if (r === undefined || this.closed) return;
+    const server = this.identity?.serverID ?? this.address;
     const message =
       why === 'window'
-        ? `the link to tunnel server ${this.identity?.serverID ?? this.address} did not come back within the ${r.windowMs} ms resume window`
-        : `tunnel server ${this.identity?.serverID ?? this.address} no longer holds this agent's session`;
+        ? `the link to tunnel server ${server} did not come back within the ${r.windowMs} ms resume window`
+        : why === 'lost_by_server'
+          ? `tunnel server ${server} no longer holds this agent's session`
+          : `tunnel server ${server} is gone: the agent holds links to as many servers as ${this.address} announces, all of them others`;
     this.metrics?.sessionExpired(why);
     this.log.warn('session with the tunnel server expired; closing its connections', {
       serverID: this.identity?.serverID,

@@ -404,6 +404,43 @@ test(
   },
 );
 
+test(
+  'a lone server replaced by another (a new serverID): the agent gives its session up once it holds a link to the new one, not after its window, and dials no duplicates',
+  { timeout: 60_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const windowMs = 10_000;
+    const { server, agent, relay } = await setup(h, windowMs);
+    const old = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(old.status, 200);
+    await waitFor('the connection on the agent', () => agent.clients.connCount === 1);
+    // The old server's links die without a goodbye (a crash); every dial after reaches its replacement.
+    const replacement = await startServer(h, { serverID: 'replacement', endpoint: { resumeWindowMs: windowMs } });
+    relay.targets[0] = replacement.endpoint.address.port;
+    const started = performance.now();
+    await relay.blip('reset', 100);
+    await waitFor('a link to the replacement', () => replacement.tunnel.registry.agentCount === 1, 10_000);
+    await waitFor('the agent to give the old session up', () => agent.clients.suspendedServers === 0, windowMs);
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs < windowMs / 2, `gave up after ${Math.round(tookMs)} ms (window ${windowMs} ms)`);
+    assert.deepEqual(
+      agent.log.find('session with the tunnel server expired; closing its connections').map((r) => r.fields.reason),
+      ['server_gone'],
+    );
+    assert.equal(agent.clients.connCount, 0, "the old server's connections ended on the agent");
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    assert.equal(agent.log.find('already connected to this server; closing the duplicate link').length, 0, 'no duplicate links to the replacement');
+    assert.equal(agent.clients.connectedServers, 1);
+    const fresh = await connectVia(replacement.udsPath, `127.0.0.1:${echo.port}`);
+    assert.equal(fresh.status, 200, fresh.head);
+    fresh.socket.write('fresh');
+    assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
+    fresh.socket.destroy();
+    old.socket.destroy();
+  },
+);
+
 test("a session token presented over another agent's certificate is refused, and its owner's connections are untouched", { timeout: 60_000 }, async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
