@@ -216,7 +216,6 @@ export class ClientSet {
     conn.adopt(dialed);
     this.clients.set(identity.serverID, conn);
     this.serverCount = identity.serverCount;
-    this.giveUpSessionsOfGoneServers();
     // The next probe comes a whole interval after the last new server, not at once.
     this.lastProbe = Date.now();
     this.log.info('connected to tunnel server', {
@@ -228,6 +227,7 @@ export class ClientSet {
       connectedServers: this.clients.size,
     });
     this.watch(identity.serverID, conn);
+    this.giveUpSessionsOfGoneServers();
   }
 
   /**
