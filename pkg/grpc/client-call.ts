@@ -77,13 +77,21 @@ export class ClientPacketCall extends GrpcPacketStream {
    * stream only after half-closing it (stream.close(code) sends END_STREAM,
    * then RST_STREAM), and a server takes END_STREAM for a goodbye: with
    * session resume it would end the session this agent means to resume. So a
-   * call given its transport drops the connection instead, before anything
-   * more is written: the server sees the link fail. Without one, RST_STREAM
-   * CANCEL (after Node's END_STREAM).
+   * call given its transport drops its connection instead: the HTTP/2
+   * session, which then sends no END_STREAM, and the socket. The server sees
+   * the link fail. In that order: destroying the socket under a session with
+   * a write in flight loses that write's callback in Node 20, and with it the
+   * pooled slabs the write holds. Without a transport: RST_STREAM CANCEL
+   * (after Node's END_STREAM).
    */
   cancel(reason: string): void {
     this.finish(reason);
-    if (this.transport !== undefined) this.transport.destroy();
-    else if (!this.clientStream.closed && !this.clientStream.destroyed) this.clientStream.close(constants.NGHTTP2_CANCEL);
+    const transport = this.transport;
+    if (transport === undefined) {
+      if (!this.clientStream.closed && !this.clientStream.destroyed) this.clientStream.close(constants.NGHTTP2_CANCEL);
+      return;
+    }
+    this.clientStream.session?.destroy();
+    transport.destroy();
   }
 }
