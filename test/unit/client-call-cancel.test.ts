@@ -90,7 +90,10 @@ test('cancelled on a dark path with DATA in flight: every pooled slab the writes
   client.on('error', () => {});
   t.after(() => {
     client.destroy();
-    for (const [c, u] of pairs) (c.destroy(), u.destroy());
+    for (const [c, u] of pairs) {
+      c.destroy();
+      u.destroy();
+    }
     relay.close();
     server.close();
   });
@@ -112,7 +115,10 @@ test('cancelled on a dark path with DATA in flight: every pooled slab the writes
   };
   sendNext();
   await sleep(50);
-  for (const [c, u] of pairs) (c.unpipe(u), c.pause());
+  for (const [c, u] of pairs) {
+    c.unpipe(u);
+    c.pause();
+  }
   await sleep(200);
   sending = false;
   assert.ok(pool.outstanding > 0, 'writes were in flight when the call was cancelled (else this proves nothing)');
