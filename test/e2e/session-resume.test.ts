@@ -161,6 +161,32 @@ function dialWithClaim(server: TestServer, pair: { cert: string; key: string }, 
   );
 }
 
+/**
+ * One byte each way every 10 ms through `server` to an echo target, with `blip` run once a second of it has gone
+ * through (it resolves once the path is back); every byte must come back once and in order, a hundred more after.
+ * Resolves with the caller's socket, still open.
+ */
+async function echoAcrossBlip(h: Harness, server: TestServer, blip: () => Promise<void>): Promise<Socket> {
+  const echo = await startEchoServer(h);
+  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200);
+  const echoed: number[] = [...res.rest];
+  res.socket.on('data', (c: Buffer) => echoed.push(...c));
+  res.socket.resume();
+  let n = 0;
+  const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
+  h.defer(() => clearInterval(timer));
+  await waitFor('a second of traffic', () => echoed.length >= 100, 10_000);
+  await blip();
+  const after = n;
+  await waitFor('traffic after the blip', () => echoed.length >= after + 100, 20_000);
+  clearInterval(timer);
+  await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
+  assert.equal(echoed.length, n, 'no byte doubled');
+  for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}: lost or reordered`);
+  return res.socket;
+}
+
 const TRANSFER = 256 * MiB;
 
 for (const kind of ['reset', 'silent'] as const) {
@@ -218,36 +244,22 @@ test('a 256 MiB upload survives a 3 s reset blip byte-exact', { timeout: 240_000
 
 test('an interactive session (one byte each way every 10 ms) goes on after a blip with nothing lost, doubled or reordered', { timeout: 60_000 }, async (t) => {
   const h = harness(t);
-  const echo = await startEchoServer(h);
   const { server, relay } = await setup(h);
-  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
-  assert.equal(res.status, 200);
-  const echoed: number[] = [...res.rest];
-  res.socket.on('data', (c: Buffer) => echoed.push(...c));
-  res.socket.resume();
-  let n = 0;
-  const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
-  h.defer(() => clearInterval(timer));
-  await waitFor('a second of traffic', () => echoed.length >= 100, 10_000);
-  const blip = relay.blip('reset', 3000);
-  // Meanwhile /debug/agents and `agents` show the agent as suspended.
-  await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
-  const [status] = agentStatuses(server.tunnel.registry, 'test-server');
-  assert.equal(status?.suspended, true);
-  assert.match(formatAgents([status], 'table').split('\n')[1]!, /\sSUSPENDED$/);
-  await blip;
-  const after = n;
-  await waitFor('traffic after the blip', () => echoed.length >= after + 100, 20_000);
-  clearInterval(timer);
-  await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
-  assert.equal(echoed.length, n, 'no byte doubled');
-  for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}: lost or reordered`);
+  const socket = await echoAcrossBlip(h, server, async () => {
+    const blip = relay.blip('reset', 3000);
+    // Meanwhile /debug/agents and `agents` show the agent as suspended.
+    await waitFor('the server to suspend the session', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === true);
+    const [status] = agentStatuses(server.tunnel.registry, 'test-server');
+    assert.equal(status?.suspended, true);
+    assert.match(formatAgents([status], 'table').split('\n')[1]!, /\sSUSPENDED$/);
+    await blip;
+  });
   assert.equal(server.log.find('agent link resumed').length, 1);
   const metrics = await server.tunnel.metrics.registry.metrics();
   assert.match(metrics, /^yurttunnel_server_agent_links_suspended_total 1$/m);
   assert.match(metrics, /^yurttunnel_server_agent_sessions_resumed_total 1$/m);
   assert.match(metrics, /^yurttunnel_server_suspended_agent_sessions 0$/m);
-  res.socket.destroy();
+  socket.destroy();
   // The access line says the connection lived through one resume.
   await waitFor('the access line', () => server.log.find('connection ended').length === 1);
   assert.equal(server.log.find('connection ended')[0]!.fields.resumes, 1);
@@ -587,30 +599,14 @@ test('under a bulk upload from the agent, a reset is noticed by the agent within
 
 test('a silent blip: the agent notices, comes back, and its resume supersedes the call the server still holds', { timeout: 60_000 }, async (t) => {
   const h = harness(t);
-  const echo = await startEchoServer(h);
   const { server, relay } = await setup(h, 4000);
-  const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
-  assert.equal(res.status, 200);
-  const echoed: number[] = [...res.rest];
-  res.socket.on('data', (c: Buffer) => echoed.push(...c));
-  res.socket.resume();
-  let n = 0;
-  const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
-  h.defer(() => clearInterval(timer));
-  await waitFor('some traffic', () => echoed.length >= 50, 10_000);
-  await relay.blip('silent', 1500, { oldFlows: 'dead' });
-  const after = n;
-  await waitFor('traffic after the resume', () => echoed.length >= after + 50, 20_000);
-  clearInterval(timer);
-  await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
-  for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}`);
-  assert.equal(echoed.length, n);
+  const socket = await echoAcrossBlip(h, server, () => relay.blip('silent', 1500, { oldFlows: 'dead' }));
   assert.equal(server.log.find('agent link resumed').length, 1);
   // The server never saw the old call drop: the resume took the session from it.
   assert.equal(server.log.find('agent link dropped; keeping its connections for the resume window').length, 0);
   assert.equal(server.tunnel.registry.agentCount, 1);
   assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1);
-  res.socket.destroy();
+  socket.destroy();
 });
 
 test(
@@ -618,31 +614,21 @@ test(
   { timeout: 60_000 },
   async (t) => {
     const h = harness(t);
-    const echo = await startEchoServer(h);
     // The agent takes the link for lost ~2 s into the blip; the old connection then delivers whatever the agent wrote
     // on it before and after, once the path is back, and its new connection's claim arrives after that.
     const { server, agent, relay } = await setup(h, 4000);
-    const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
-    assert.equal(res.status, 200);
-    const echoed: number[] = [...res.rest];
-    res.socket.on('data', (c: Buffer) => echoed.push(...c));
-    res.socket.resume();
-    let n = 0;
-    const timer = setInterval(() => res.socket.write(Buffer.of(n++ % 256)), 10);
-    h.defer(() => clearInterval(timer));
-    await waitFor('some traffic', () => echoed.length >= 50, 10_000);
-    await relay.blip('silent', 3000, { oldFlows: 'resume' });
-    assert.equal(agent.log.find('nothing heard from the tunnel server; taking the link for lost').length, 1, 'the agent gave the old link up during the blip');
-    const after = n;
-    await waitFor('traffic after the resume', () => echoed.length >= after + 50, 20_000);
-    clearInterval(timer);
-    await waitFor('every byte echoed', () => echoed.length >= n, 10_000);
-    for (let i = 0; i < n; i++) if (echoed[i] !== i % 256) assert.fail(`byte ${i} is ${echoed[i]}, expected ${i % 256}`);
-    assert.equal(echoed.length, n);
+    const socket = await echoAcrossBlip(h, server, async () => {
+      await relay.blip('silent', 3000, { oldFlows: 'resume' });
+      assert.equal(
+        agent.log.find('nothing heard from the tunnel server; taking the link for lost').length,
+        1,
+        'the agent gave the old link up during the blip',
+      );
+    });
     assert.equal(server.log.find('agent session expired; closing its connections').length, 0, 'the session was never ended');
     assert.equal(server.log.find('agent link resumed').length, 1);
     assert.equal(server.tunnel.registry.agentCount, 1);
-    res.socket.destroy();
+    socket.destroy();
   },
 );
 
