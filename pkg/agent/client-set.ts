@@ -271,15 +271,13 @@ export class ClientSet {
   /** Forgets `conn` under `serverID` once it closes, and dials again. */
   private watch(serverID: string, conn: ServerConnection): void {
     void conn.whenClosed().then((reason) => {
-      if (this.clients.get(serverID) === conn) this.clients.delete(serverID);
+      const held = this.clients.get(serverID) === conn;
+      if (held) this.clients.delete(serverID);
       if (this.suspended.get(serverID) === conn) this.suspended.delete(serverID);
       this.idle.check();
       if (this.stopped) return;
-      this.log.warn('lost connection to tunnel server; reconnecting', {
-        serverID,
-        reason,
-        connectedServers: this.clients.size,
-      });
+      // A suspended session that expired has said so itself ('session with the tunnel server expired').
+      if (held) this.log.warn('lost connection to tunnel server; reconnecting', { serverID, reason, connectedServers: this.clients.size });
       this.wakeUp();
     });
   }

@@ -441,6 +441,7 @@ test(
       ['server_gone'],
     );
     assert.equal(agent.clients.connCount, 0, "the old server's connections ended on the agent");
+    assert.equal(agent.log.find('lost connection to tunnel server').length, 0, 'the expiry is told once, not again as a lost link');
     await new Promise((resolve) => setTimeout(resolve, 1000));
     assert.equal(agent.log.find('already connected to this server; closing the duplicate link').length, 0, 'no duplicate links to the replacement');
     assert.equal(agent.clients.connectedServers, 1);
