@@ -157,8 +157,9 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
       fail(errorMessage(err));
       return;
     }
-    stream.on('error', (err) => {
-      if (!settled) fail(errorMessage(err));
+    stream.on('error', (err: Error) => {
+      // A call cancelled because its connection failed (ERR_HTTP2_STREAM_CANCEL) carries the connection's error as its cause: that is the news.
+      if (!settled) fail(errorMessage(err.cause instanceof Error ? err.cause : err));
     });
     stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
       const refusal = responseRefusal(h);
