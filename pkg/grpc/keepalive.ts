@@ -133,8 +133,8 @@ export class Keepalive {
     if (this.stopped || this.session.destroyed) return;
     const now = this.now();
     const received = this.opts.received();
-    const heard = received !== this.receivedBefore;
-    if (heard) this.heard(now, received);
+    const talked = received !== this.receivedBefore;
+    if (talked) this.heard(now, received);
     const awaited = this.awaited;
     if (awaited !== undefined) {
       if (now - awaited.sentAt >= this.opts.timeoutMs) {
@@ -145,7 +145,7 @@ export class Keepalive {
           return;
         }
       }
-    } else if (heard) {
+    } else if (talked) {
       const every = this.opts.measureEveryMs;
       if (every !== undefined && now - this.lastPingAt >= every) this.ping(now);
     } else if (now >= this.pingAt) {

@@ -132,6 +132,15 @@ async function agentGivesUp(agent: TestAgent, withinMs: number): Promise<void> {
 }
 
 /** The owner's connection (to an echo target) carries on after a refused claim. */
+/** A new connection through `server` to the echo target on `port` works: 200, and a few bytes come back. */
+async function assertNewDialEchoes(server: TestServer, port: number): Promise<void> {
+  const fresh = await connectVia(server.udsPath, `127.0.0.1:${port}`);
+  assert.equal(fresh.status, 200, fresh.head);
+  fresh.socket.write('fresh');
+  assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
+  fresh.socket.destroy();
+}
+
 async function assertStillEchoes(socket: Socket): Promise<void> {
   socket.resume();
   socket.write('still mine');
@@ -408,11 +417,7 @@ test(
     );
     await oldClosed;
     assert.equal(server.tunnel.sessions.size, 1, 'the fresh link only');
-    const fresh = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
-    assert.equal(fresh.status, 200, fresh.head);
-    fresh.socket.write('fresh');
-    assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
-    fresh.socket.destroy();
+    await assertNewDialEchoes(server, echo.port);
   },
 );
 
@@ -445,11 +450,7 @@ test(
     await new Promise((resolve) => setTimeout(resolve, 1000));
     assert.equal(agent.log.find('already connected to this server; closing the duplicate link').length, 0, 'no duplicate links to the replacement');
     assert.equal(agent.clients.connectedServers, 1);
-    const fresh = await connectVia(replacement.udsPath, `127.0.0.1:${echo.port}`);
-    assert.equal(fresh.status, 200, fresh.head);
-    fresh.socket.write('fresh');
-    assert.equal((await readExactly(fresh.socket, 5, fresh.rest)).toString(), 'fresh');
-    fresh.socket.destroy();
+    await assertNewDialEchoes(replacement, echo.port);
     old.socket.destroy();
   },
 );
