@@ -70,6 +70,7 @@ export class AgentConnection {
       intervalMs: () => opts.keepaliveTimeMs,
       received: transportBytesRead(session),
       measureEveryMs: ROUND_TRIP_EVERY_INTERVALS * opts.keepaliveTimeMs,
+      measureAtStart: true,
       timeoutMs,
       onTimeout: () => {
         opts.log.warn('agent connection did not answer a keepalive ping; closing it', { remoteAddress: this.remoteAddress, timeoutMs });
@@ -83,6 +84,11 @@ export class AgentConnection {
   /** Round trip of the last keepalive ping, for /debug/agents. */
   get roundTripMs(): number | undefined {
     return this.keepalive.lastRoundTripMs;
+  }
+
+  /** The smallest round trip measured: what flow control sizes the connections' windows by. */
+  get minRoundTripMs(): number | undefined {
+    return this.keepalive.minRoundTripMs;
   }
 
   /** A stream the agent opened: GOAWAY must let it finish. */

@@ -56,6 +56,8 @@ export interface KeepaliveOptions {
   received: () => number;
   /** Ping a peer that is heard all the time this often anyway, to keep `lastRoundTripMs` fresh. Default never. */
   measureEveryMs?: number;
+  /** Ping once at start, so that `minRoundTripMs` is known before the link is busy (flow control sizes windows by it). */
+  measureAtStart?: boolean;
   /** Called once `nudgeMs` passed with nothing received, and again every nudgeMs while that lasts. */
   nudge?: () => void;
   nudgeMs?: number;
@@ -101,11 +103,14 @@ export class Keepalive {
 
   /** Round trip of the last answered ping, in milliseconds. */
   lastRoundTripMs: number | undefined;
+  /** The smallest round trip answered: the path's own, without the queues of a busy moment. */
+  minRoundTripMs: number | undefined;
 
   start(): void {
     if (this.stopped || this.timer !== undefined) return;
     const now = this.now();
     this.heard(now);
+    if (this.opts.measureAtStart === true) this.ping(now);
     this.armNext(now);
   }
 
@@ -181,7 +186,10 @@ export class Keepalive {
   }
 
   private answered(id: number, err: Error | null, durationMs: number): void {
-    if (!err) this.lastRoundTripMs = durationMs;
+    if (!err) {
+      this.lastRoundTripMs = durationMs;
+      this.minRoundTripMs = Math.min(durationMs, this.minRoundTripMs ?? Infinity);
+    }
     if (this.stopped || !this.isAwaited(id)) return;
     const now = this.now();
     if (err) this.notAwaited(now);

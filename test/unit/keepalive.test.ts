@@ -66,7 +66,16 @@ test('keepalives started together ping at different times, each after at least t
  */
 function simulated(
   t: TestContext,
-  opts: { answers: boolean; sends?: boolean; timeoutMs?: number; measureEveryMs?: number; nudgeMs?: number },
+  opts: {
+    answers: boolean;
+    sends?: boolean;
+    timeoutMs?: number;
+    measureEveryMs?: number;
+    measureAtStart?: boolean;
+    nudgeMs?: number;
+    /** Round trips the answers report, in turn (default 2 ms each). */
+    roundTrips?: number[];
+  },
 ): {
   keepalive: Keepalive;
   pings: number[];
@@ -91,7 +100,7 @@ function simulated(
       if (opts.sends === false) return false; // too many in flight: not sent, no callback
       if (opts.answers) {
         received += 17; // the ACK is read too
-        cb(null, 2);
+        cb(null, opts.roundTrips?.shift() ?? 2);
       }
       return true;
     },
@@ -102,6 +111,7 @@ function simulated(
     now: () => now,
     timeoutMs: opts.timeoutMs ?? 5_000,
     ...(opts.measureEveryMs !== undefined ? { measureEveryMs: opts.measureEveryMs } : {}),
+    ...(opts.measureAtStart !== undefined ? { measureAtStart: opts.measureAtStart } : {}),
     ...(opts.nudgeMs !== undefined ? { nudgeMs: opts.nudgeMs, nudge: () => nudges.push(now) } : {}),
     onTimeout: (silentMs) => silences.push(silentMs),
   });
@@ -140,6 +150,22 @@ test('a peer heard all the time is still pinged every measureEveryMs, for a fres
   // The first look that hears the peer measures at once; then every 3,000 ms, at the first look after.
   assert.deepEqual(pings, [500, 3_500, 6_500]);
   assert.equal(keepalive.lastRoundTripMs, 2);
+});
+
+test('measureAtStart pings as the watch starts; minRoundTripMs keeps the smallest round trip, lastRoundTripMs the latest', (t) => {
+  const { keepalive, pings, run } = simulated(t, { answers: true, measureAtStart: true, measureEveryMs: 3_000, roundTrips: [9, 4, 30] });
+  assert.deepEqual(pings, [0], 'measured before the link carries anything');
+  assert.equal(keepalive.minRoundTripMs, 9);
+  run(7_000, 300);
+  assert.deepEqual(pings, [0, 3_000, 6_000]);
+  assert.equal(keepalive.minRoundTripMs, 4);
+  assert.equal(keepalive.lastRoundTripMs, 30);
+});
+
+test('without measureAtStart no round trip is known before the first ping', (t) => {
+  const { keepalive, pings } = simulated(t, { answers: true });
+  assert.deepEqual(pings, []);
+  assert.equal(keepalive.minRoundTripMs, undefined);
 });
 
 test('a ping whose answer is late counts the peer alive while anything else arrives; silence ends it', (t) => {
