@@ -62,7 +62,8 @@ export interface ServerConnectionOptions {
   receiveWindow?: number;
   /**
    * Receive window per connection announced to the server for yurt-tunnel
-   * flow control; 0 does not announce it (upstream behaviour). Default 1 MiB.
+   * flow control; 0 does not announce it (upstream behaviour). Default
+   * DEFAULT_CONN_WINDOW (128 KiB; it then follows the path, receive-window.ts).
    */
   connWindow?: number;
   /** Announce half-close (CLOSE_WRITE) to the server. Default true. */
@@ -255,17 +256,20 @@ export class ServerConnection {
     // A connection the server's side closed (FIN) without a GOAWAY is lost too; HTTP/2 would wait for the liveness check.
     session.socket.once('end', () => this.callEnded(call, 'the server closed the connection'));
     const r = this.resume;
+    // With flow control (our server), the link measures its round trip at once: the windows are sized by it.
+    const flow = identity.flow && { ...identity.flow, roundTripMs: () => this.keepaliveLoop?.minRoundTripMs };
+    const measureAtStart = flow !== undefined;
     if (r !== undefined) {
-      this.startLivenessWatch(session, dialed.socket, r.windowMs, call);
-      this.conns.linkUp({ link: r.link, flow: identity.flow, halfClose: identity.halfClose });
+      this.startLivenessWatch(session, dialed.socket, r.windowMs, call, measureAtStart);
+      this.conns.linkUp({ link: r.link, flow, halfClose: identity.halfClose });
       call.start({
         onPacket: (p) => r.link.receive(call, p),
         onClose: (reason) => this.callEnded(call, reason),
       });
       r.link.attach(call, peerReceived);
     } else {
-      this.startKeepalive(session);
-      this.conns.linkUp({ link: call, flow: identity.flow, halfClose: identity.halfClose });
+      this.startKeepalive(session, measureAtStart);
+      this.conns.linkUp({ link: call, flow, halfClose: identity.halfClose });
       call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.callEnded(call, reason) });
     }
     if (session.destroyed || stream.destroyed) this.callEnded(call, 'connection closed');
@@ -345,8 +349,9 @@ export class ServerConnection {
    * minute gRPC keepalive takes: a ping after a quarter of the window heard nothing, and
    * the link is lost when nothing at all comes back within another quarter.
    */
-  private startLivenessWatch(session: ClientHttp2Session, socket: Socket | undefined, windowMs: number, call: ClientPacketCall): void {
+  private startLivenessWatch(session: ClientHttp2Session, socket: Socket | undefined, windowMs: number, call: ClientPacketCall, measureAtStart: boolean): void {
     this.keepaliveLoop = new Keepalive(session, {
+      measureAtStart,
       intervalMs: () => windowMs / 4,
       timeoutMs: windowMs / 4,
       received: transportBytesRead(session),
@@ -361,9 +366,10 @@ export class ServerConnection {
     this.keepaliveLoop.start();
   }
 
-  private startKeepalive(session: ClientHttp2Session): void {
+  private startKeepalive(session: ClientHttp2Session, measureAtStart: boolean): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
     this.keepaliveLoop = new Keepalive(session, {
+      measureAtStart,
       intervalMs: () => this.keepalive.timeMs,
       received: transportBytesRead(session),
       timeoutMs,

@@ -360,7 +360,10 @@ export class AgentEndpoint {
       }
     }
     // Flow control only when the agent announced its window and we offer one.
-    const flow = meta.agentWindow !== undefined && this.opts.connWindow > 0 ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow } : undefined;
+    const flow =
+      meta.agentWindow !== undefined && this.opts.connWindow > 0
+        ? { sendWindow: meta.agentWindow, receiveWindow: this.opts.connWindow, roundTripMs: () => connection?.minRoundTripMs }
+        : undefined;
     // Headers go out at once, before any packet: agents block reading them.
     const responseMetadata: Record<string, string> = { serverid: this.opts.serverID, servercount: String(this.opts.serverCount) };
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);

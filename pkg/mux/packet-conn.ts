@@ -20,8 +20,9 @@
 import { Duplex } from 'node:stream';
 import { answersPeer, armCloseTimer } from './close-handshake.js';
 import { ConnectionStalledError } from '../protocol/errors.js';
-import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
+import type { FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
+import { ReceiveWindow } from '../protocol/receive-window.js';
 import { isPooled } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -93,15 +94,12 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   private readonly stallTimeoutMs: number | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
 
-  private readonly flow: FlowWindows | undefined;
   /** Bytes we may still send before the peer grants more. */
   private sendCredit: number;
   /** A write waiting for credit. */
   private waitingForCredit: (() => void) | undefined;
-  /** Received bytes the reader has consumed and we have granted back. */
-  private granted = 0;
-  /** Our current receive window; starts at flow.receiveWindow, widens for a reader that keeps up. */
-  private receiveWindow: number;
+  /** What the peer may send: starts at flow.receiveWindow, sized to how fast the reader takes it. */
+  private readonly window: ReceiveWindow | undefined;
 
   constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
     const flow = opts.flow;
@@ -119,9 +117,8 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     this.link = link;
     this.connectID = connectID;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
-    this.flow = flow;
     this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.receiveWindow = flow?.receiveWindow ?? 0;
+    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, performance.now(), flow.roundTripMs) : undefined;
   }
 
   /**
@@ -148,7 +145,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     const belowMark = this.push(isPooled(data) ? Buffer.from(data) : data);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
-    const full = this.flow === undefined ? !belowMark : this.readableLength > this.receiveWindow;
+    const full = this.window === undefined ? !belowMark : this.window.exceeded(this.bytesReceived);
     if (full && !this.holdingLink) {
       this.holdingLink = true;
       this.link.pauseReceive(this);
@@ -182,7 +179,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
 
   /** Called by the owner on WINDOW_UPDATE: the peer allows `bytes` more. */
   grantCredit(bytes: number): void {
-    if (this.flow === undefined || !(bytes > 0)) return;
+    if (this.window === undefined || !(bytes > 0)) return;
     this.sendCredit += bytes;
     const resume = this.waitingForCredit;
     if (resume !== undefined) {
@@ -289,22 +286,14 @@ export abstract class PacketConn extends Duplex implements MuxConn {
 
   override _read(): void {
     this.releaseLink();
-    if (this.flow !== undefined && !this.remoteEnded) {
-      // Grant back what the reader has consumed, in batches of a quarter window.
-      const consumed = this.bytesReceived - this.readableLength - this.granted;
-      if (consumed >= this.receiveWindow / 4) {
-        this.granted += consumed;
-        // A reader that has emptied the buffer is waiting on the window, not
-        // the other way round: widen it (bulk copies over long paths need
-        // more in flight). A slow reader's buffer is never empty here, so its
-        // window, and the memory it can pin, stays small.
-        let widen = 0;
-        if (this.readableLength === 0 && this.receiveWindow < MAX_AUTO_WINDOW) {
-          widen = Math.min(this.receiveWindow, MAX_AUTO_WINDOW - this.receiveWindow);
-          this.receiveWindow += widen;
-        }
-        this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed + widen) });
-      }
+    if (this.window !== undefined && !this.remoteEnded) {
+      // Grant back what the reader has consumed (receive-window.ts). A reader
+      // that has emptied the buffer is waiting on the window, not the other
+      // way round: only its window may widen. A slow reader's buffer is never
+      // empty here, so its window, and the memory it can pin, stays small.
+      const taken = this.bytesReceived - this.readableLength;
+      const bytes = this.window.grant(taken, this.readableLength === 0, performance.now());
+      if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
     }
   }
 

@@ -19,8 +19,8 @@
 import type { Socket } from 'node:net';
 import { answersPeer, armCloseTimer } from './close-handshake.js';
 import { ConnectionClosedError, ConnectionStalledError, InternalError } from '../protocol/errors.js';
-import { MAX_AUTO_WINDOW, type FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
+import { ReceiveWindow } from '../protocol/receive-window.js';
 import { abortStream } from './abort.js';
 import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
@@ -108,19 +108,15 @@ export abstract class SocketRelay implements MuxConn {
   private sendCredit: number;
 
   // Link → socket.
-  private readonly flow: FlowWindows | undefined;
   /** The socket's write buffer is over its mark: what it holds is not consumed yet. */
   private awaitingDrain = false;
-  /** Received bytes granted back to the peer. */
-  private granted = 0;
-  /** Our current receive window; starts at flow.receiveWindow, widens for a reader that keeps up. */
-  private receiveWindow: number;
+  /** What the peer may send: starts at flow.receiveWindow, sized to how fast the socket takes it. */
+  private readonly window: ReceiveWindow | undefined;
 
   constructor(link: PacketLink, connectID: bigint, opts: SocketRelayOptions = {}) {
     const flow = opts.flow;
     this.link = link;
     this.connectID = connectID;
-    this.flow = flow;
     this.halfClose = opts.halfClose === true;
     this.lingerAfterEndMs = this.halfClose ? undefined : opts.lingerAfterEndMs;
     this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
@@ -128,7 +124,7 @@ export abstract class SocketRelay implements MuxConn {
     this.highWaterMark = opts.highWaterMark ?? 256 * 1024;
     this.sendHighWaterMark = opts.sendHighWaterMark ?? this.highWaterMark;
     this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.receiveWindow = flow?.receiveWindow ?? 0;
+    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, performance.now(), flow.roundTripMs) : undefined;
   }
 
   /**
@@ -205,13 +201,13 @@ export abstract class SocketRelay implements MuxConn {
     // The link is held only while a 'drain' is due to release it (below the
     // socket's own mark, write() returns true and no 'drain' comes).
     if (!this.awaitingDrain) {
-      if (this.flow !== undefined) this.grant(true);
+      this.grant(true);
       return;
     }
     const buffered = socket.writableLength;
-    if (this.flow === undefined) {
+    if (this.window === undefined) {
       if (buffered >= this.highWaterMark) this.holdLink(buffered);
-    } else if (this.bytesReceived - this.granted > this.receiveWindow) {
+    } else if (this.window.exceeded(this.bytesReceived)) {
       // A peer that ignores our window (it has sent more than we granted it):
       // pause the link, as without flow control. The socket's buffer alone is
       // no sign of that: it also holds granted bytes its reader has not taken.
@@ -224,26 +220,19 @@ export abstract class SocketRelay implements MuxConn {
     this.awaitingDrain = false;
     this.releaseLink();
     // A reader that held us up gets its credit back, but no wider window.
-    if (this.flow !== undefined) this.grant(false);
+    this.grant(false);
   };
 
   /**
-   * Grants back what the socket took, in batches of a quarter window. A
+   * Grants back what the socket took (receive-window.ts: in batches of a
+   * quarter window, the window sized to how fast the socket takes bytes). A
    * reader that keeps up is waiting on the window, not the other way round:
-   * its window widens (bulk copies over long paths need more in flight). A
-   * slow reader's window, and the memory it can pin, stays as announced.
+   * only its window widens. A slow reader's, and the memory it can pin, does not.
    */
-  private grant(mayWiden: boolean): void {
-    if (this.remoteEnded) return;
-    const consumed = this.bytesReceived - this.granted;
-    if (consumed < this.receiveWindow / 4) return;
-    this.granted += consumed;
-    let widen = 0;
-    if (mayWiden && this.receiveWindow < MAX_AUTO_WINDOW) {
-      widen = Math.min(this.receiveWindow, MAX_AUTO_WINDOW - this.receiveWindow);
-      this.receiveWindow += widen;
-    }
-    this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(consumed + widen) });
+  private grant(keepsUp: boolean): void {
+    if (this.window === undefined || this.remoteEnded) return;
+    const bytes = this.window.grant(this.bytesReceived, keepsUp, performance.now());
+    if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
   }
 
   private holdLink(buffered: number): void {
@@ -399,7 +388,7 @@ export abstract class SocketRelay implements MuxConn {
   };
 
   grantCredit(bytes: number): void {
-    if (this.flow === undefined || !(bytes > 0)) return;
+    if (this.window === undefined || !(bytes > 0)) return;
     this.sendCredit += bytes;
     if (!this.inLink && this.queue.length > 0) this.pump();
   }

@@ -5,15 +5,14 @@
 /** Metadata (agent → server) and response header (server → agent). */
 export const CONN_WINDOW_HEADER = 'yurttunnel-conn-window';
 
-/** Default receive window per connection, as announced. */
-export const DEFAULT_CONN_WINDOW = 1024 * 1024;
-
 /**
- * How far a receiver may widen a connection's window beyond the announced one
- * while its reader keeps up (see PacketConn._read). Widening needs no
- * negotiation: it is just a larger WINDOW_UPDATE.
+ * Default receive window per connection, as announced: what a new connection
+ * may put in flight before the receiver has measured anything. Small, because
+ * over a slow edge uplink all of it queues in front of the node's other
+ * connections (128 KiB is half a second at 2 Mbit/s); a fast path widens it
+ * within a few grants (receive-window.ts).
  */
-export const MAX_AUTO_WINDOW = 4 * 1024 * 1024;
+export const DEFAULT_CONN_WINDOW = 128 * 1024;
 
 const MIN_WINDOW = 16 * 1024;
 const MAX_WINDOW = 64 * 1024 * 1024;
@@ -24,6 +23,8 @@ export interface FlowWindows {
   sendWindow: number;
   /** What we allow the peer (and will buffer). */
   receiveWindow: number;
+  /** The path's round trip, once the link has measured one (receive-window.ts sizes windows by it). */
+  roundTripMs?: () => number | undefined;
 }
 
 /** Parses an announced window; undefined when absent or unusable (then flow control stays off). */

@@ -3,10 +3,23 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CONN_WINDOW_HEADER } from '../../pkg/protocol/flow-control.js';
+import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../../pkg/protocol/flow-control.js';
 import { harness } from '../support/harness.js';
+import { run } from '../support/netns/index.js';
 import { testPKI } from '../support/pki.js';
-import { connectVia, readExactly, startAgent, startEchoServer, startServer, startTCPServer, startTunnel, waitFor, waitForSteady } from '../support/tunnel.js';
+import { startSlowRelay } from '../support/slow-relay.js';
+import {
+  connectVia,
+  readExactly,
+  startAgent,
+  startEchoServer,
+  startFirehose,
+  startServer,
+  startTCPServer,
+  startTunnel,
+  waitFor,
+  waitForSteady,
+} from '../support/tunnel.js';
 import { scriptedAgent, scriptedServer, type UpstreamPacket } from '../support/upstream.js';
 
 test('a reader that stops does not stall the other connections of its agent', async (t) => {
@@ -84,7 +97,7 @@ test('the agent announces its window and uses none when the server does not answ
   const upstream = await scriptedServer(h, { serverID: 'go-like', serverCount: 1, tls: { ca: pki.ca.cert, ...pki.server } });
   startAgent(h, `127.0.0.1:${upstream.port}`, { nodeName: 'edge-1', connection: { serverName: 'localhost' } });
   const call = await upstream.nextCall();
-  assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), ['1048576']);
+  assert.deepEqual(call.metadata.get(CONN_WINDOW_HEADER), [String(DEFAULT_CONN_WINDOW)]);
   const types: string[] = [];
   let echoed = 0;
   call.on('data', (p: UpstreamPacket) => {
@@ -98,4 +111,46 @@ test('the agent announces its window and uses none when the server does not answ
   // the upstream .proto does not know it, so it would show as its number (100).
   await waitFor('every byte echoed', () => echoed === 64 * 16 * 1024, 5000);
   assert.deepEqual([...new Set(types)].sort(), ['DATA', 'DIAL_RSP'], `packets from the agent: ${types.join(' ')}`);
+});
+
+test('over a slow edge uplink a bulk flow keeps little in flight: its window narrows to the link instead of queueing seconds of data in front of the node', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  // 256 KiB/s from the agent: a widened 4 MiB window would be 16 s of queue in front of every other connection.
+  const uplink = await startSlowRelay(h, Number(server.agentAddress.split(':')[1]), 256 * 1024);
+  startAgent(h, `127.0.0.1:${uplink.port}`, { nodeName: 'edge-1' });
+  await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  const hose = await startFirehose(h);
+  const c = await connectVia(server.udsPath, `127.0.0.1:${hose.port}`);
+  assert.equal(c.status, 200);
+  let received = c.rest.length;
+  c.socket.on('data', (d: Buffer) => (received += d.length));
+  c.socket.resume();
+  h.defer(() => c.socket.destroy());
+
+  // What waits on the link, as the kernel counts it: unsent in the agent's socket, unread in the relay's.
+  const queuedOnLink = async (): Promise<number> => {
+    const r = await run('ss', ['-tnH', 'state', 'established', `( sport = :${uplink.port} or dport = :${uplink.port} )`]);
+    assert.equal(r.code, 0, `ss (iproute2): ${r.stderr}`);
+    let bytes = 0;
+    for (const line of r.stdout.split('\n')) {
+      const [recvQ, sendQ, local, peer] = line.trim().split(/\s+/);
+      if (peer?.endsWith(`:${uplink.port}`)) bytes += Number(sendQ);
+      else if (local?.endsWith(`:${uplink.port}`)) bytes += Number(recvQ);
+    }
+    return bytes;
+  };
+  const samples: Array<{ at: number; bytes: number; received: number }> = [];
+  const start = performance.now();
+  while (performance.now() - start < 4000) {
+    await new Promise((r) => setTimeout(r, 100));
+    samples.push({ at: performance.now() - start, bytes: await queuedOnLink(), received });
+  }
+  // The announced window (128 KiB) drains over the first half second; then the window is the link's quarter second, 64 KiB.
+  const late = samples.filter((s) => s.at >= 2000);
+  assert.ok(late.length >= 5, `samples after 2 s: ${late.length}`);
+  const most = Math.max(...late.map((s) => s.bytes));
+  assert.ok(most <= 128 * 1024, `queued on the link after 2 s: up to ${most} bytes (${late.map((s) => s.bytes).join(', ')})`);
+  assert.ok(late.at(-1)!.received > late[0]!.received, 'the flow still moves');
+  assert.equal(server.log.find('agent connected')[0]!.fields.flowControl, true);
 });

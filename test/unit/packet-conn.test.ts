@@ -12,7 +12,7 @@ import { setImmediate as tick } from 'node:timers/promises';
 import { BufferPool, releaseSlab } from '../../pkg/mux/buffer-pool.js';
 import { ConnTable, TOMBSTONE_MS } from '../../pkg/mux/conn-table.js';
 import { MAX_DATA_PAYLOAD, PacketConn, type PacketConnOptions } from '../../pkg/mux/packet-conn.js';
-import { MAX_AUTO_WINDOW } from '../../pkg/protocol/flow-control.js';
+import { MAX_AUTO_WINDOW } from '../../pkg/protocol/receive-window.js';
 import { PauseGate } from '../../pkg/mux/pause-gate.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
