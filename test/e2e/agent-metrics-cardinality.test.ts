@@ -9,6 +9,9 @@ import { Registry } from '../../pkg/metrics/prom.js';
 import { harness } from '../support/harness.js';
 import { connectVia, readExactly, startAgent, startEchoServer, startServer, waitFor } from '../support/tunnel.js';
 
+/** How long an agent may take to register: in the full suite, beside the churn test, once more than 5 s. */
+const REGISTERS_MS = 15_000;
+
 /** Every series in the registry, as `name{label="value",…}`. */
 async function series(registry: Registry): Promise<Set<string>> {
   const out = new Set<string>();
@@ -46,13 +49,13 @@ test('agents connecting and carrying a connection add no metric series', async (
     }
   };
   startAgent(h, server.agentAddress, { nodeName: agents[0]!, identifiers: `ipv4=127.0.0.1&host=${agents[0]}` });
-  await waitFor('the first agent', () => server.tunnel.registry.agentCount === 1);
+  await waitFor('the first agent', () => server.tunnel.registry.agentCount === 1, REGISTERS_MS);
   await use(agents[0]!);
   const withOne = await series(registry);
 
   for (const [i, agent] of agents.slice(1).entries()) {
     startAgent(h, server.agentAddress, { nodeName: agent, identifiers: `ipv4=127.0.0.1&host=${agent}` });
-    await waitFor(`agent ${agent}`, () => server.tunnel.registry.agentCount === i + 2);
+    await waitFor(`agent ${agent}`, () => server.tunnel.registry.agentCount === i + 2, REGISTERS_MS);
     await use(agent);
   }
   const withThree = await series(registry);
