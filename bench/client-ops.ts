@@ -84,6 +84,52 @@ export async function rtt(path: BenchPath, rounds: number): Promise<number[]> {
   return samples;
 }
 
+export interface BesideBulkResult {
+  /** Round trips of the echo connection while the download ran, in ms, in order. */
+  echoMs: number[];
+  /** The download's time, from its request to its last byte. */
+  seconds: number;
+  bytes: number;
+}
+
+/**
+ * A download of `bytes` and, beside it on a second connection through the same
+ * path, one byte echoed every `everyMs` until the download ends: what an
+ * interactive session (kubectl exec) sees while a log download shares the link.
+ */
+export async function echoBesideBulk(path: BenchPath, bytes: number, everyMs: number): Promise<BesideBulkResult> {
+  const echo = await LeanConn.open(path);
+  echo.write('P');
+  const download = await LeanConn.open(path);
+  const started = performance.now();
+  download.write(bulkRequest(bytes));
+  const state = { downloading: true };
+  const downloaded = deadline('download', receiveAll(download, bytes)).finally(() => (state.downloading = false));
+  const echoMs: number[] = [];
+  const one = Buffer.from([1]);
+  await deadline(
+    'echoes beside the download',
+    (async () => {
+      while (state.downloading && echoMs.length < 100_000) {
+        const t0 = performance.now();
+        await new Promise<void>((resolve) => {
+          echo.onBytes = () => {
+            echo.onBytes = undefined;
+            resolve();
+          };
+          echo.write(one);
+        });
+        echoMs.push(performance.now() - t0);
+        await new Promise((r) => setTimeout(r, everyMs));
+      }
+    })(),
+  );
+  await downloaded;
+  const seconds = (performance.now() - started) / 1000;
+  await Promise.all([download.close(), echo.close()]);
+  return { echoMs, seconds, bytes };
+}
+
 /**
  * Opens a connection and has one byte echoed; resolves with the time that took
  * (ms), the connection still open. Target modes (bench/target.ts): 'E' closes

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { REPO_ROOT } from '../hack/local-tunnel.js';
 import type { ClientCommand } from './client.js';
-import type { BulkResult, PacedResult, ParallelResult, RateResult } from './client-ops.js';
+import type { BesideBulkResult, BulkResult, PacedResult, ParallelResult, RateResult } from './client-ops.js';
 
 interface ResultOf {
   bulk: BulkResult;
@@ -19,6 +19,7 @@ interface ResultOf {
   release: number;
   slow: number;
   paced: PacedResult;
+  beside: BesideBulkResult;
 }
 
 export class ClientProcess {

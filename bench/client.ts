@@ -5,7 +5,7 @@
 // counters right before a command and right after its answer.
 
 import { createInterface } from 'node:readline';
-import { bulk, connectionRate, hold, newConnections, paced, parallel, release, rtt, slowReader } from './client-ops.js';
+import { bulk, connectionRate, echoBesideBulk, hold, newConnections, paced, parallel, release, rtt, slowReader } from './client-ops.js';
 import type { BenchPath } from './lean-conn.js';
 
 export type ClientCommand =
@@ -17,7 +17,8 @@ export type ClientCommand =
   | { op: 'hold'; path: BenchPath; count: number }
   | { op: 'release' }
   | { op: 'slow'; path: BenchPath; bytes: number; bytesPerSecond: number }
-  | { op: 'paced'; path: BenchPath; perSecond: number; seconds: number };
+  | { op: 'paced'; path: BenchPath; perSecond: number; seconds: number }
+  | { op: 'beside'; path: BenchPath; bytes: number; everyMs: number };
 
 function run(cmd: ClientCommand): Promise<unknown> {
   switch (cmd.op) {
@@ -39,6 +40,8 @@ function run(cmd: ClientCommand): Promise<unknown> {
       return slowReader(cmd.path, cmd.bytes, cmd.bytesPerSecond);
     case 'paced':
       return paced(cmd.path, cmd.perSecond, cmd.seconds);
+    case 'beside':
+      return echoBesideBulk(cmd.path, cmd.bytes, cmd.everyMs);
   }
 }
 

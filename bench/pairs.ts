@@ -45,6 +45,8 @@ export interface PairContext {
   verbose: boolean;
   /** Sees what our server and agent print (bench/profile.ts reads its probe's lines from it). */
   onOutput?: (who: 'server' | 'agent', text: string) => void;
+  /** The port every pair's agent dials, given its server's agent port (bench/slow-link.ts puts a slow link there). Default the server's own. */
+  agentDialPort?: (agentPort: number) => Promise<number>;
 }
 
 /** The CA and one agent certificate per pair, made once so that no pair pays for key generation. */
@@ -113,7 +115,8 @@ async function stopChildren(children: ChildProcess[]): Promise<void> {
 }
 
 async function startGoAgent(children: ChildProcess[], ctx: PairContext, serverPort: number, agentID: string): Promise<ChildProcess> {
-  const args = goAgentArgs(join(ctx.dir, agentID), serverPort, agentID, `host=${agentID}&ipv4=127.0.0.1`, await freeLowPort(), await freeLowPort());
+  const dialPort = (await ctx.agentDialPort?.(serverPort)) ?? serverPort;
+  const args = goAgentArgs(join(ctx.dir, agentID), dialPort, agentID, `host=${agentID}&ipv4=127.0.0.1`, await freeLowPort(), await freeLowPort());
   const child = spawnPiped(children, ctx.go!.proxyAgent, args);
   // Drain its log; readiness is judged by the server.
   child.stdout!.resume();
@@ -147,6 +150,7 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     agentNodeArgs: ctx.nodeArgs,
     serverEnv: ctx.env,
     agentEnv: ctx.env,
+    ...(ctx.agentDialPort !== undefined ? { agentDialPort: ctx.agentDialPort } : {}),
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
       // Only the agent's own log lines: V8 traces (node args) would fill the cap first.

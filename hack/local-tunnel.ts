@@ -88,6 +88,8 @@ export interface LocalTunnelOptions {
   agentDir?: string;
   /** Start our agent. Default true; false starts the server alone (for another agent to join). */
   agent?: boolean;
+  /** The port the agent dials, given the server's agent port: a relay in front of it (bench/slow-link.ts). Default the server's own. */
+  agentDialPort?: (agentPort: number) => Promise<number>;
 }
 
 /** Issues an agent certificate for `nodeName` (IP 127.0.0.1) from the CA in `certDir`, with the real CLI. */
@@ -173,7 +175,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       await startProcess(
         children,
         AGENT_BIN,
-        [...localAgentFlags({ nodeName, serverPort: agentPort, agentDir }), ...(opts.agentArgs ?? [])],
+        [...localAgentFlags({ nodeName, serverPort: (await opts.agentDialPort?.(agentPort)) ?? agentPort, agentDir }), ...(opts.agentArgs ?? [])],
         /connected to tunnel server/,
         (t) => opts.onOutput?.('agent', t),
         { nodeArgs: [...AGENT_NODE_OPTIONS, ...(opts.agentNodeArgs ?? [])], env: opts.agentEnv },
