@@ -22,7 +22,7 @@ import { answersPeer, armCloseTimer } from './close-handshake.js';
 import { ConnectionStalledError } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
-import { ReceiveWindow } from '../protocol/receive-window.js';
+import { readMarkFor, ReceiveWindow } from '../protocol/receive-window.js';
 import { isPooled } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -103,9 +103,10 @@ export abstract class PacketConn extends Duplex implements MuxConn {
 
   constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
     const flow = opts.flow;
-    // With flow control the peer never sends past our window; reading stays
-    // below it so that consumption is noticed (in _read) before the window closes.
-    const readHwm = flow !== undefined ? Math.max(1, Math.floor(flow.receiveWindow / 2)) : (opts.highWaterMark ?? 256 * 1024);
+    // With flow control the peer never sends past our window, and the buffer
+    // is bounded by it, not by the mark; the mark is where _read (which grants)
+    // is called, low enough that a narrowed window never stalls (readMarkFor).
+    const readHwm = flow !== undefined ? readMarkFor(flow.receiveWindow) : (opts.highWaterMark ?? 256 * 1024);
     super({
       allowHalfOpen: opts.halfClose === true,
       readableHighWaterMark: readHwm,
@@ -118,7 +119,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     this.connectID = connectID;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
     this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, performance.now(), flow.roundTripMs) : undefined;
+    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, flow.roundTripMs) : undefined;
   }
 
   /**
@@ -292,7 +293,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       // way round: only its window may widen. A slow reader's buffer is never
       // empty here, so its window, and the memory it can pin, stays small.
       const taken = this.bytesReceived - this.readableLength;
-      const bytes = this.window.grant(taken, this.readableLength === 0, performance.now());
+      const bytes = this.window.grant(taken, this.readableLength === 0);
       if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
     }
   }

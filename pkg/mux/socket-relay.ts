@@ -124,7 +124,7 @@ export abstract class SocketRelay implements MuxConn {
     this.highWaterMark = opts.highWaterMark ?? 256 * 1024;
     this.sendHighWaterMark = opts.sendHighWaterMark ?? this.highWaterMark;
     this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, performance.now(), flow.roundTripMs) : undefined;
+    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, flow.roundTripMs) : undefined;
   }
 
   /**
@@ -231,7 +231,7 @@ export abstract class SocketRelay implements MuxConn {
    */
   private grant(keepsUp: boolean): void {
     if (this.window === undefined || this.remoteEnded) return;
-    const bytes = this.window.grant(this.bytesReceived, keepsUp, performance.now());
+    const bytes = this.window.grant(this.bytesReceived, keepsUp);
     if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
   }
 

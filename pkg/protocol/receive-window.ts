@@ -32,6 +32,18 @@ export const NARROW_ABOVE_MS = 500;
 export const NARROW_TO_MS = 250;
 export const ASSUMED_RTT_MS = 250;
 
+/**
+ * The readable buffer's high-water mark for a reader behind a window announced
+ * as `announced` (a Duplex, whose _read is where grants go out). Node calls
+ * _read once per push; one that grants nothing waits for the next push. Below
+ * three quarters of the narrowest window a read always finds either a grant
+ * due (the peer has used its credit) or credit the peer still holds, so the
+ * next push comes: neither side waits on the other.
+ */
+export function readMarkFor(announced: number): number {
+  return Math.max(1, Math.floor((3 * Math.min(announced, MIN_AUTO_WINDOW)) / 4));
+}
+
 export class ReceiveWindow {
   /** The window now: what the peer may have in flight beyond what our reader took. */
   size: number;
@@ -42,16 +54,16 @@ export class ReceiveWindow {
   private sampledAt: number;
   private takenAtSample = 0;
 
-  /** `roundTripMs` reads the path's round trip (the link's smallest measured), undefined before one was. */
+  /** `roundTripMs` reads the path's round trip (the link's smallest measured), undefined before one was; `now` is the clock, in ms. */
   constructor(
     announced: number,
-    now: number,
     private readonly roundTripMs?: () => number | undefined,
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.size = announced;
     this.allowed = announced;
     this.floor = Math.min(announced, MIN_AUTO_WINDOW);
-    this.sampledAt = now;
+    this.sampledAt = now();
   }
 
   /** True once the peer has sent more than it was ever allowed: it ignores our window. */
@@ -64,8 +76,9 @@ export class ReceiveWindow {
    * taken so far; `keepsUp` says it is waiting on the window (its buffer is
    * empty), so widening would help it. Grants go in batches of a quarter window.
    */
-  grant(taken: number, keepsUp: boolean, now: number): number {
+  grant(taken: number, keepsUp: boolean): number {
     if (taken + this.size - this.allowed < this.size / 4) return 0;
+    const now = this.now();
     const bytes = taken - this.takenAtSample;
     const elapsed = now - this.sampledAt;
     this.sampledAt = now;
