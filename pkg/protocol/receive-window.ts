@@ -44,6 +44,9 @@ export function readMarkFor(announced: number): number {
   return Math.max(1, Math.floor((3 * Math.min(announced, MIN_AUTO_WINDOW)) / 4));
 }
 
+/** The default clock: one function for every window, none made per connection. */
+const monotonicMs = (): number => performance.now();
+
 export class ReceiveWindow {
   /** The window now: what the peer may have in flight beyond what our reader took. */
   size: number;
@@ -58,7 +61,7 @@ export class ReceiveWindow {
   constructor(
     announced: number,
     private readonly roundTripMs?: () => number | undefined,
-    private readonly now: () => number = () => performance.now(),
+    private readonly now: () => number = monotonicMs,
   ) {
     this.size = announced;
     this.allowed = announced;
