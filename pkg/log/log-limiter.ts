@@ -16,7 +16,7 @@ export interface LogLimiterOptions {
   intervalMs?: number;
 }
 
-type Level = 'warn' | 'info';
+type Level = 'error' | 'warn' | 'info';
 
 interface Kind {
   level: Level;
@@ -38,6 +38,10 @@ export class LogLimiter {
   ) {
     this.burst = opts.burst ?? DEFAULT_LOG_BURST;
     this.intervalMs = opts.intervalMs ?? DEFAULT_LOG_INTERVAL_MS;
+  }
+
+  error(message: string, fields?: LogFields): void {
+    this.write('error', message, fields);
   }
 
   warn(message: string, fields?: LogFields): void {
@@ -75,7 +79,8 @@ export class LogLimiter {
   }
 
   private emit(level: Level, message: string, fields: LogFields | undefined): void {
-    if (level === 'warn') this.log.warn(message, fields);
+    if (level === 'error') this.log.error(message, fields);
+    else if (level === 'warn') this.log.warn(message, fields);
     else this.log.info(message, fields);
   }
 
