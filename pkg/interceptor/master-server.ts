@@ -24,6 +24,7 @@ import { abortsThrough } from '../mux/abort.js';
 import type { Logger } from '../log/logger.js';
 import { CallerRefusals, tlsRefusal, type RefusalReason } from '../net/caller-refusals.js';
 import { ConnectionSet } from '../net/connection-set.js';
+import { DEFAULT_REQUEST_HEAD_TIMEOUT_MS, httpTimeouts } from '../net/http-timeouts.js';
 import { listen, stopListening } from '../net/listen.js';
 import { errorCode, errorMessage, HttpError } from '../protocol/errors.js';
 import type { Middleware } from './middleware/middleware.js';
@@ -41,15 +42,15 @@ export interface SecurePortOptions {
 
 /** Default time a caller on the secure port has to finish its TLS handshake. */
 export const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
-/** Default time a caller has to send its request head (after its TLS handshake, on the secure port). */
-export const DEFAULT_REQUEST_HEAD_TIMEOUT_MS = 30_000;
+/** How long a caller's idle keep-alive connection stays open. */
+const KEEP_ALIVE_TIMEOUT_MS = 60_000;
 
 export interface MasterServerOptions {
   secure?: SecurePortOptions;
   insecure?: { host: string; port: number };
   /** Default DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS. */
   tlsHandshakeTimeoutMs?: number;
-  /** Default DEFAULT_REQUEST_HEAD_TIMEOUT_MS. */
+  /** Time for each request head (after its TLS handshake, on the secure port). Default DEFAULT_REQUEST_HEAD_TIMEOUT_MS. */
   requestHeadTimeoutMs?: number;
   middleware: Middleware[];
   interceptor: RequestInterceptor;
@@ -121,7 +122,7 @@ export class MasterServer {
           // HTTP/1.1 only: exec, attach and port-forward are HTTP/1.1 upgrades.
           ALPNProtocols: ['http/1.1'],
           handshakeTimeout: this.tlsHandshakeTimeoutMs,
-          ...this.httpTimeouts(),
+          ...httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS),
         },
         (req, res) => this.onRequest(req, res, true),
       );
@@ -148,25 +149,9 @@ export class MasterServer {
       this.wire(server, 'secure', s.host, s.port, true);
     }
     if (opts.insecure !== undefined) {
-      const server = createHTTPServer(this.httpTimeouts(), (req, res) => this.onRequest(req, res, false));
+      const server = createHTTPServer(httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS), (req, res) => this.onRequest(req, res, false));
       this.wire(server, 'insecure', opts.insecure.host, opts.insecure.port, false);
     }
-  }
-
-  /**
-   * Node checks the head deadline of every connection each
-   * connectionsCheckingInterval (30 s by default, which let a slow head live
-   * up to 90 s): check often enough for the deadline to mean what it says.
-   */
-  private httpTimeouts(): { keepAliveTimeout: number; headersTimeout: number; requestTimeout: number; connectionsCheckingInterval: number } {
-    const head = this.requestHeadTimeoutMs;
-    return {
-      keepAliveTimeout: 60_000,
-      headersTimeout: head,
-      // Node's default for the whole request; it may not be shorter than the head's.
-      requestTimeout: Math.max(300_000, head),
-      connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(head / 10))),
-    };
   }
 
   /**
@@ -238,7 +223,7 @@ export class MasterServer {
 
   async start(): Promise<void> {
     for (const s of this.servers) {
-      await listen(s.server, { port: s.port, host: s.host });
+      await listen(s.server, { port: s.port, host: s.host }, { name: `${s.name} master port`, logger: this.opts.logger });
       this.opts.logger.info(`master server listening (${s.name})`, { address: this.addressText(s.server) });
     }
   }
