@@ -242,9 +242,8 @@ export class AgentEndpoint {
   }
 
   async start(): Promise<void> {
-    await listen(this.server, { port: this.opts.port, host: this.opts.host });
+    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'agent port', logger: this.log });
     this.listening = true;
-    this.server.on('error', (err) => this.log.error('agent endpoint error', { error: errorMessage(err) }));
     const a = this.address;
     this.log.info('listening for agents', { address: `${a.address}:${a.port}`, serverID: this.opts.serverID });
   }

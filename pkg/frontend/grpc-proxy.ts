@@ -81,7 +81,7 @@ export class GrpcProxyServer {
   }
 
   async start(): Promise<void> {
-    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660);
+    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, { name: 'egress gRPC socket', logger: this.log });
     this.log.info('GRPC egress frontend listening', { path: this.opts.path });
   }
 

@@ -68,8 +68,7 @@ export class HttpConnectServer {
   }
 
   async start(): Promise<void> {
-    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660);
-    this.server.on('error', (err) => this.log.error('proxier socket error', { error: errorMessage(err) }));
+    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, { name: `${this.opts.name ?? 'proxier'} CONNECT socket`, logger: this.log });
     this.log.info('HTTP CONNECT proxier listening', { socket: this.opts.path });
   }
 

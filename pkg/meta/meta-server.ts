@@ -51,7 +51,7 @@ export class MetaServer {
   }
 
   async start(): Promise<void> {
-    await listen(this.server, { port: this.opts.port, host: this.opts.host });
+    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'meta port', logger: this.opts.logger });
   }
 
   get address(): AddressInfo {
