@@ -161,7 +161,7 @@ const program = new Command('yurt-tunnel-server')
   .addOption(
     durationOption(
       '--request-head-timeout <duration>',
-      'how long a caller on the master ports (--secure-port, --insecure-port) may take to send a whole request head, counted ' +
+      'how long a caller on the master ports (--secure-port, --insecure-port) or --meta-port may take to send a whole request head, counted ' +
         'from its connection (after its TLS handshake) or from the first byte of a later request; slower callers get 408 and are closed',
       '30s',
       { positive: true },

@@ -60,6 +60,8 @@ export interface AgentOptions {
   /** The meta server (/healthz, /readyz, /metrics, /debug/connections); off when metaPort is undefined. */
   metaHost?: string;
   metaPort?: number;
+  /** Time a meta port caller has for its request head (no flag). Default 30 s, as the server's --request-head-timeout. */
+  metaHeadTimeoutMs?: number;
   enableProfiling?: boolean;
   /** Rehearse the data path before dialling the server (pkg/grpc/rehearsal.ts); the CLI turns it on. */
   startupRehearsal?: boolean;
@@ -208,6 +210,7 @@ export class TunnelAgent {
         : new MetaServer({
             host: opts.metaHost ?? (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 6 ? '::1' : '127.0.0.1'),
             port: opts.metaPort,
+            headTimeoutMs: opts.metaHeadTimeoutMs,
             registry: metrics.registry,
             readyChecks: {
               'server-link': () =>

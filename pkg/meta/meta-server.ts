@@ -2,14 +2,21 @@
 // named checks, `?verbose` lists each), /metrics (Prometheus text from one
 // registry), and JSON /debug/* routes its owner adds. Loopback by default:
 // it says a lot about the tunnel and has no authentication of its own.
+// A caller has the head timeout for each request head (then 408 and closed,
+// even if it never closes its end) and at most maxConnections connections are
+// open at once (more are closed as they are accepted): a flood of slow callers
+// cannot hold the process's descriptors.
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
+import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
+import { LogLimiter } from '../log/log-limiter.js';
 import { ConnectionSet } from '../net/connection-set.js';
+import { DEFAULT_REQUEST_HEAD_TIMEOUT_MS, httpTimeouts } from '../net/http-timeouts.js';
 import { listen, stopListening } from '../net/listen.js';
-import { asError, errorMessage } from '../protocol/errors.js';
+import { asError, errorCode, errorMessage } from '../protocol/errors.js';
 
 /** A readiness check: undefined when ready, else why not. */
 export type ReadyCheck = () => string | undefined;
@@ -20,9 +27,19 @@ export type DebugRoute = (query: URLSearchParams) => unknown;
 /** A route that writes its own answer (profiles, heap snapshots). */
 export type RawRoute = (req: IncomingMessage, res: ServerResponse, query: URLSearchParams) => void | Promise<void>;
 
+/** Connections a meta port keeps open at once by default: probes, scrapes and the agents command need a few. */
+export const DEFAULT_META_MAX_CONNECTIONS = 64;
+
+/** How long an idle keep-alive connection stays open. */
+const KEEP_ALIVE_TIMEOUT_MS = 5000;
+
 export interface MetaServerOptions {
   host: string;
   port: number;
+  /** Time for each request head. Default DEFAULT_REQUEST_HEAD_TIMEOUT_MS (the server passes --request-head-timeout). */
+  headTimeoutMs?: number;
+  /** Connections open at once. Default DEFAULT_META_MAX_CONNECTIONS. */
+  maxConnections?: number;
   registry: Registry;
   readyChecks: Record<string, ReadyCheck>;
   debug?: Record<string, DebugRoute>;
@@ -33,25 +50,56 @@ export interface MetaServerOptions {
 export class MetaServer {
   private readonly server: Server;
   private readonly sockets = new ConnectionSet();
+  private readonly limited: LogLimiter;
+  private readonly headTimeoutMs: number;
+  /** Sockets already being closed after a client error (Node may report one more than once). */
+  private readonly answered = new WeakSet<object>();
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: MetaServerOptions) {
-    this.server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
+    this.limited = new LogLimiter(opts.logger);
+    this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_REQUEST_HEAD_TIMEOUT_MS;
+    this.server = createServer(httpTimeouts(this.headTimeoutMs, KEEP_ALIVE_TIMEOUT_MS), (req, res) => {
       this.handle(req, res).catch((err: unknown) => {
         opts.logger.error('meta server: internal error', { url: req.url, error: errorMessage(err), stack: asError(err).stack });
         if (!res.headersSent) res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8' });
         res.end(`internal error: ${errorMessage(err)}\n`);
       });
     });
+    this.server.maxConnections = opts.maxConnections ?? DEFAULT_META_MAX_CONNECTIONS;
     this.server.on('connection', (s: Socket) => this.sockets.add(s));
-    this.server.on('clientError', (_err: Error, socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
-      else socket.destroy();
-    });
+    this.server.on('clientError', (err: Error, socket: Socket) => this.onClientError(err, socket));
+    this.server.on('drop', () =>
+      this.limited.warn('meta port has as many connections as it takes; a new one was closed', { maxConnections: this.server.maxConnections }),
+    );
   }
 
   async start(): Promise<void> {
     await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'meta port', logger: this.opts.logger });
+  }
+
+  /** Connections open now. */
+  get connectionCount(): number {
+    return this.sockets.size;
+  }
+
+  /**
+   * A request head that was malformed or not complete in time. The answer
+   * closes the connection whatever the caller does (answerAndClose): one only
+   * ended would stay open for as long as the caller kept its own end open.
+   */
+  private onClientError(err: Error, socket: Socket): void {
+    if (this.answered.has(socket)) return;
+    this.answered.add(socket);
+    let response: string;
+    if (errorCode(err) === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      this.limited.warn('meta port caller sent no complete request head in time; closed', { timeoutMs: this.headTimeoutMs });
+      response = errorResponse(408, `no complete request head within ${this.headTimeoutMs} ms`);
+    } else {
+      response = errorResponse(400, `malformed request: ${errorMessage(err)}`);
+    }
+    if (socket.writable) answerAndClose(socket, response);
+    else socket.destroy();
   }
 
   get address(): AddressInfo {

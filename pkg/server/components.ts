@@ -156,6 +156,7 @@ export function metaFor(
   return new MetaServer({
     host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
     port: opts.metaPort,
+    headTimeoutMs: opts.requestHeadTimeoutMs,
     registry: opts.metricsRegistry!,
     readyChecks: {
       listeners: readiness.listeners,

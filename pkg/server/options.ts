@@ -45,7 +45,7 @@ export interface ServerOptions {
   agentIdentityCheck?: AgentIdentityCheck;
   /** Time a caller on the secure master port, or an agent, has for its TLS handshake. Default 10 s. */
   tlsHandshakeTimeoutMs?: number;
-  /** Time a caller on a master port has for its request head. Default 30 s. */
+  /** Time a caller on a master port or the meta port has for its request head. Default 30 s. */
   requestHeadTimeoutMs?: number;
   /** Time a client of the proxier or egress socket has for its CONNECT head (or its first gRPC call). Default 10 s. */
   connectHeadTimeoutMs?: number;
