@@ -7,7 +7,7 @@
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Registry } from 'prom-client';
-import { withAuthorityRewrite } from '../grpc/authority-filter.js';
+import { withAuthorityRewrite, type AuthorityFilterLimits } from '../grpc/authority-filter.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { PROXY_PATH } from '../grpc/services.js';
@@ -21,6 +21,9 @@ import type { Tunnel } from '../tunnel/tunnel.js';
 import { EgressStream } from './grpc-proxy-stream.js';
 import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
 import { listenUnix } from '../net/unix-listener.js';
+
+/** What the HTTP/2 server announces (node:http2's defaults, spelled out): the authority filter in front enforces the same. */
+const HTTP2_LIMITS: Required<AuthorityFilterLimits> = { maxFrameSize: 16_384, maxHeaderListSize: 65_535 };
 
 export interface GrpcProxyServerOptions {
   path: string;
@@ -59,7 +62,7 @@ export class GrpcProxyServer {
     this.limited = new LogLimiter(this.log);
     this.headTimeoutMs = opts.headTimeoutMs ?? DEFAULT_CONNECT_HEAD_TIMEOUT_MS;
     this.refusedCallers = new CallerRefusals('egress', ['head_timeout'], opts.metricsRegistry);
-    this.http2 = http2.createServer({ maxSessionMemory: 64 });
+    this.http2 = http2.createServer({ maxSessionMemory: 64, settings: HTTP2_LIMITS });
     this.http2.on('session', (session: Http2Session) => {
       this.sessions.add(session);
       // The session exists from the moment the client connects: it has a bounded time to open a call.
@@ -101,8 +104,8 @@ export class GrpcProxyServer {
 
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
-    const filtered = withAuthorityRewrite(socket, (err) =>
-      this.limited.warn('egress client sent an HTTP/2 header block that cannot be decoded; connection closed', { error: err.message }),
+    const filtered = withAuthorityRewrite(socket, HTTP2_LIMITS, (err) =>
+      this.limited.warn('egress client sent HTTP/2 frames we refuse; sent GOAWAY and closed', { socket: this.opts.path, error: err.message }),
     );
     this.http2.emit('connection', filtered);
   }

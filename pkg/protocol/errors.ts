@@ -212,12 +212,17 @@ export class HuffmanError extends TunnelError {
   readonly code = 'YT_ERR_HPACK_HUFFMAN';
 }
 
-/** HTTP/2 frames a client sent that break the framing rules (a header block cut by another frame, a bad padding). */
+/**
+ * HTTP/2 frames a client sent that break the framing rules or our announced limits (a header block cut by another
+ * frame, a bad padding, a frame or header block too large). `http2Code` is the RFC 9113 error code for the GOAWAY.
+ */
 export class Http2FrameError extends TunnelError {
   override readonly name = 'Http2FrameError';
   readonly code = 'YT_ERR_HTTP2_FRAME';
-  constructor(message: string, options?: { cause?: unknown }) {
+  readonly http2Code: number;
+  constructor(message: string, options?: { cause?: unknown; http2Code?: number }) {
     super(message, options);
+    this.http2Code = options?.http2Code ?? 0x1; // PROTOCOL_ERROR
   }
 }
 

@@ -93,26 +93,33 @@ export class HpackDecoder {
     this.capacity = maxTableSize;
   }
 
-  decode(block: Buffer): HeaderField[] {
+  /**
+   * @param maxListSize the most the decoded list may hold (RFC 9113 SETTINGS_MAX_HEADER_LIST_SIZE: names, values and
+   * 32 bytes per field); a larger one is refused as it grows, since a few bytes of indexed references can name kilobytes.
+   */
+  decode(block: Buffer, maxListSize = Infinity): HeaderField[] {
     const fields: HeaderField[] = [];
     let pos = 0;
-    let sawField = false;
+    let listSize = 0;
+    const add = (field: HeaderField): void => {
+      listSize += field.name.length + field.value.length + ENTRY_OVERHEAD;
+      if (listSize > maxListSize) throw new HpackError(`header list larger than ${maxListSize} bytes once decoded`);
+      fields.push(field);
+    };
     while (pos < block.length) {
       const b = block[pos]!;
       if ((b & 0x80) !== 0) {
         const r = decodeInteger(block, pos, 7);
         pos = r.pos;
         const entry = this.entry(r.value);
-        fields.push({ name: entry.name, value: entry.value });
-        sawField = true;
+        add({ name: entry.name, value: entry.value });
       } else if ((b & 0xc0) === 0x40) {
         const r = this.literal(block, pos, 6);
         pos = r.pos;
-        fields.push({ name: r.name, value: r.value });
+        add({ name: r.name, value: r.value });
         this.insert({ name: r.name, value: r.value });
-        sawField = true;
       } else if ((b & 0xe0) === 0x20) {
-        if (sawField) throw new HpackError('dynamic table size update after a header field');
+        if (fields.length > 0) throw new HpackError('dynamic table size update after a header field');
         const r = decodeInteger(block, pos, 5);
         pos = r.pos;
         if (r.value > this.maxTableSize) throw new HpackError(`dynamic table size update to ${r.value} exceeds the allowed ${this.maxTableSize}`);
@@ -123,8 +130,7 @@ export class HpackDecoder {
         const sensitive = (b & 0xf0) === 0x10;
         const r = this.literal(block, pos, 4);
         pos = r.pos;
-        fields.push(sensitive ? { name: r.name, value: r.value, sensitive } : { name: r.name, value: r.value });
-        sawField = true;
+        add(sensitive ? { name: r.name, value: r.value, sensitive } : { name: r.name, value: r.value });
       }
     }
     return fields;
