@@ -5,16 +5,19 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import http2 from 'node:http2';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import grpc from '@grpc/grpc-js';
 import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { kubeAPIServerFixture } from '../support/fixtures.js';
+import { exposedGc } from '../support/gc.js';
 import { harness, type Harness } from '../support/harness.js';
+import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { konnectivityProtos, type UpstreamPacket } from '../support/upstream.js';
 import { startEchoServer, startTCPServer, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
 
@@ -59,7 +62,10 @@ function recordedCall(
   };
 }
 
-async function startEgress(h: Harness, dialRequestTimeoutMs?: number): Promise<{ path: string; server: Awaited<ReturnType<typeof startTunnel>>['server'] }> {
+async function startEgress(
+  h: Harness,
+  dialRequestTimeoutMs?: number,
+): Promise<{ path: string; server: Awaited<ReturnType<typeof startTunnel>>['server']; egress: GrpcProxyServer }> {
   const { server } = await startTunnel(h);
   const path = join(await tempDir(h), 'egress.sock');
   const egress = new GrpcProxyServer(server.tunnel, {
@@ -69,7 +75,7 @@ async function startEgress(h: Harness, dialRequestTimeoutMs?: number): Promise<{
   });
   await egress.start();
   h.defer(() => egress.close());
-  return { path, server };
+  return { path, server, egress };
 }
 
 test("kube-apiserver's recorded headers (:authority = the socket path): dial, 16 MiB echo byte-exact, CLOSE_REQ answered with CLOSE_RSP", async (t) => {
@@ -174,4 +180,118 @@ test('a stream that sends no DIAL_REQ is ended with DEADLINE_EXCEEDED', async (t
   const { path } = await startEgress(h, 300);
   const call = recordedCall(h, path);
   assert.equal(await call.status, '4');
+});
+
+/** A client that sends `opening`, then trickles `trickle` 16 KiB every 2 ms until the server closes; what it received. */
+async function trickler(h: Harness, path: string, opening: Buffer, trickle: Buffer): Promise<{ received: Buffer; closed: boolean }> {
+  const socket: Socket = connect(path);
+  h.defer(() => socket.destroy());
+  socket.on('error', () => {});
+  const received: Buffer[] = [];
+  socket.on('data', (c: Buffer) => received.push(c));
+  const state = { closed: false };
+  const close = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  void close.then(() => (state.closed = true));
+  socket.once('end', () => (state.closed = true));
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(Buffer.concat([H2_PREFACE, h2Frame(0x4, 0, 0, Buffer.alloc(0)), opening]));
+  for (let at = 0; at < trickle.length && !state.closed; at += 16 * 1024) {
+    socket.write(trickle.subarray(at, at + 16 * 1024));
+    await sleep(2);
+  }
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([close, new Promise((resolve) => (timer = setTimeout(resolve, 2000)))]);
+  clearTimeout(timer);
+  return { received: Buffer.concat(received), closed: state.closed };
+}
+
+/** The GOAWAY among the frames a server sent: its error code and debug text. */
+function goawayIn(bytes: Buffer): { code: number; debug: string } | undefined {
+  for (let pos = 0; pos + 9 <= bytes.length;) {
+    const length = bytes.readUIntBE(pos, 3);
+    if (bytes[pos + 3] === 0x7) {
+      const payload = bytes.subarray(pos + 9, pos + 9 + length);
+      return { code: payload.readUInt32BE(4), debug: payload.subarray(8).toString('latin1') };
+    }
+    pos += 9 + length;
+  }
+  return undefined;
+}
+
+test('20 clients trickling declared 16 MiB frames or an endless header block: each gets a GOAWAY naming why, memory and CPU stay flat', async (t) => {
+  const h = harness(t);
+  const { path, egress } = await startEgress(h);
+  const echo = await startEchoServer(h);
+  const gc = exposedGc();
+  const head = (type: number, length: number): Buffer => {
+    const b = h2Frame(type, 0, 1, Buffer.alloc(0));
+    b.writeUIntBE(length, 0, 3);
+    return b;
+  };
+  const zeros = Buffer.alloc(4 * 1024 * 1024);
+  const block = Buffer.alloc(16_384, 0x82);
+  const continuations = Buffer.concat(Array.from({ length: 255 }, () => h2Frame(0x9, 0, 1, block)));
+  const kinds = [
+    {
+      name: 'DATA',
+      opening: head(0x0, 2 ** 24 - 1),
+      trickle: zeros,
+      code: http2.constants.NGHTTP2_FRAME_SIZE_ERROR,
+      reason: /declares 16777215 bytes, more than the SETTINGS_MAX_FRAME_SIZE of 16384/,
+    },
+    { name: 'HEADERS', opening: head(0x1, 2 ** 24 - 1), trickle: zeros, code: http2.constants.NGHTTP2_FRAME_SIZE_ERROR, reason: /declares 16777215 bytes/ },
+    {
+      name: 'CONTINUATIONs',
+      opening: h2Frame(0x1, 0, 1, block),
+      trickle: continuations,
+      code: http2.constants.NGHTTP2_COMPRESSION_ERROR,
+      reason: /header block of stream 1 is larger than the SETTINGS_MAX_HEADER_LIST_SIZE of 65535 bytes/,
+    },
+  ];
+  gc();
+  gc();
+  const before = process.memoryUsage().arrayBuffers;
+  let peak = before;
+  const sampling = { on: true };
+  const sampler = (async () => {
+    while (sampling.on) {
+      peak = Math.max(peak, process.memoryUsage().arrayBuffers);
+      await sleep(10);
+    }
+  })();
+  const cpu = process.cpuUsage();
+  const results = await Promise.all(Array.from({ length: 20 }, (_, i) => trickler(h, path, kinds[i % 3]!.opening, kinds[i % 3]!.trickle)));
+  const used = process.cpuUsage(cpu);
+  const cpuMs = (used.user + used.system) / 1000;
+  sampling.on = false;
+  await sampler;
+  const mib = (n: number): string => (n / 2 ** 20).toFixed(1);
+  t.diagnostic(`flood: ${cpuMs.toFixed(0)} ms CPU, array buffers +${mib(peak - before)} MiB at peak`);
+  // The old filter held every trickled byte (4 MiB a client here) and copied all it held again per chunk.
+  assert.ok(peak - before < 16 * 1024 * 1024, `array buffers grew by ${mib(peak - before)} MiB during the flood`);
+  assert.ok(cpuMs < 1500, `the flood took ${cpuMs.toFixed(0)} ms of CPU`);
+  results.forEach((r, i) => {
+    const kind = kinds[i % 3]!;
+    assert.ok(r.closed, `client ${i} (${kind.name}) was not closed`);
+    const goaway = goawayIn(r.received);
+    assert.ok(goaway !== undefined, `client ${i} (${kind.name}) got no GOAWAY`);
+    assert.equal(goaway.code, kind.code, `client ${i} (${kind.name}): ${goaway.debug}`);
+    assert.match(goaway.debug, kind.reason);
+  });
+  await waitFor('the server to drop every refused client', () => egress.connectionCount === 0);
+  gc();
+  gc();
+  const after = process.memoryUsage().arrayBuffers;
+  t.diagnostic(`array buffers +${mib(after - before)} MiB after the clients closed`);
+  assert.ok(after - before < 8 * 1024 * 1024, `array buffers ${mib(after - before)} MiB above the start after the clients closed`);
+
+  // And it still serves: kube-apiserver's call dials and echoes.
+  const call = recordedCall(h, path);
+  call.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 9n });
+  const rsp = await call.next();
+  assert.equal(rsp.type === 'DIAL_RSP' && rsp.error, '');
+  call.send({ type: 'DATA', connectID: rsp.type === 'DIAL_RSP' ? rsp.connectID : 0n, error: '', data: Buffer.from('still here') });
+  const back = await call.next();
+  assert.equal(back.type === 'DATA' && back.data.toString(), 'still here');
+  call.end();
 });
