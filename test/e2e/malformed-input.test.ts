@@ -254,7 +254,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
     assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the egress socket:\n${server.lines.join('\n')}`);
   }
   assert.ok(
-    server.lines.some((l) => /cannot be decoded; connection closed/.test(l)),
+    server.lines.some((l) => /frames we refuse; sent GOAWAY and closed/.test(l)),
     'the undecodable block is logged',
   );
 
