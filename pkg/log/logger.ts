@@ -32,12 +32,42 @@ export interface LoggerOptions {
   fields?: LogFields;
 }
 
+// What a terminal or a line-based reader would act on, escaped in every line so
+// no caller-supplied value can start a line or colour the screen: C0 controls
+// (ESC, CR, LF among them), DEL, C1 controls (0x9b opens a CSI too), the Unicode
+// line and paragraph separators, and the bidirectional overrides.
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+/** CONTROL without the global flag, whose `test` keeps no state between calls. */
+const HAS_CONTROL = new RegExp(CONTROL.source);
+
+/** `\n`, `\r`, `\t`, else `\x1b` (or `\u2028` above 0xff). */
+function escapeControl(ch: string): string {
+  if (ch === '\n') return '\\n';
+  if (ch === '\r') return '\\r';
+  if (ch === '\t') return '\\t';
+  const code = ch.charCodeAt(0);
+  return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16)}`;
+}
+
+/** `text` with its control characters escaped, for the text format. */
+export function escapeControls(text: string): string {
+  return text.replace(CONTROL, escapeControl);
+}
+
+/** A string as one field value: bare when that is unambiguous, else quoted with `"` and `\` escaped. */
+function renderString(v: string): string {
+  if (v !== '' && !/[\s"=\\]/.test(v) && !HAS_CONTROL.test(v)) return v;
+  return `"${escapeControls(v.replace(/["\\]/g, '\\$&'))}"`;
+}
+
 function renderValue(v: unknown): string {
-  if (typeof v === 'string') return /[\s"=]/.test(v) || v === '' ? JSON.stringify(v) : v;
+  if (typeof v === 'string') return renderString(v);
   if (typeof v === 'bigint') return v.toString();
-  if (v instanceof Error) return JSON.stringify(v.message);
+  if (v instanceof Error) return renderString(v.message);
+  // JSON escapes C0 controls itself, not DEL, C1 or the separators.
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined for a function or a symbol, whatever lib.d.ts says
-  return JSON.stringify(v) ?? String(v);
+  return escapeControls(JSON.stringify(v) ?? String(v));
 }
 
 const LEVEL_LETTER: Record<string, string> = { error: 'E', warn: 'W', info: 'I' };
@@ -53,14 +83,20 @@ const textFormat = winston.format.printf((info) => {
   const { level, message, ...rest } = info;
   const fields = Object.entries(rest)
     .filter(([k]) => typeof k === 'string')
-    .map(([k, v]) => `${k}=${renderValue(v)}`)
+    .map(([k, v]) => `${escapeControls(k)}=${renderValue(v)}`)
     .join(' ');
-  return `${LEVEL_LETTER[level] ?? 'I'}${stamp} ${String(message)}${fields ? ' ' + fields : ''}`;
+  return `${LEVEL_LETTER[level] ?? 'I'}${stamp} ${escapeControls(String(message))}${fields ? ' ' + fields : ''}`;
 });
 
 const jsonFormat = winston.format.combine(
   winston.format.timestamp(),
-  winston.format.printf((info) => JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v))),
+  winston.format.printf((info) =>
+    // JSON.stringify escapes C0 controls; the rest of CONTROL can only stand inside strings, where \uXXXX means the same.
+    JSON.stringify(info, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v instanceof Error ? v.message : v)).replace(
+      CONTROL,
+      (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`,
+    ),
+  ),
 );
 
 class WinstonLogger implements Logger {
