@@ -65,9 +65,17 @@ function renderValue(v: unknown): string {
   if (typeof v === 'string') return renderString(v);
   if (typeof v === 'bigint') return v.toString();
   if (v instanceof Error) return renderString(v.message);
-  // JSON escapes C0 controls itself, not DEL, C1 or the separators.
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined for a function or a symbol, whatever lib.d.ts says
-  return escapeControls(JSON.stringify(v) ?? String(v));
+  return jsonForText(JSON.stringify(v) ?? String(v));
+}
+
+/**
+ * JSON text in the text format's escapes: JSON writes C0 controls as \u001b
+ * (made \x1b here; each `\\` pair is taken whole, so an escaped backslash
+ * stays one) and leaves DEL, C1 and the separators raw (escaped here).
+ */
+function jsonForText(json: string): string {
+  return escapeControls(json.replace(/\\(?:u00([01][0-9a-f])|[^])/g, (esc, hex: string | undefined) => (hex === undefined ? esc : `\\x${hex}`)));
 }
 
 const LEVEL_LETTER: Record<string, string> = { error: 'E', warn: 'W', info: 'I' };
