@@ -6,6 +6,14 @@
 //                      write the node name so), or the CN system:node:<agentid>
 //   host=<name>        a DNS SAN equal to it (DNS names compare case-insensitively)
 //   ipv4=/ipv6=<ip>    an IP SAN equal to it (addresses compare normalised)
+// An agent ID is a Kubernetes node name, a lower-case DNS name, and the
+// tunnel routes by it as sent. So the certificate's names are folded to lower
+// case once, and the agent ID must equal one of them exactly: `EDGE-1` over
+// edge-1's certificate is refused, never a second agent beside `edge-1` (Go
+// agents send the node name as Kubernetes spells it). With the check `none`
+// there is nothing to compare: agent IDs are taken as sent, as upstream does,
+// and `EDGE-1` and `edge-1` are two agents, as any ID is whatever the caller
+// says in that mode (the stream limit still counts each certificate once).
 // Pure: no I/O, the caller logs and answers.
 
 import { isIP } from 'node:net';
@@ -26,7 +34,10 @@ export type IdentityVerdict = { ok: true } | { ok: false; check: 'agent-id' | 'h
 
 interface CertificateNames {
   commonNames: string[];
+  /** DNS SANs, lower case. */
   dnsNames: string[];
+  /** The <name> of each CN system:node:<name>, lower case. */
+  nodeNames: string[];
   ips: string[];
 }
 
@@ -53,7 +64,9 @@ export function normalizeAddress(ip: string): string | undefined {
 
 function namesOf(cert: PeerCertificateNames | undefined): CertificateNames {
   const cn = cert?.subject?.CN;
-  const names: CertificateNames = { commonNames: cn === undefined ? [] : Array.isArray(cn) ? cn : [cn], dnsNames: [], ips: [] };
+  const commonNames = cn === undefined ? [] : Array.isArray(cn) ? cn : [cn];
+  const nodeNames = commonNames.filter((n) => n.startsWith(NODE_CN_PREFIX)).map((n) => n.slice(NODE_CN_PREFIX.length).toLowerCase());
+  const names: CertificateNames = { commonNames, dnsNames: [], nodeNames, ips: [] };
   // Split on ", " followed by a SAN type, so a quoted value holding ", " stays whole.
   for (const part of (cert?.subjectaltname ?? '').split(/, (?=[A-Za-z ]+:)/)) {
     if (part.startsWith('DNS:')) names.dnsNames.push(unquote(part.slice(4)).toLowerCase());
@@ -89,8 +102,19 @@ export function checkAgentIdentity(
       `--node-name/--node-ip) or start the server with --agent-identity-check=${check === 'agent-id' ? 'none' : 'agent-id'}`,
   });
 
-  const id = agentID.toLowerCase();
-  if (!names.dnsNames.includes(id) && !names.commonNames.includes(`${NODE_CN_PREFIX}${agentID}`)) {
+  const named = (id: string): boolean => names.dnsNames.includes(id) || names.nodeNames.includes(id);
+  if (!named(agentID)) {
+    const lower = agentID.toLowerCase();
+    if (lower !== agentID && named(lower)) {
+      return {
+        ok: false,
+        check: 'agent-id',
+        claimed: agentID,
+        reason:
+          `agent ${JSON.stringify(agentID)} claims agentid=${agentID} but its certificate (${describe(names)}) names ${lower}: ` +
+          `an agent ID is a node name, lower case, and compares exactly; send agentid ${lower} (the node name as Kubernetes spells it)`,
+      };
+    }
     return refuse('agent-id', agentID, `DNS SAN ${agentID} nor CN ${NODE_CN_PREFIX}${agentID}`);
   }
   if (mode === 'agent-id') return { ok: true };

@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { connectVia, readExactly, startAgent, startEchoServer, startServer, waitFor } from '../support/tunnel.js';
+import { scriptedAgent } from '../support/upstream.js';
 
 const LIMIT = { timeout: 60_000 };
 
@@ -67,4 +68,22 @@ test('an address the certificate does not name is refused; with --agent-identity
   startAgent(h, trusting.agentAddress, { nodeName: 'edge-b', identifiers: 'ipv4=127.0.0.5&host=edge-b', tls: { ca: pki.ca.cert, ...plain } });
   await waitFor('the agent accepted', () => trusting.tunnel.registry.agentCount === 1);
   assert.equal(trusting.log.find('agent refused by the identity check').length, 0);
+});
+
+test("one certificate is one agent: EDGE-1 over edge-1's certificate is refused, saying to send edge-1, beside the real edge-1", LIMIT, async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const pki = testPKI();
+  const tls = { ca: pki.ca.cert, ...pki.agent('edge-1', 'host=edge-1') };
+  const own = scriptedAgent(h, server.agentAddress, { metadata: [['agentid', 'edge-1']], tls });
+  await own.headers;
+  for (const variant of ['EDGE-1', 'Edge-1']) {
+    const status = await scriptedAgent(h, server.agentAddress, { metadata: [['agentid', variant]], tls }).status;
+    assert.equal(status.code, 7, variant);
+    assert.match(status.details, new RegExp(`claims agentid=${variant} but its certificate \\(.*DNS:edge-1\\) names edge-1: .* send agentid edge-1 `));
+  }
+  assert.deepEqual(
+    server.tunnel.registry.all().map((b) => b.agentID),
+    ['edge-1'],
+  );
 });

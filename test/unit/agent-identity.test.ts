@@ -95,3 +95,30 @@ test('a SAN value Node quotes (it holds a comma) stays one name', () => {
   assert.equal(checkAgentIdentity(quoted, 'edge-a', ids(''), 'agent-id').ok, false);
   assert.deepEqual(checkAgentIdentity(quoted, 'edge-x', ids(''), 'agent-id'), { ok: true });
 });
+
+test("a case variant of the agentid (EDGE-A over edge-a's certificate) is refused, saying to send the node name in lower case", () => {
+  for (const mode of ['strict', 'agent-id'] as const) {
+    for (const variant of ['EDGE-A', 'Edge-a']) {
+      assert.deepEqual(checkAgentIdentity(EDGE_A, variant, ids('host=edge-a'), mode), {
+        ok: false,
+        check: 'agent-id',
+        claimed: variant,
+        reason:
+          `agent "${variant}" claims agentid=${variant} but its certificate (CN=tunnel-agent-client, DNS:edge-a, IP:10.0.0.7, IP:fd00::a) ` +
+          'names edge-a: an agent ID is a node name, lower case, and compares exactly; send agentid edge-a (the node name as Kubernetes spells it)',
+      });
+    }
+  }
+  const node: PeerCertificateNames = { subject: { CN: 'system:node:edge-c' } };
+  assert.equal(checkAgentIdentity(node, 'EDGE-C', ids(''), 'agent-id').ok, false);
+});
+
+test('certificate names are folded to lower case: an upper-case SAN or CN names the lower-case agent ID only', () => {
+  const upper: PeerCertificateNames = { subject: { CN: 'system:node:EDGE-D' }, subjectaltname: 'DNS:EDGE-E, DNS:edge-e' };
+  for (const id of ['edge-d', 'edge-e']) assert.deepEqual(checkAgentIdentity(upper, id, ids(''), 'agent-id'), { ok: true }, id);
+  for (const id of ['EDGE-D', 'EDGE-E', 'Edge-e']) assert.equal(checkAgentIdentity(upper, id, ids(''), 'agent-id').ok, false, id);
+});
+
+test('with mode none there is nothing to compare: any spelling is taken as sent', () => {
+  assert.deepEqual(checkAgentIdentity(EDGE_A, 'EDGE-A', ids(''), 'none'), { ok: true });
+});
