@@ -1,14 +1,19 @@
-// Whether the agent endpoint takes a Connect call: the connect rate (a
-// reconnect storm is turned away with a retryable status), that it is a gRPC
-// call for AgentService/Connect, the agent's metadata, the identity check
-// against its client certificate, and the limit of streams per agent. A
-// refusal says which rule refused it, for the metric and the log line.
+// Whether the agent endpoint takes a Connect call: that it is a gRPC call for
+// AgentService/Connect, the connect rate (a reconnect storm, or a flood of
+// resume claims, is turned away with a retryable status), the agent's
+// metadata, the identity check against its client certificate, and the limit
+// of streams per agent. The cheap refusals come first: nothing is parsed or
+// logged for a call the rate turns away, and an unknown identifier key is
+// logged only for a call that passed the identity check, as one line per call
+// through the log limiter. A refusal says which rule refused it, for the
+// metric and the log line.
 
 import type { TLSSocket } from 'node:tls';
+import { firstNonPrintableASCII, quoteMetadataValue } from '../grpc/metadata.js';
 import type { IncomingCall } from '../grpc/server-call-head.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
 import { GrpcStatus } from '../grpc/status.js';
-import type { Logger } from '../log/logger.js';
+import type { LogLimiter } from '../log/log-limiter.js';
 import { CONN_WINDOW_HEADER, parseConnWindow } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
@@ -54,8 +59,13 @@ export interface AdmissionOptions {
   maxConnectRate: number;
   identityCheck: AgentIdentityCheck;
   metrics: AgentEndpointMetrics;
-  log: Logger;
+  /** Every warning here is one a caller can provoke at will: all go through the limiter. */
+  log: LogLimiter;
 }
+
+/** Unknown identifier keys named in their log line (the rest only counted), each cut to KEY_CHARS_SHOWN. */
+const UNKNOWN_KEYS_SHOWN = 3;
+const KEY_CHARS_SHOWN = 32;
 
 export class Admission {
   private readonly connectRate: ConnectRate | undefined;
@@ -78,17 +88,24 @@ export class Admission {
   }
 
   /**
-   * Whether we take this call now, and the agent's metadata if so. A call
-   * that takes back a session it holds (`resumes`) skips the connect rate and
-   * the stream limit: resumes are bounded by the sessions held, and during a
-   * silent blip the call it replaces still counts.
+   * Whether we take this call now, and the agent's metadata if so. Every call
+   * counts in the connect rate, resume claims too: a refused claim is retried
+   * by its agent within its resume window. A call that takes back a session
+   * it holds (`resumes`) skips only the stream limit: during a silent blip the
+   * call it replaces still counts.
    */
   admit(call: IncomingCall, shuttingDown: boolean, resumes: (meta: AgentMetadata) => boolean = () => false): AgentMetadata | Refusal {
     if (shuttingDown) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down', by: 'shutdown' };
     const bad = call.check([AGENT_CONNECT_PATH]);
     if (bad !== undefined) return { ...bad, by: 'call' };
+    const overRate = this.checkConnectRate();
+    if (overRate !== undefined) return overRate;
     const meta = this.readAgentMetadata(call);
     if ('code' in meta || resumes(meta)) return meta;
+    return this.checkStreamLimit(meta);
+  }
+
+  private checkConnectRate(): Refusal | undefined {
     if (this.connectRate !== undefined && !this.connectRate.tryTake()) {
       this.rateRefusals++;
       this.opts.metrics.refused('connect_rate');
@@ -98,7 +115,7 @@ export class Admission {
         by: 'connect_rate',
       };
     }
-    return this.checkStreamLimit(meta);
+    return undefined;
   }
 
   /** Counts a call that was admitted and served, until `release`. */
@@ -117,6 +134,16 @@ export class Admission {
       return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one agent ID in the "agentid" metadata, got ${got}`, by: 'call' };
     }
     const agentID = ids[0]!;
+    const bad = firstNonPrintableASCII(agentID);
+    if (bad >= 0) {
+      return {
+        code: GrpcStatus.INVALID_ARGUMENT,
+        message:
+          `the agent ID in the "agentid" metadata must be printable ASCII (gRPC metadata values are; node names are ` +
+          `lower-case DNS names), got byte 0x${agentID.charCodeAt(bad).toString(16).padStart(2, '0')} at offset ${bad} of ${quoteMetadataValue(agentID)}`,
+        by: 'call',
+      };
+    }
     const idValues = call.metadata('agentidentifiers');
     if (idValues.length > 1) {
       return {
@@ -125,8 +152,11 @@ export class Admission {
         by: 'call',
       };
     }
+    // Counted, not logged, until the call has passed the identity check: one header can hold thousands.
+    let unknownKeys = 0;
+    const someUnknownKeys: string[] = [];
     const identifiers = parseAgentIdentifiers(idValues[0] ?? '', (key) => {
-      this.opts.log.warn('ignoring unknown agent identifier key', { agentID, key });
+      if (unknownKeys++ < UNKNOWN_KEYS_SHOWN) someUnknownKeys.push(key.length > KEY_CHARS_SHOWN ? `${key.slice(0, KEY_CHARS_SHOWN)}...` : key);
     });
     const check = this.opts.identityCheck;
     const peer = (call.stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate();
@@ -139,6 +169,9 @@ export class Admission {
         reason: verdict.reason,
       });
       return { code: GrpcStatus.PERMISSION_DENIED, message: `agent identity check (${check}) failed: ${verdict.reason}`, by: 'identity' };
+    }
+    if (unknownKeys > 0) {
+      this.opts.log.warn('ignoring unknown agent identifier keys', { agentID, unknownKeys, firstKeys: someUnknownKeys });
     }
     const fingerprint = peer?.fingerprint256 ?? '';
     const identityKeys = [`id:${agentID}`];

@@ -189,7 +189,7 @@ export class AgentEndpoint {
       maxConnectRate: this.opts.maxConnectRate,
       identityCheck: this.opts.identityCheck,
       metrics: this.metrics,
-      log: this.log,
+      log: this.limited,
     });
     this.server = http2.createSecureServer({
       cert: opts.tls.cert,

@@ -77,13 +77,16 @@ test('a call without exactly one agentid fails with INVALID_ARGUMENT and a clear
   await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
 });
 
-test('unknown identifier keys are ignored with a warning; known ones still route', async (t) => {
+test('unknown identifier keys are ignored with one warning per call naming them; known ones still route', async (t) => {
   const h = harness(t);
   const echo = await startEchoServer(h);
   const server = await startServer(h);
   startAgent(h, server.agentAddress, { nodeName: 'edge-1', identifiers: 'ipv4=127.0.0.1&zone=eu&host=edge-1' });
   await waitFor('registration', () => server.tunnel.registry.agentCount === 1);
-  assert.equal(server.log.find('ignoring unknown agent identifier key')[0]?.fields.key, 'zone');
+  const warned = server.log.find('ignoring unknown agent identifier keys');
+  assert.equal(warned.length, 1);
+  assert.deepEqual(warned[0]!.fields.firstKeys, ['zone']);
+  assert.equal(warned[0]!.fields.unknownKeys, 1);
   const res = await connectVia(server.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(res.status, 200);
   res.socket.destroy();
