@@ -227,7 +227,7 @@ export class AgentEndpoint {
       ),
     );
     this.server.on('unknownProtocol', (socket: TLSSocket) => {
-      this.log.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
+      this.limited.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
       socket.destroy();
     });
   }

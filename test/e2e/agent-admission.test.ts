@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import http2 from 'node:http2';
 import { test } from 'node:test';
+import { connect as tlsConnect } from 'node:tls';
 import { dialServer } from '../../pkg/agent/server-dial.js';
 import { AGENT_CONNECT_PATH } from '../../pkg/grpc/services.js';
 import type { LogFormat } from '../../pkg/log/logger.js';
@@ -169,4 +170,27 @@ test('resume claims count in the connect rate: a claim flood is refused UNAVAILA
   assert.equal(server.endpoint.refusals.connect_rate, refusals.length);
   assert.ok(server.log.find('agent link resumed').length <= allowed);
   assert.ok(server.log.find('agents refused by the connect rate limit').length <= 1 + Math.ceil(seconds / 5));
+});
+
+test('connections that do not negotiate HTTP/2 are closed with a bounded number of lines', LIMIT, async (t) => {
+  const h = harness(t);
+  const log = captureLog('text');
+  const server = await startServer(h, { endpoint: { logger: log.logger } });
+  const pki = testPKI();
+  const before = log.lines().length;
+  for (let i = 0; i < 12; i++) {
+    const socket = tlsConnect({
+      host: '127.0.0.1',
+      port: server.endpoint.address.port,
+      ca: pki.ca.cert,
+      ...pki.agent('edge-1'),
+      servername: 'localhost',
+    });
+    h.defer(() => socket.destroy());
+    // Offering no ALPN at all (an offer without h2 fails the handshake, which is limited apart).
+    await new Promise((resolve) => socket.once('close', resolve).on('error', () => {}));
+  }
+  const lines = log.lines().slice(before);
+  assert.ok(lines.length <= 5, `${lines.length} lines for 12 connections:\n${lines.join('\n')}`);
+  assert.equal(lines.filter((l) => l.includes('agent connection did not negotiate HTTP/2')).length, 5);
 });
