@@ -8,7 +8,9 @@
 //
 // Decoding follows proto3 semantics: absent fields take their defaults,
 // unknown fields (and known fields with an unexpected wire type, as Go does)
-// are skipped, and the payload used is the one that matches `type`.
+// are skipped, and the payload used is the one that matches `type`. What is
+// skipped is bounded, though (MAX_SKIPPED_BYTES): a packet that is mostly
+// fields we throw away is refused.
 
 import { InternalError, ProtocolError } from './errors.js';
 import { PACKET_TYPE_NUMBERS, packetTypeName, type DataPacket, type KnownPacket, type Packet } from './packet.js';
@@ -42,6 +44,16 @@ const PAYLOAD_FIELD_BY_TYPE: Record<KnownPacket['type'], number> = {
   WINDOW_UPDATE: FIELD_WINDOW_UPDATE,
   CLOSE_WRITE: FIELD_CLOSE_WRITE,
 };
+
+/**
+ * Bytes of a packet that may go unused (unknown fields, oneof members that
+ * lose to a later one, fields repeated and superseded) before it is refused,
+ * unless the packet uses more than that. Go peers send none; a field added by
+ * a later protocol version is a few bytes. Padding each 1-byte DATA with 16 KB
+ * we skip only makes us read 16 KB, and kept the 16 KB its payload viewed
+ * alive while the payload waited (buffer-pool.ts, holdable).
+ */
+export const MAX_SKIPPED_BYTES = 1024;
 
 const INT64_MIN = -(1n << 63n);
 const INT64_MAX = (1n << 63n) - 1n;
@@ -369,6 +381,10 @@ interface Fields {
   i2: bigint;
   i3: bigint; // also WindowUpdate.received (our resume extension)
   bytes3: Buffer | undefined;
+  /** Bytes (tag included) of the occurrence of fields 1..3 that counts: the last. */
+  len1: number;
+  len2: number;
+  len3: number;
 }
 
 /**
@@ -379,6 +395,7 @@ interface Fields {
 function readSubmessage(buf: Buffer, start: number, end: number, out: Fields, schema: SubSchema): void {
   const r = new Reader(buf, start, end);
   while (r.pos < end) {
+    const tagStart = r.pos;
     const tag = r.varint32();
     const no = tag >>> 3;
     const wt = tag & 7;
@@ -398,7 +415,12 @@ function readSubmessage(buf: Buffer, start: number, end: number, out: Fields, sc
       out.bytes3 = buf.subarray(s, e);
     } else {
       r.skip(wt);
+      continue;
     }
+    const len = r.pos - tagStart;
+    if (no === 1) out.len1 = len;
+    else if (no === 2) out.len2 = len;
+    else out.len3 = len;
   }
 }
 
@@ -480,7 +502,10 @@ export function decodePacket(buf: Buffer): Packet {
   // The last payload field seen, as proto3 oneof semantics require.
   let payloadField = 0;
   const payloads: Array<[number, number]> = [];
+  /** Bytes of the `type` field that counts (the last). */
+  let typeFieldLength = 0;
   while (r.pos < buf.length) {
+    const tagStart = r.pos;
     const tag = r.varint32();
     const no = tag >>> 3;
     const wt = tag & 7;
@@ -490,6 +515,7 @@ export function decodePacket(buf: Buffer): Packet {
     if (no === 1 && wt === WIRE_VARINT) {
       // Enums are int32 on the wire; negative ones arrive sign-extended.
       typeNumber = Number(BigInt.asIntN(32, r.varint64()));
+      typeFieldLength = r.pos - tagStart;
     } else if (((no >= FIELD_DIAL_REQUEST && no <= FIELD_DRAIN) || no === FIELD_WINDOW_UPDATE || no === FIELD_CLOSE_WRITE) && wt === WIRE_BYTES) {
       const [s, e] = r.lengthDelimited();
       if (no !== payloadField) payloads.length = 0;
@@ -503,11 +529,21 @@ export function decodePacket(buf: Buffer): Packet {
   const name = packetTypeName(typeNumber);
   if (name === undefined) return { type: 'UNKNOWN', typeNumber };
 
-  const f: Fields = { s1: '', s2: '', i1: 0n, i2: 0n, i3: 0n, bytes3: undefined };
+  const f: Fields = { s1: '', s2: '', i1: 0n, i2: 0n, i3: 0n, bytes3: undefined, len1: 0, len2: 0, len3: 0 };
   // A Go receiver reads the payload that matches the type; any other oneof member reads as empty.
   const wanted = PAYLOAD_FIELD_BY_TYPE[name];
   if (payloadField === wanted) {
     for (const [s, e] of payloads) readSubmessage(buf, s, e, f, SCHEMAS[name]);
+  }
+  // Everything but the fields that make the packet was skipped: unknown fields, and repeated ones that lost to the last.
+  const used = typeFieldLength + f.len1 + f.len2 + f.len3;
+  const skipped = buf.length - used;
+  if (skipped > MAX_SKIPPED_BYTES && skipped > used) {
+    throw new ProtocolError(
+      'YT_ERR_PROTOCOL_PADDING',
+      `malformed packet: ${skipped} of its ${buf.length} bytes are fields it does not use (unknown, or repeated and superseded); ` +
+        `at most ${MAX_SKIPPED_BYTES}, or as many as it uses, are accepted`,
+    );
   }
   switch (name) {
     case 'DIAL_REQ':

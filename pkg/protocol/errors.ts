@@ -30,7 +30,9 @@ export type ProtocolErrorCode =
   | 'YT_ERR_PROTOCOL_TAG'
   | 'YT_ERR_PROTOCOL_FRAME'
   | 'YT_ERR_PROTOCOL_TOO_LARGE'
-  | 'YT_ERR_PROTOCOL_COMPRESSED';
+  | 'YT_ERR_PROTOCOL_COMPRESSED'
+  /** A packet that is mostly fields the decoder skips (codec.ts, MAX_SKIPPED_BYTES). */
+  | 'YT_ERR_PROTOCOL_PADDING';
 
 /** Bytes that are not a valid packet or gRPC message. */
 export class ProtocolError extends CodedError<ProtocolErrorCode> {

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import protobuf from 'protobufjs';
-import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../../pkg/protocol/codec.js';
+import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, MAX_SKIPPED_BYTES, writeDataHeader } from '../../pkg/protocol/codec.js';
 import { newDialID } from '../../pkg/protocol/ids.js';
 import { ProtocolError } from '../../pkg/protocol/errors.js';
 import { GrpcDeframer, grpcFrameHeader, type MessageBuffers } from '../../pkg/grpc/frame.js';
@@ -198,6 +198,53 @@ test('malformed bytes raise a ProtocolError with a code', () => {
       },
     );
   }
+});
+
+/** A length-delimited field `no` of `n` bytes, for padding packets with what the decoder skips. */
+function bytesField(no: number, n: number): Buffer {
+  const len: number[] = [];
+  for (let v = n; ; v = Math.floor(v / 128)) {
+    if (v < 128) {
+      len.push(v);
+      break;
+    }
+    len.push((v & 0x7f) | 0x80);
+  }
+  return Buffer.concat([Buffer.from([(no << 3) | 2]), Buffer.from(len), Buffer.alloc(n, 0x5a)]);
+}
+
+test('a packet that is mostly fields it does not use is refused with YT_ERR_PROTOCOL_PADDING; up to MAX_SKIPPED_BYTES, or as many as it uses, are skipped', () => {
+  const one = encodePacket({ type: 'DATA', connectID: 7n, error: '', data: Buffer.from('x') });
+  const refused = (bytes: Buffer, name: string): void =>
+    assert.throws(
+      () => decodePacket(bytes),
+      (err: unknown) => err instanceof ProtocolError && err.code === 'YT_ERR_PROTOCOL_PADDING',
+      name,
+    );
+  const accepted = (bytes: Buffer, name: string): void => assert.doesNotThrow(() => decodePacket(bytes), name);
+  // One byte of payload: its wrapper (2 bytes) and the pad field's tag and length (3) count as unused.
+  accepted(Buffer.concat([one, bytesField(15, MAX_SKIPPED_BYTES - 5)]), 'an unknown field just under the limit');
+  refused(Buffer.concat([one, bytesField(15, MAX_SKIPPED_BYTES - 4)]), 'an unknown field one byte over');
+  assert.throws(() => decodePacket(Buffer.concat([one, bytesField(15, 16_000)])), {
+    name: 'ProtocolError',
+    code: 'YT_ERR_PROTOCOL_PADDING',
+    message:
+      'malformed packet: 16005 of its 16012 bytes are fields it does not use (unknown, or repeated and superseded); at most 1024, or as many as it uses, are accepted',
+  });
+  // Padding inside the Data message, a `data` field replaced by a later one, repeated empty payloads or type fields, another oneof member.
+  const inner = (fields: Buffer): Buffer =>
+    Buffer.concat([Buffer.from([0x08, 0x04, 0x22]), Buffer.from([(fields.length & 0x7f) | 0x80, fields.length >> 7]), fields]);
+  refused(inner(Buffer.concat([Buffer.from([0x08, 0x07]), bytesField(9, 4000), Buffer.from([0x1a, 0x01, 0x78])])), 'an unknown field inside Data');
+  refused(inner(Buffer.concat([bytesField(3, 4000), Buffer.from([0x1a, 0x01, 0x78])])), 'a 4000-byte data field replaced by a 1-byte one');
+  refused(Buffer.concat([one, Buffer.alloc(2000, 0).map((_, i) => (i % 2 === 0 ? 0x22 : 0))]), 'a thousand empty Data members merged');
+  refused(Buffer.concat([one, Buffer.alloc(2000, 0).map((_, i) => (i % 2 === 0 ? 0x08 : 4))]), 'the type a thousand times');
+  refused(Buffer.concat([bytesField(2, 2000), Buffer.from([0x08, 0x04])]), 'a DIAL_REQ member on a DATA packet');
+  // Large unknown fields next to a larger payload, and packets of an unknown type, are read.
+  const big = encodePacket({ type: 'DATA', connectID: 7n, error: '', data: Buffer.alloc(8000, 1) });
+  accepted(Buffer.concat([big, bytesField(15, 4000)]), 'padding smaller than the payload');
+  assert.deepEqual(decodePacket(Buffer.concat([Buffer.from([0x08, 50]), bytesField(200, 16_000)])), { type: 'UNKNOWN', typeNumber: 50 });
+  // Go peers write no field we skip: every sample, as protobufjs writes it from the .proto, is read.
+  for (const p of SAMPLES) accepted(referenceEncode(p), p.type);
 });
 
 test('random garbage never throws anything but ProtocolError', () => {
