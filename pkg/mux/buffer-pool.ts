@@ -7,6 +7,9 @@
 // that arrived in pieces (messageJoinPool; a received DATA payload is a view
 // of its slab while its packet is handled).
 //
+// A small view of a large buffer is copied before it waits anywhere
+// (holdable): a held byte then costs about a byte, not the buffer it came in.
+//
 // A slab is counted: whoever keeps a view of it (the socket relay's queue,
 // a transport or socket write not yet called back, the resend buffer) retains it, and
 // releases it when done. The last release puts it back in the pool. Views of
@@ -172,6 +175,31 @@ export function releaseSlab(buf: Buffer): void {
   if (s === undefined) return;
   if (s.refs <= 0) throw new InternalError('a pooled slab was released more often than retained');
   if (--s.refs === 0) s.pool.giveBack(s);
+}
+
+/** A view keeps at most this many bytes of memory alive per byte it holds, once it has gone through holdable(). */
+export const MAX_HELD_PER_BYTE = 4;
+
+const NOTHING = Buffer.alloc(0);
+
+/**
+ * What to keep of a received payload that is going to wait (in a socket's
+ * write queue, a stream's buffer): a view keeps the whole memory it views
+ * alive, and the queues are bounded by the bytes they count (windows,
+ * high-water marks), not by that memory. A 1-byte DATA payload read in a
+ * 64 KiB HTTP/2 read keeps 64 KiB; a window of them, gigabytes (issue 33).
+ * So a view smaller than 1/MAX_HELD_PER_BYTE of its memory is copied, into
+ * memory of its own (not Node's shared 8 KiB pool, which one small copy would
+ * keep whole): whatever waits then keeps at most about four bytes per byte
+ * counted. Bulk payloads (a joined message, a pooled slab, a read of their
+ * own) are at least that share of their memory and stay views.
+ */
+export function holdable(buf: Buffer): Buffer {
+  if (buf.length * MAX_HELD_PER_BYTE >= buf.buffer.byteLength) return buf;
+  if (buf.length === 0) return NOTHING;
+  const copy = Buffer.allocUnsafeSlow(buf.length);
+  buf.copy(copy);
+  return copy;
 }
 
 /** What writeHolding writes to: a socket, an HTTP/2 stream, a tunnelled connection. */

@@ -23,7 +23,7 @@ import { ConnectionStalledError } from '../protocol/errors.js';
 import type { FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { readMarkFor, ReceiveWindow } from '../protocol/receive-window.js';
-import { isPooled } from './buffer-pool.js';
+import { holdable, isPooled } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
 
@@ -142,8 +142,10 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
     // What is pushed waits for a reader we cannot follow: a view of a pooled slab
-    // (a joined message, the link's only while its packet is handled) is copied.
-    const belowMark = this.push(isPooled(data) ? Buffer.from(data) : data);
+    // (a joined message, the link's only while its packet is handled) is copied,
+    // and so is a small view of a large read (holdable).
+    const held = holdable(data);
+    const belowMark = this.push(held === data && isPooled(data) ? Buffer.from(data) : held);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
     const full = this.window === undefined ? !belowMark : this.window.exceeded(this.bytesReceived);

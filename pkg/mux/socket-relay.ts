@@ -22,7 +22,7 @@ import { ConnectionClosedError, ConnectionStalledError, InternalError } from '..
 import type { KnownPacket } from '../protocol/packet.js';
 import { ReceiveWindow } from '../protocol/receive-window.js';
 import { abortStream } from './abort.js';
-import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
+import { holdable, releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -189,15 +189,19 @@ export abstract class SocketRelay implements MuxConn {
     const socket = this.socket;
     if (socket === undefined) {
       // A view of a pooled slab (a joined message) is the link's only while its packet is handled.
-      retainSlab(data);
-      (this.early ??= []).push(data);
+      const held = holdable(data);
+      if (held === data) retainSlab(data);
+      (this.early ??= []).push(held);
     } else {
       this.toSocket(socket, data);
     }
   }
 
   private toSocket(socket: Socket, data: Buffer): void {
-    if (!writeHolding(socket, data)) this.awaitingDrain = true;
+    // Written to an idle socket, a payload goes out at once, or is the one
+    // write in flight; behind bytes the socket has not written yet, it waits
+    // with them, and a small view of a large read must not (holdable).
+    if (!writeHolding(socket, socket.writableLength > 0 ? holdable(data) : data)) this.awaitingDrain = true;
     // The link is held only while a 'drain' is due to release it (below the
     // socket's own mark, write() returns true and no 'drain' comes).
     if (!this.awaitingDrain) {

@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   BufferPool,
+  holdable,
   isPooled,
+  MAX_HELD_PER_BYTE,
   POISON_BYTE,
   releaseSlab,
   retainSlab,
@@ -130,6 +132,24 @@ test('writeHolding holds the slab a chunk views until the write calls back, then
   assert.equal(after, 1);
   writeHolding(writer, Buffer.from('plain'));
   assert.equal(pending.length, 0, 'no callback needed for a chunk outside the pool');
+});
+
+test('holdable copies a view smaller than 1/MAX_HELD_PER_BYTE of its memory into memory of its own, and keeps larger views as they are', () => {
+  const read = Buffer.allocUnsafeSlow(64 * 1024).fill(7);
+  const small = read.subarray(100, 101);
+  const copy = holdable(small);
+  assert.notEqual(copy.buffer, read.buffer);
+  assert.equal(copy.buffer.byteLength, 1, 'its own memory, not a share of the 8 KiB Buffer pool');
+  assert.deepEqual(copy, small);
+  const quarter = read.subarray(0, read.length / MAX_HELD_PER_BYTE);
+  assert.equal(holdable(quarter), quarter, 'a quarter of its memory stays a view');
+  assert.equal(holdable(read.subarray(0, 0)).buffer.byteLength, 0, 'an empty view keeps nothing');
+  // A small view of a pooled slab is copied out (nothing to retain); a bulk one stays the slab's.
+  const pool = new BufferPool({ poison: true });
+  const payload = pooledPayload(pool, SLAB_PAYLOAD, 5);
+  assert.equal(isPooled(holdable(payload.subarray(0, 10))), false);
+  assert.equal(holdable(payload), payload);
+  releaseSlab(payload);
 });
 
 test('the resend buffer keeps a pooled payload intact until the peer acknowledges it', () => {

@@ -198,12 +198,16 @@ test('a relay that ends before its socket is attached gives back the slabs that 
   const link = { sendData: () => {}, sendControl: (p: unknown) => sent.push(p) > 0, pauseReceive: () => {}, resumeReceive: () => {} };
   const relay = new TunnelRelay({ agentID: 'node-a', link, halfClose: false }, CONNECT_ID, '127.0.0.1:10250');
   for (let i = 0; i < 3; i++) {
-    const data = pool.take().subarray(0, 1000);
+    // Bulk payloads: a small one would be copied out of its slab (holdable), holding none.
+    const data = pool.take().subarray(0, SLAB_PAYLOAD / 2);
     relay.deliver(data);
     // The link's hold ends once the packet is handled.
     releaseSlab(data);
   }
-  assert.equal(pool.outstanding, 3, 'the relay holds what waits for its socket');
+  const small = pool.take().subarray(0, 1000);
+  relay.deliver(small);
+  releaseSlab(small);
+  assert.equal(pool.outstanding, 3, 'the relay holds the bulk payloads that wait for its socket, and a copy of the small one');
   relay.destroy();
   assert.equal(pool.outstanding, 0);
   assert.equal(sent.length, 1, 'the agent was told (CLOSE_REQ)');
