@@ -19,7 +19,7 @@ import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import type { TunnelConn } from '../tunnel/tunnel-conn.js';
-import { writeHolding } from '../mux/buffer-pool.js';
+import { holdable, writeHolding } from '../mux/buffer-pool.js';
 
 /** A stream that sends no DIAL_REQ within this long is ended: it only holds resources. */
 export const DIAL_REQUEST_TIMEOUT_MS = 30_000;
@@ -94,8 +94,9 @@ export class EgressStream {
           return;
         }
         this.bytesOut += p.data.length;
-        // A view of a pooled slab (a joined message) is the call's only while its packet is handled.
-        if (!writeHolding(this.conn, p.data)) {
+        // A view of a pooled slab (a joined message) is the call's only while its packet is handled;
+        // what is written waits in the connection and the link (until the agent acknowledges it): a small view is copied.
+        if (!writeHolding(this.conn, holdable(p.data))) {
           this.call.pauseReceive(this);
           this.conn.once('drain', () => this.call.resumeReceive(this));
         }
