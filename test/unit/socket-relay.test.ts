@@ -101,6 +101,38 @@ test('DATA delivered before the socket is attached is written first, then what f
   assert.equal(relay.bytesReceived, 10);
 });
 
+test('EndpointConn: small payloads that wait behind a target that does not read keep their bytes, not the reads they came in', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  far.pause();
+  const link = new RecordingLink();
+  const relay = endpoint(link, { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
+  h.defer(() => relay.destroy());
+  relay.attach(near);
+  // What the relay hands its socket, seen as it is written.
+  const written: Buffer[] = [];
+  const write = near.write.bind(near) as (chunk: Buffer, cb?: () => void) => boolean;
+  near.write = ((chunk: Buffer, cb?: () => void) => {
+    written.push(chunk);
+    return write(chunk, cb);
+  }) as typeof near.write;
+  // Fill the kernel's buffers: the socket then keeps what it is given.
+  for (let i = 0; i < 1000 && near.writableLength === 0; i++) {
+    relay.deliver(Buffer.alloc(64 * 1024, 1));
+    await new Promise((r) => setImmediate(r));
+  }
+  assert.ok(near.writableLength > 0, 'the target stopped reading');
+  const backedUp = written.length;
+  // 1-byte payloads, each a view of a 64 KiB read of its own (as from HTTP/2).
+  for (let i = 0; i < 100; i++) relay.deliver(Buffer.alloc(64 * 1024, 2).subarray(i, i + 1));
+  const waiting = written.slice(backedUp);
+  assert.equal(waiting.length, 100);
+  assert.ok(
+    waiting.every((c) => c.buffer.byteLength === 1),
+    `what waits keeps ${waiting.reduce((n, c) => n + c.buffer.byteLength, 0)} bytes for 100`,
+  );
+});
+
 test('EndpointConn: the target ends (no half-close): one CLOSE_RSP without error, after its last bytes; a clean close', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
