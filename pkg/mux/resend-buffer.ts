@@ -22,17 +22,23 @@
 // (back-pressure): only a peer that takes packets without acknowledging them
 // gets there. Control packets cannot wait, so more than maxControlPackets
 // unacknowledged means the peer does not acknowledge, and appending throws.
+// On the server every buffer also charges its DATA to the server-wide
+// ResumeBudget (resume-budget.ts), and releases it once: when acknowledged,
+// or when cleared.
 
 import { ResumeError } from '../protocol/errors.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { releaseSlab, retainSlab } from './buffer-pool.js';
 import { objectSlots } from './object-array.js';
+import type { ResumeBudget } from './resume-budget.js';
 
 export interface ResendBufferOptions {
   /** DATA bytes kept before `full` holds writers. Default DEFAULT_MAX_DATA_BYTES (32 MiB). */
   maxDataBytes?: number;
   /** Control packets kept before appending another throws. Default 65,536. */
   maxControlPackets?: number;
+  /** Shared by every buffer of a server: DATA kept is charged to it. */
+  budget?: ResumeBudget;
 }
 
 /** Twice the HTTP/2 window in flight (16 MiB each way by default): normal traffic never waits on it. */
@@ -56,10 +62,12 @@ export class ResendBuffer {
   private controls = 0;
   private readonly maxDataBytes: number;
   private readonly maxControlPackets: number;
+  private readonly budget: ResumeBudget | undefined;
 
   constructor(opts: ResendBufferOptions = {}) {
     this.maxDataBytes = opts.maxDataBytes ?? DEFAULT_MAX_DATA_BYTES;
     this.maxControlPackets = opts.maxControlPackets ?? 65_536;
+    this.budget = opts.budget;
     if (!(this.maxDataBytes > 0) || !Number.isInteger(this.maxControlPackets) || this.maxControlPackets < 1) {
       throw new TypeError(`invalid resend buffer limits ${JSON.stringify(opts)}`);
     }
@@ -99,6 +107,7 @@ export class ResendBuffer {
     retainSlab(data);
     this.push(connectID, data);
     this.data += data.length;
+    this.budget?.charge(data.length);
     return this.next - 1;
   }
 
@@ -126,6 +135,7 @@ export class ResendBuffer {
     }
     const { ids, items } = this;
     const capacity = items.length;
+    const dataBefore = this.data;
     while (this.base < upTo) {
       const item = items[this.head];
       if (ids[this.head] === undefined) {
@@ -140,6 +150,7 @@ export class ResendBuffer {
       this.count--;
       this.base++;
     }
+    if (this.data !== dataBefore) this.budget?.release(dataBefore - this.data);
     // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
     if (this.count === 0 && capacity > SHRINK_ABOVE) {
       this.ids = objectSlots(INITIAL_CAPACITY);
@@ -183,6 +194,7 @@ export class ResendBuffer {
       const i = (this.head + k) % this.items.length;
       if (this.ids[i] !== undefined) releaseSlab(this.items[i] as Buffer);
     }
+    if (this.data > 0) this.budget?.release(this.data);
     this.base = this.next;
     this.ids = objectSlots(0);
     this.items = objectSlots(0);

@@ -13,6 +13,10 @@
 // packets received): on those flow control sends anyway, and, when none has
 // gone for a while, on one of our own with connectID 0, which is not numbered.
 //
+// On the server the links share a ResumeBudget (resume-budget.ts): once it is
+// spent, writers wait as they do at the per-link cap, until acknowledgements
+// (of any link) or an ended session make room.
+//
 // What crosses to the owner: packets from the current transport, in order
 // (`receive`); nothing from a transport once it is detached, so the count
 // given at a resume is exactly what was handled.
@@ -21,6 +25,7 @@ import { ConnectionClosedError, ResumeError, type TunnelError } from '../protoco
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 import { ResendBuffer } from './resend-buffer.js';
+import type { ResumeBudget } from './resume-budget.js';
 import { objectArray } from './object-array.js';
 
 export interface ResumableLinkOptions {
@@ -36,6 +41,8 @@ export interface ResumableLinkOptions {
   maxDataBytes?: number;
   /** Control packets kept unacknowledged before the session is broken. Default 65,536. */
   maxControlPackets?: number;
+  /** The server-wide budget for DATA kept unacknowledged, shared with every other link (none: only the per-link cap). */
+  budget?: ResumeBudget;
   /** Acknowledge after this many packets received. Default 64. */
   ackEveryPackets?: number;
   /** ...or this many DATA bytes received. Default 1 MiB. */
@@ -67,8 +74,9 @@ export class ResumableLink implements PacketLink {
   private ackTimer: NodeJS.Timeout | undefined;
   /** Writers held while no transport is attached (or the one they used failed). */
   private held: WriteCallback[] = objectArray();
-  /** Writers held until acknowledgements make room in the buffer. */
-  private waitingForAck: WriteCallback[] = objectArray();
+  /** Writers held until acknowledgements make room in the buffer, or in the budget. */
+  private waitingForRoom: WriteCallback[] = objectArray();
+  private readonly budget: ResumeBudget | undefined;
   /** Whoever asked that receiving pause, re-applied to each new transport. */
   private readonly pauseHolders = new Set<object>();
   private closed = false;
@@ -80,7 +88,8 @@ export class ResumableLink implements PacketLink {
 
   constructor(opts: ResumableLinkOptions) {
     this.opts = opts;
-    this.buffer = new ResendBuffer({ maxDataBytes: opts.maxDataBytes, maxControlPackets: opts.maxControlPackets });
+    this.budget = opts.budget;
+    this.buffer = new ResendBuffer({ maxDataBytes: opts.maxDataBytes, maxControlPackets: opts.maxControlPackets, budget: opts.budget });
     this.ackEveryPackets = opts.ackEveryPackets ?? 64;
     this.ackEveryBytes = opts.ackEveryBytes ?? 1024 * 1024;
     this.ackDelayMs = opts.ackDelayMs ?? 50;
@@ -244,10 +253,11 @@ export class ResumableLink implements PacketLink {
     this.closed = true;
     this.detach();
     this.buffer.clear();
+    this.budget?.cancelWait(this.onBudgetRoom);
     this.pauseHolders.clear();
-    const waiting = [...this.held, ...this.waitingForAck];
+    const waiting = [...this.held, ...this.waitingForRoom];
     this.held = objectArray();
-    this.waitingForAck = objectArray();
+    this.waitingForRoom = objectArray();
     for (const cb of waiting) cb(err);
   }
 
@@ -263,15 +273,52 @@ export class ResumableLink implements PacketLink {
       else this.held.push(cb);
       return;
     }
-    if (this.buffer.full) this.waitingForAck.push(cb);
+    if (this.mustWait()) this.waitForRoom(cb);
     else cb();
   }
+
+  /** What is kept has reached the link's cap or spent the server's budget: writers wait. */
+  private mustWait(): boolean {
+    return this.buffer.full || this.budget?.exhausted === true;
+  }
+
+  private waitForRoom(cb: WriteCallback): void {
+    this.waitingForRoom.push(cb);
+    this.waitForBudget();
+  }
+
+  /** At the link's cap only its own acknowledgements make room; else, with the budget spent, the budget wakes us. */
+  private waitForBudget(): void {
+    if (!this.buffer.full && this.budget?.exhausted === true) this.budget.waitForRoom(this.onBudgetRoom);
+  }
+
+  private readonly onBudgetRoom = (): void => {
+    // A suspended link's writers wait for its transport (attach releases them).
+    if (this.current !== undefined) this.releaseWaiting();
+  };
 
   private releaseHeld(): void {
     const held = this.held;
     this.held = objectArray();
     for (const cb of held) {
-      if (this.buffer.full) this.waitingForAck.push(cb);
+      if (this.mustWait()) this.waitForRoom(cb);
+      else cb();
+    }
+    // The resume may have acknowledged all they waited for: no acknowledgement will come to release them.
+    this.releaseWaiting();
+  }
+
+  private releaseWaiting(): void {
+    if (this.waitingForRoom.length === 0) return;
+    if (this.mustWait()) {
+      this.waitForBudget();
+      return;
+    }
+    const waiting = this.waitingForRoom;
+    this.waitingForRoom = objectArray();
+    for (const cb of waiting) {
+      // A released writer may fill the buffer or the budget again.
+      if (this.mustWait()) this.waitForRoom(cb);
       else cb();
     }
   }
@@ -285,15 +332,7 @@ export class ResumableLink implements PacketLink {
       this.breakSession(err);
       return false;
     }
-    if (this.waitingForAck.length > 0 && !this.buffer.full) {
-      const waiting = this.waitingForAck;
-      this.waitingForAck = objectArray();
-      for (const cb of waiting) {
-        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- a released writer may fill the buffer again
-        if (this.buffer.full) this.waitingForAck.push(cb);
-        else cb();
-      }
-    }
+    this.releaseWaiting();
     return true;
   }
 
