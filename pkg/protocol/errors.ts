@@ -275,6 +275,8 @@ export type ResumeErrorCode =
   | 'YT_ERR_RESUME_ACK_AHEAD'
   /** Control packets a peer does not acknowledge piled up past the session's limit. */
   | 'YT_ERR_RESUME_BUFFER_FULL'
+  /** The server's resume memory budget was spent and this suspended session was the oldest holding some of it. */
+  | 'YT_ERR_RESUME_BUDGET'
   /** A session token or claim in call metadata is malformed. */
   | 'YT_ERR_RESUME_BAD_CLAIM';
 

@@ -36,6 +36,14 @@ export interface TunnelOptions {
    * 0 turns the limit off. Default 1000.
    */
   maxUnknownPacketsPerAgent?: number;
+  /**
+   * DATA bytes all resumable agent links together keep until their agents
+   * acknowledge them (session resume). Past it writers wait, and suspended
+   * sessions holding some are expired early, oldest first
+   * (YT_ERR_RESUME_BUDGET); live links only wait. Default 256 MiB
+   * (DEFAULT_RESUME_MEMORY_BUDGET).
+   */
+  resumeMemoryBudget?: number;
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;

@@ -1,6 +1,7 @@
 // Session resume's metrics on the server (proto/yurttunnel_ext.proto): links
 // that dropped and were kept, sessions resumed and expired, what was resent,
-// and claims refused. Sizes are read from the tables at scrape time.
+// claims refused, and the memory budget they share. Sizes are read from the
+// tables at scrape time.
 
 import { Counter, Gauge, type Registry } from '../metrics/prom.js';
 
@@ -8,10 +9,13 @@ export interface ResumeSizes {
   suspended(): number;
   /** Packets and DATA bytes resent on resumes so far, open and ended sessions together. */
   resent(): { packets: number; bytes: number };
+  /** The server-wide resume memory budget: bytes kept now, the limit, and how often links waited for room. */
+  budget(): { used: number; limit: number; waits: number };
 }
 
 /** Why a suspended session ended without being resumed. */
-export type SessionExpiry = 'window' | 'superseded_limit' | 'YT_ERR_RESUME_BAD_COUNT' | 'YT_ERR_RESUME_ACK_AHEAD' | 'YT_ERR_RESUME_BUFFER_FULL';
+export type SessionExpiry =
+  'window' | 'superseded_limit' | 'YT_ERR_RESUME_BAD_COUNT' | 'YT_ERR_RESUME_ACK_AHEAD' | 'YT_ERR_RESUME_BUFFER_FULL' | 'YT_ERR_RESUME_BUDGET';
 
 /**
  * Why a session claim was not honoured: another certificate, a late attempt,
@@ -48,7 +52,7 @@ export class ResumeMetrics {
     });
     this.expired = new Counter({
       name: 'yurttunnel_server_agent_sessions_expired_total',
-      help: 'Suspended agent sessions that ended without a resume, by reason (window, superseded_limit, or a YT_ERR_RESUME_* code).',
+      help: 'Suspended agent sessions that ended without a resume, by reason (window, superseded_limit, or a YT_ERR_RESUME_* code; YT_ERR_RESUME_BUDGET: expired early for --resume-memory-budget).',
       labelNames: ['reason'],
       registers: [registry],
     });
@@ -57,6 +61,35 @@ export class ResumeMetrics {
       help: 'Session claims not honoured, by reason (foreign_certificate, stale_attempt, session_expired, session_ended).',
       labelNames: ['reason'],
       registers: [registry],
+    });
+    new Gauge({
+      name: 'yurttunnel_server_resume_memory_bytes',
+      help: 'DATA bytes kept for session resume until agents acknowledge them, all agent links together (at most --resume-memory-budget, plus one packet per waiting writer).',
+      registers: [registry],
+      collect() {
+        this.set(sizes.budget().used);
+      },
+    });
+    new Gauge({
+      name: 'yurttunnel_server_resume_memory_budget_bytes',
+      help: 'The resume memory budget (--resume-memory-budget): past it writers wait and suspended sessions are expired, oldest first.',
+      registers: [registry],
+      collect() {
+        this.set(sizes.budget().limit);
+      },
+    });
+    let waitsReported = 0;
+    new Counter({
+      name: 'yurttunnel_server_resume_memory_waits_total',
+      help: "Times an agent link's writers waited because the resume memory budget was spent.",
+      registers: [registry],
+      collect() {
+        const now = sizes.budget().waits;
+        if (now > waitsReported) {
+          this.inc(now - waitsReported);
+          waitsReported = now;
+        }
+      },
     });
     for (const [unit, help] of [
       ['packets', 'Packets resent to agents on session resumes.'],

@@ -6,6 +6,7 @@
 // the session's token takes it back and what the agent lacks is resent.
 
 import { ResumableLink } from '../mux/resumable-link.js';
+import type { ResumeBudget } from '../mux/resume-budget.js';
 import { ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { AgentLink, AgentLinkClose } from './agent-link.js';
@@ -21,8 +22,9 @@ export class SessionLink implements AgentLink {
   readonly resumable: ResumableLink;
   private call: AgentLink | undefined;
 
-  constructor(handlers: SessionLinkHandlers) {
-    this.resumable = new ResumableLink({ onPacket: (p) => handlers.onPacket(p), onBroken: (err) => handlers.onBroken(err) });
+  /** `budget`: the server's, shared with every other session (resume-budget.ts). */
+  constructor(handlers: SessionLinkHandlers, budget?: ResumeBudget) {
+    this.resumable = new ResumableLink({ onPacket: (p) => handlers.onPacket(p), onBroken: (err) => handlers.onBroken(err), budget });
   }
 
   /** The call carrying the session now, if any. */

@@ -24,6 +24,7 @@
 
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SESSION_ID_BYTES, SESSION_SECRET_BYTES, parseSessionToken, type SessionClaim } from '../protocol/resume.js';
+import type { SessionExpiry } from './resume-metrics.js';
 
 /** Who opened (or presents a claim on) a session: the agentID, and the verified client certificate. */
 export interface SessionOwner {
@@ -70,7 +71,7 @@ export class Session<V> {
   }
 }
 
-/** How a session left the table: its window passed (or the per-agent limit pushed it out), or its owner ended it. */
+/** How a session left the table: it expired (its window passed, the per-agent limit or the resume budget pushed it out), or its owner ended it. */
 export type SessionEnd = 'expired' | 'ended';
 
 /** A session no longer in the table, as a late claim on it finds it (ENDED_REMEMBERED). */
@@ -109,8 +110,13 @@ export interface ClaimResolution<V> {
 }
 
 export interface SessionTableOptions<V> {
-  /** A suspended session's window passed (or a newer one pushed it out) after `suspendedForMs`: it is out of the table already; the owner closes what it carried. */
-  onExpire(session: Session<V>, suspendedForMs: number | undefined): void;
+  /**
+   * A suspended session ended after `suspendedForMs`, for `reason`: its window
+   * passed ('window'), a newer one of its agent pushed it out
+   * ('superseded_limit'), or the owner expired it early (expireEarly). It is
+   * out of the table already; the owner closes what it carried.
+   */
+  onExpire(session: Session<V>, suspendedForMs: number | undefined, reason: SessionExpiry): void;
   /**
    * Suspended sessions one agentID may have; suspending one more expires its
    * oldest at once (onExpire). Default 4, the default --max-agent-streams.
@@ -134,13 +140,15 @@ export class SessionTable<V> {
   private readonly sessions = new Map<string, Session<V>>();
   /** Suspended sessions by agentID, oldest first (a Set keeps insertion order). */
   private readonly suspendedByAgent = new Map<string, Set<Session<V>>>();
+  /** Every suspended session, oldest first. */
+  private readonly suspendedInOrder = new Set<Session<V>>();
   /** Sessions that left the table, oldest first, with the hash that proves a claim on them (ENDED_REMEMBERED). */
   private readonly endedSessions = new Map<string, { ended: EndedSession; secretHash: Buffer }>();
-  private readonly onExpire: (session: Session<V>, suspendedForMs: number | undefined) => void;
+  private readonly onExpire: (session: Session<V>, suspendedForMs: number | undefined, reason: SessionExpiry) => void;
   private readonly maxSuspendedPerAgent: number;
 
   constructor(opts: SessionTableOptions<V>) {
-    this.onExpire = (session, suspendedForMs) => opts.onExpire(session, suspendedForMs);
+    this.onExpire = (session, suspendedForMs, reason) => opts.onExpire(session, suspendedForMs, reason);
     this.maxSuspendedPerAgent = opts.maxSuspendedPerAgent ?? 4;
     if (!Number.isInteger(this.maxSuspendedPerAgent) || this.maxSuspendedPerAgent < 1) {
       throw new TypeError(`maxSuspendedPerAgent must be a positive integer, got ${this.maxSuspendedPerAgent}`);
@@ -220,11 +228,12 @@ export class SessionTable<V> {
     }
     while (suspended.size >= this.maxSuspendedPerAgent) {
       const oldest = suspended.values().next().value!;
-      this.expire(oldest);
+      this.expire(oldest, 'superseded_limit');
     }
     session.suspendedAt = now;
     suspended.add(session);
-    session.timer = setTimeout(() => this.expire(session), session.windowMs);
+    this.suspendedInOrder.add(session);
+    session.timer = setTimeout(() => this.expire(session, 'window'), session.windowMs);
     session.timer.unref();
   }
 
@@ -243,9 +252,19 @@ export class SessionTable<V> {
   }
 
   get suspendedCount(): number {
-    let n = 0;
-    for (const set of this.suspendedByAgent.values()) n += set.size;
-    return n;
+    return this.suspendedInOrder.size;
+  }
+
+  /** The suspended sessions, longest suspended first (a copy). */
+  suspendedOldestFirst(): Session<V>[] {
+    return [...this.suspendedInOrder];
+  }
+
+  /** Ends a suspended session before its window passes, with onExpire(`reason`). False unless it was suspended here. */
+  expireEarly(session: Session<V>, reason: SessionExpiry): boolean {
+    if (this.sessions.get(session.id) !== session || !session.suspended) return false;
+    this.expire(session, reason);
+    return true;
   }
 
   /** The sessions of one agent, for logs and /debug. */
@@ -258,13 +277,14 @@ export class SessionTable<V> {
     for (const session of this.sessions.values()) clearTimeout(session.timer);
     this.sessions.clear();
     this.suspendedByAgent.clear();
+    this.suspendedInOrder.clear();
     this.endedSessions.clear();
   }
 
-  private expire(session: Session<V>): void {
+  private expire(session: Session<V>, reason: SessionExpiry): void {
     const since = session.suspendedAt;
     if (!this.end(session, 'expired')) return;
-    this.onExpire(session, since === undefined ? undefined : Date.now() - since);
+    this.onExpire(session, since === undefined ? undefined : Date.now() - since, reason);
   }
 
   private stopTimer(session: Session<V>): void {
@@ -272,6 +292,7 @@ export class SessionTable<V> {
     session.timer = undefined;
     if (session.suspendedAt === undefined) return;
     session.suspendedAt = undefined;
+    this.suspendedInOrder.delete(session);
     const agentID = session.owner.agentID;
     const suspended = this.suspendedByAgent.get(agentID);
     suspended?.delete(session);

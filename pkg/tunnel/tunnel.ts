@@ -12,6 +12,7 @@ import type { SessionClaim } from '../protocol/resume.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
 import { describePacket, unhandledPacketType, type Packet } from '../protocol/packet.js';
+import { DEFAULT_RESUME_MEMORY_BUDGET, ResumeBudget } from '../mux/resume-budget.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { endsWithoutGoodbye, type AgentLink, type AgentLinkEnd } from './agent-link.js';
 import { Backend, type BackendInfo } from './backend.js';
@@ -35,6 +36,8 @@ export class Tunnel {
   /** Resumable agent sessions (session resume), by token. */
   readonly sessions: SessionTable<Backend>;
   readonly resumeMetrics: ResumeMetrics;
+  /** What the resumable links keep for their agents, together (--resume-memory-budget). */
+  readonly resumeBudget: ResumeBudget;
   /** Packets and bytes resent by sessions that have ended. */
   private endedResent = { packets: 0, bytes: 0 };
   private readonly pending = new PendingDials();
@@ -85,7 +88,8 @@ export class Tunnel {
         return open;
       },
     );
-    this.sessions = new SessionTable<Backend>({ onExpire: (s, suspendedForMs) => this.expireSession(s.value, 'window', suspendedForMs) });
+    this.resumeBudget = new ResumeBudget(opts.resumeMemoryBudget ?? DEFAULT_RESUME_MEMORY_BUDGET, { onExhausted: () => this.expireForBudget() });
+    this.sessions = new SessionTable<Backend>({ onExpire: (s, suspendedForMs, reason) => this.expireSession(s.value, reason, suspendedForMs) });
     this.resumeMetrics = new ResumeMetrics(this.metrics.registry, {
       suspended: () => this.sessions.suspendedCount,
       resent: () => {
@@ -98,6 +102,7 @@ export class Tunnel {
         }
         return sum;
       },
+      budget: () => ({ used: this.resumeBudget.used, limit: this.resumeBudget.limit, waits: this.resumeBudget.waits }),
     });
     this.sweepTimer = setInterval(() => {
       for (const b of this.registry.all()) b.conns.sweep();
@@ -244,10 +249,13 @@ export class Tunnel {
    */
   attachResumableAgent(info: BackendInfo, call: AgentLink, owner: SessionOwner, windowMs: number): { backend: Backend; token: string } {
     let backend: Backend | undefined;
-    const link = new SessionLink({
-      onPacket: (p) => this.handlePacket(backend!, p),
-      onBroken: (err) => this.breakSession(backend!, err),
-    });
+    const link = new SessionLink(
+      {
+        onPacket: (p) => this.handlePacket(backend!, p),
+        onBroken: (err) => this.breakSession(backend!, err),
+      },
+      this.resumeBudget,
+    );
     backend = this.attachAgent(info, link);
     const { session, token } = this.sessions.open(owner, windowMs, backend);
     backend.session = session;
@@ -288,6 +296,8 @@ export class Tunnel {
     backend.suspendReason = end.message;
     this.sessions.suspend(backend.session!);
     this.resumeMetrics.linkSuspended();
+    // With the budget spent, what this session keeps may be what the live links wait for.
+    this.resumeBudget.recheck();
     this.log.info('agent link dropped; keeping its connections for the resume window', {
       agentID: backend.agentID,
       stream: backend.serial,
@@ -351,22 +361,48 @@ export class Tunnel {
     return backend;
   }
 
+  /**
+   * The resume budget is spent: suspended sessions' data cannot be
+   * acknowledged (no transport), so while they keep some of it every live
+   * link may be waiting on them. Expires those holding data, longest
+   * suspended first (the least of its window is lost), until there is room.
+   * Live links are never expired here: they wait.
+   */
+  private expireForBudget(): void {
+    for (const session of this.sessions.suspendedOldestFirst()) {
+      if (!this.resumeBudget.exhausted) return;
+      const held = session.value.sessionLink?.resumable.unacknowledged.dataBytes ?? 0;
+      if (held > 0) this.sessions.expireEarly(session, 'YT_ERR_RESUME_BUDGET');
+    }
+  }
+
   /** A session that will not be resumed: its connections and dials end with YT_ERR_AGENT_LOST. */
   private expireSession(backend: Backend, reason: SessionExpiry, suspendedForMs = suspendedFor(backend)): void {
     if (backend.closed) return;
     const windowMs = backend.session?.windowMs ?? 0;
-    const message =
-      reason === 'window'
-        ? `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and did not come back within the ${windowMs} ms resume window`
-        : `agent ${backend.agentID}'s session cannot be resumed (${reason})`;
+    const heldBytes = backend.sessionLink?.resumable.unacknowledged.dataBytes ?? 0;
+    let message: string;
+    if (reason === 'window') {
+      message = `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and did not come back within the ${windowMs} ms resume window`;
+    } else if (reason === 'YT_ERR_RESUME_BUDGET') {
+      message =
+        `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and its session was expired early: ` +
+        `the server's resume memory (--resume-memory-budget, ${this.resumeBudget.limit} bytes) was spent, and this was the oldest ` +
+        `suspended session holding some (${heldBytes} bytes)`;
+    } else {
+      message = `agent ${backend.agentID}'s session cannot be resumed (${reason})`;
+    }
     this.resumeMetrics.sessionExpired(reason);
-    this.log.warn('agent session expired; closing its connections', {
+    // Many at once when a caller fills the budget while many agents are away: those lines are limited.
+    const log = reason === 'YT_ERR_RESUME_BUDGET' ? this.limited : this.log;
+    log.warn('agent session expired; closing its connections', {
       agentID: backend.agentID,
       stream: backend.serial,
       reason,
       suspendedForMs: suspendedForMs ?? null,
       connections: backend.conns.size,
       pendingDials: backend.pendingDialCount,
+      heldBytes,
     });
     const end = { kind: 'lost', message } as const;
     this.detachAgent(backend, end);

@@ -9,6 +9,7 @@ import { inspect } from 'node:util';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { parseSessionToken } from '../../pkg/protocol/resume.js';
+import type { SessionExpiry } from '../../pkg/tunnel/resume-metrics.js';
 import { SessionTable, type Session } from '../../pkg/tunnel/session-table.js';
 import { harness } from '../support/harness.js';
 
@@ -16,7 +17,10 @@ import { harness } from '../support/harness.js';
 const EDGE1 = { agentID: 'edge-1', fingerprint: 'AA:BB:01', identityVerified: false };
 const EDGE2 = { agentID: 'edge-2', fingerprint: 'AA:BB:02', identityVerified: false };
 
-function table(onExpire: (s: Session<string>) => void = () => {}, maxSuspendedPerAgent?: number): SessionTable<string> {
+function table(
+  onExpire: (s: Session<string>, suspendedForMs: number | undefined, reason: SessionExpiry) => void = () => {},
+  maxSuspendedPerAgent?: number,
+): SessionTable<string> {
   return new SessionTable<string>({ onExpire, ...(maxSuspendedPerAgent !== undefined ? { maxSuspendedPerAgent } : {}) });
 }
 
@@ -145,9 +149,10 @@ test('a suspended session ends when its window passes: out of the table, its tim
   const expired: Session<string>[] = [];
   const suspendedFor: Array<number | undefined> = [];
   const sessions = new SessionTable<string>({
-    onExpire: (s, ms) => {
+    onExpire: (s, ms, reason) => {
       expired.push(s);
       suspendedFor.push(ms);
+      assert.equal(reason, 'window');
     },
   });
   h.defer(() => sessions.close());
@@ -190,7 +195,7 @@ test('a session taken back before its window does not expire; a goodbye ends one
 
 test("past maxSuspendedPerAgent the agent's oldest suspended session expires at once; other agents are untouched", (t) => {
   const expired: string[] = [];
-  const sessions = table((s) => expired.push(s.value), 2);
+  const sessions = table((s, _ms, reason) => expired.push(`${s.value} ${reason}`), 2);
   t.after(() => sessions.close());
   const a = sessions.open(EDGE1, 60_000, 'a').session;
   const b = sessions.open(EDGE1, 60_000, 'b').session;
@@ -201,10 +206,44 @@ test("past maxSuspendedPerAgent the agent's oldest suspended session expires at 
   sessions.suspend(b);
   assert.deepEqual(expired, []);
   sessions.suspend(c);
-  assert.deepEqual(expired, ['a']);
+  assert.deepEqual(expired, ['a superseded_limit']);
   assert.deepEqual([sessions.size, sessions.suspendedCount], [3, 3]);
   assert.equal(a.timer, undefined);
   assert.throws(() => table(() => {}, 0), TypeError);
+});
+
+test('suspended sessions in the order they were suspended, across agents; one expired early says why, once', (t) => {
+  const expired: string[] = [];
+  const sessions = table((s, ms, reason) => expired.push(`${s.value} ${reason} ${typeof ms}`));
+  t.after(() => sessions.close());
+  const a = sessions.open(EDGE2, 60_000, 'a').session;
+  const b = sessions.open(EDGE1, 60_000, 'b').session;
+  const c = sessions.open(EDGE2, 60_000, 'c').session;
+  const live = sessions.open(EDGE1, 60_000, 'live').session;
+  sessions.suspend(b);
+  sessions.suspend(a);
+  sessions.suspend(c);
+  assert.deepEqual(
+    sessions.suspendedOldestFirst().map((s) => s.value),
+    ['b', 'a', 'c'],
+  );
+  // A session taken back leaves the order; suspended again, it is the newest.
+  assert.equal(sessions.take(b, 1), true);
+  sessions.suspend(b);
+  assert.deepEqual(
+    sessions.suspendedOldestFirst().map((s) => s.value),
+    ['a', 'c', 'b'],
+  );
+  assert.equal(sessions.expireEarly(live, 'YT_ERR_RESUME_BUDGET'), false, 'a live session is not expired');
+  assert.equal(sessions.expireEarly(a, 'YT_ERR_RESUME_BUDGET'), true);
+  assert.equal(sessions.expireEarly(a, 'YT_ERR_RESUME_BUDGET'), false, 'once');
+  assert.deepEqual(expired, ['a YT_ERR_RESUME_BUDGET number']);
+  assert.equal(a.timer, undefined);
+  assert.deepEqual([sessions.size, sessions.suspendedCount], [3, 2]);
+  assert.deepEqual(
+    sessions.suspendedOldestFirst().map((s) => s.value),
+    ['c', 'b'],
+  );
 });
 
 test('close forgets every session and stops every timer without onExpire', (t) => {
