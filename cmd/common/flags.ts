@@ -50,6 +50,18 @@ export function parseNonNegativeInt(text: string): number {
   return Number(text);
 }
 
+const BYTE_UNITS: Record<string, number> = { '': 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3 };
+
+/** A positive number of bytes, plain or with a binary suffix as Kubernetes quantities have it: 268435456, 256Mi, 1Gi. */
+export function parseByteSize(text: string): number {
+  const m = /^(\d+)(Ki|Mi|Gi)?$/.exec(text);
+  const n = m === null ? NaN : Number(m[1]) * BYTE_UNITS[m[2] ?? '']!;
+  if (!(n >= 1) || !Number.isSafeInteger(n)) {
+    throw new InvalidArgumentError(`not a positive size in bytes: use e.g. 268435456, 512Ki, 256Mi, 1Gi (got ${JSON.stringify(text)})`);
+  }
+  return n;
+}
+
 export function parseIP(text: string): string {
   if (isIP(text) === 0) throw new InvalidArgumentError(`not an IP address (got ${JSON.stringify(text)})`);
   return text;

@@ -3,7 +3,7 @@
 
 // First, before the modules it tunes are loaded.
 import '../common/v8-tiering.js';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { fetchAgents, formatAgents, type AgentsOutput } from '../../pkg/meta/agents-status.js';
 import { createLogger } from '../../pkg/log/logger.js';
@@ -18,6 +18,7 @@ import { TunnelServer } from '../../pkg/server/app.js';
 import { AGENT_IDENTITY_CHECKS, type AgentIdentityCheck } from '../../pkg/endpoint/agent-identity.js';
 import { DEFAULT_MAX_CONNECT_RATE, DEFAULT_MAX_STREAMS_PER_AGENT } from '../../pkg/endpoint/agent-endpoint.js';
 import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js';
+import { DEFAULT_RESUME_MEMORY_BUDGET } from '../../pkg/mux/resume-budget.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
@@ -29,6 +30,7 @@ import {
   parseIP,
   parseIPList,
   parseList,
+  parseByteSize,
   parseNonNegativeInt,
   parsePort,
   parsePortList,
@@ -67,6 +69,7 @@ interface ServerFlags {
   serverCount: number;
   maxAgentStreams: number;
   resumeWindow: number;
+  resumeMemoryBudget: number;
   maxAgentConnectRate: number;
   serverId?: string;
   certDir: string;
@@ -199,6 +202,15 @@ const program = new Command('yurt-tunnel-server')
   )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
   .addOption(resumeWindowOption())
+  .addOption(
+    new Option(
+      '--resume-memory-budget <bytes>',
+      'data all agent links together keep until their agents acknowledge it (session resume; each link also stops at 32Mi); ' +
+        'past it new data waits, and suspended sessions holding some are expired early, oldest first (YT_ERR_RESUME_BUDGET)',
+    )
+      .argParser(parseByteSize)
+      .default(DEFAULT_RESUME_MEMORY_BUDGET, '256Mi'),
+  )
   .option(
     '--max-agent-streams <n>',
     'concurrent Connect streams one agent may hold, counted by its client certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED',
@@ -286,6 +298,7 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     serverCount: flags.serverCount,
     maxAgentStreams: flags.maxAgentStreams,
     resumeWindowMs: flags.resumeWindow,
+    resumeMemoryBudget: flags.resumeMemoryBudget,
     maxAgentConnectRate: flags.maxAgentConnectRate,
     serverID: flags.serverId ?? process.env.PROXY_SERVER_ID,
     certDir: flags.certDir,

@@ -101,6 +101,7 @@ export class TunnelServer {
       lingerAfterEndMs: opts.halfClosedLingerMs,
       maxPendingDialsPerAgent: opts.maxPendingDialsPerAgent,
       maxUnknownPacketsPerAgent: opts.maxUnknownPacketsPerAgent,
+      resumeMemoryBudget: opts.resumeMemoryBudget,
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });

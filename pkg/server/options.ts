@@ -53,6 +53,8 @@ export interface ServerOptions {
   maxPendingDialsPerAgent?: number;
   /** See TunnelOptions.maxUnknownPacketsPerAgent. */
   maxUnknownPacketsPerAgent?: number;
+  /** See TunnelOptions.resumeMemoryBudget (--resume-memory-budget). */
+  resumeMemoryBudget?: number;
   serverCount: number;
   /** Default: a random UUID. */
   serverID?: string;

@@ -109,6 +109,7 @@ const SERVER_FLAGS = [
   '--server-count',
   '--max-agent-streams',
   '--resume-window',
+  '--resume-memory-budget',
   '--cert-dir',
   '--cert-ips',
   '--cert-dns-names',
@@ -223,6 +224,7 @@ test(
       [['--connect-head-timeout', 'soon'], '--connect-head-timeout'],
       [['--max-pending-dials-per-agent', '0'], '--max-pending-dials-per-agent'],
       [['--max-unknown-packets-per-agent', '-1'], '--max-unknown-packets-per-agent'],
+      [['--resume-memory-budget', '0'], '--resume-memory-budget'],
     ];
     for (const [args, flag] of cases) {
       const r = await run(h, SERVER, [...safe, '--tunnel-agent-connect-port', '0', ...args]);

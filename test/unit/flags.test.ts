@@ -9,6 +9,7 @@ import { InvalidArgumentError } from 'commander';
 import {
   packageVersion,
   parseBool,
+  parseByteSize,
   parseDuration,
   parseIP,
   parseIPList,
@@ -91,6 +92,21 @@ test('parseNonNegativeInt accepts 0 and up', LIMIT, () => {
   assert.equal(parseNonNegativeInt('5'), 5);
   for (const text of ['-1', '', 'v', '2.5']) {
     assert.throws(() => parseNonNegativeInt(text), invalid(`not a non-negative integer (got ${JSON.stringify(text)})`), JSON.stringify(text));
+  }
+});
+
+test('parseByteSize reads bytes, plain or with Ki, Mi, Gi; nothing below 1', LIMIT, () => {
+  assert.equal(parseByteSize('1'), 1);
+  assert.equal(parseByteSize('268435456'), 256 * 1024 * 1024);
+  assert.equal(parseByteSize('512Ki'), 512 * 1024);
+  assert.equal(parseByteSize('256Mi'), 256 * 1024 * 1024);
+  assert.equal(parseByteSize('2Gi'), 2 * 1024 ** 3);
+  for (const text of ['0', '0Mi', '', '-1', '1.5Mi', '256M', '256MiB', 'Mi', '99999999999999999']) {
+    assert.throws(
+      () => parseByteSize(text),
+      invalid(`not a positive size in bytes: use e.g. 268435456, 512Ki, 256Mi, 1Gi (got ${JSON.stringify(text)})`),
+      JSON.stringify(text),
+    );
   }
 });
 
