@@ -206,7 +206,7 @@ const program = new Command('yurt-tunnel-server')
     new Option(
       '--resume-memory-budget <bytes>',
       'data all agent links together keep until their agents acknowledge it (session resume; each link also stops at 32Mi); ' +
-        'past it new data waits, and suspended sessions holding some are expired early, oldest first (YT_ERR_RESUME_BUDGET)',
+        'past it new data waits on links keeping an equal share of it or more, and suspended sessions holding some are expired early, oldest first (YT_ERR_RESUME_BUDGET)',
     )
       .argParser(parseByteSize)
       .default(DEFAULT_RESUME_MEMORY_BUDGET, '256Mi'),

@@ -102,12 +102,17 @@ export class ResendBuffer {
     return this.data >= this.maxDataBytes;
   }
 
+  /** The server's budget is spent and this buffer keeps its share of it: writers should wait for room. */
+  get overBudget(): boolean {
+    return this.budget?.mustWait(this.data) === true;
+  }
+
   /** Keeps a DATA packet (its payload by reference); returns its sequence number. */
   appendData(connectID: bigint, data: Buffer): number {
     retainSlab(data);
     this.push(connectID, data);
     this.data += data.length;
-    this.budget?.charge(data.length);
+    this.budget?.charge(data.length, this.data);
     return this.next - 1;
   }
 
@@ -150,7 +155,7 @@ export class ResendBuffer {
       this.count--;
       this.base++;
     }
-    if (this.data !== dataBefore) this.budget?.release(dataBefore - this.data);
+    if (this.data !== dataBefore) this.budget?.release(dataBefore - this.data, this.data);
     // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
     if (this.count === 0 && capacity > SHRINK_ABOVE) {
       this.ids = objectSlots(INITIAL_CAPACITY);
@@ -194,7 +199,7 @@ export class ResendBuffer {
       const i = (this.head + k) % this.items.length;
       if (this.ids[i] !== undefined) releaseSlab(this.items[i] as Buffer);
     }
-    if (this.data > 0) this.budget?.release(this.data);
+    if (this.data > 0) this.budget?.release(this.data, 0);
     this.base = this.next;
     this.ids = objectSlots(0);
     this.items = objectSlots(0);

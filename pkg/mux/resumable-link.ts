@@ -14,8 +14,9 @@
 // gone for a while, on one of our own with connectID 0, which is not numbered.
 //
 // On the server the links share a ResumeBudget (resume-budget.ts): once it is
-// spent, writers wait as they do at the per-link cap, until acknowledgements
-// (of any link) or an ended session make room.
+// spent, the writers of a link keeping its share of it wait as they do at the
+// per-link cap, until acknowledgements (its own or any link's) or an ended
+// session make room.
 //
 // What crosses to the owner: packets from the current transport, in order
 // (`receive`); nothing from a transport once it is detached, so the count
@@ -277,9 +278,9 @@ export class ResumableLink implements PacketLink {
     else cb();
   }
 
-  /** What is kept has reached the link's cap or spent the server's budget: writers wait. */
+  /** What is kept has reached the link's cap, or its share of the server's spent budget: writers wait. */
   private mustWait(): boolean {
-    return this.buffer.full || this.budget?.exhausted === true;
+    return this.buffer.full || this.buffer.overBudget;
   }
 
   private waitForRoom(cb: WriteCallback): void {
@@ -289,7 +290,7 @@ export class ResumableLink implements PacketLink {
 
   /** At the link's cap only its own acknowledgements make room; else, with the budget spent, the budget wakes us. */
   private waitForBudget(): void {
-    if (!this.buffer.full && this.budget?.exhausted === true) this.budget.waitForRoom(this.onBudgetRoom);
+    if (!this.buffer.full && this.buffer.overBudget) this.budget?.waitForRoom(this.onBudgetRoom);
   }
 
   private readonly onBudgetRoom = (): void => {

@@ -4,15 +4,20 @@
 // The per-link cap (resend-buffer.ts) bounds one link; this bounds them all.
 //
 // A buffer charges what it keeps and releases it once, when it is
-// acknowledged or let go (the session ended). Once the budget is spent, every
-// link's writers wait after their packet (back-pressure: nothing is dropped)
-// and links wait here for room. A suspended session cannot free its share
-// (no transport brings acknowledgements), so while the budget is spent the
-// owner is asked (onExhausted) to expire suspended sessions, oldest first;
-// live links are never expired, they wait.
+// acknowledged or let go (the session ended). Once the budget is spent, the
+// writers of every link that keeps at least an equal share of it (the budget
+// divided by the links keeping anything) wait after their packet
+// (back-pressure: nothing is dropped), and those links wait here for room or
+// for their own acknowledgements. Links below an equal share go on: a few
+// agents that never acknowledge (a valid certificate is all that takes) can
+// spend the budget, but cannot stop the links of agents that do. A suspended
+// session cannot free its share (no transport brings acknowledgements), so
+// while the budget is spent the owner is asked (onExhausted) to expire
+// suspended sessions, oldest first; live links are never expired, they wait.
 //
-// What is kept may pass the budget by at most one packet per writer: a
-// packet is taken before its writer is told to wait.
+// What is kept may pass the budget by one packet per writer (a packet is taken
+// before its writer is told to wait), and by what the links below an equal
+// share add while it is spent: less than the budget again, together.
 //
 // Waking and onExhausted run on a microtask, never inside charge() or
 // release(): those are called from inside a buffer's own bookkeeping.
@@ -28,6 +33,8 @@ export interface ResumeBudgetOptions {
 export class ResumeBudget {
   readonly limit: number;
   private usedBytes = 0;
+  /** Links keeping anything now. */
+  private holders = 0;
   private peakBytes = 0;
   private waitCount = 0;
   /** Links with writers waiting for room, in the order they began to wait. */
@@ -61,15 +68,24 @@ export class ResumeBudget {
     return this.usedBytes >= this.limit;
   }
 
-  charge(bytes: number): void {
+  /** `bytes` more kept by a link that now keeps `held` in all. */
+  charge(bytes: number, held = bytes): void {
+    if (bytes > 0 && held === bytes) this.holders++;
     this.usedBytes += bytes;
     if (this.usedBytes > this.peakBytes) this.peakBytes = this.usedBytes;
     if (this.exhausted && this.onExhausted !== undefined) this.schedule();
   }
 
-  release(bytes: number): void {
+  /** `bytes` let go by a link that now keeps `held`. */
+  release(bytes: number, held = 0): void {
+    if (bytes > 0 && held === 0) this.holders--;
     this.usedBytes -= bytes;
     if (this.waiters.size > 0 && !this.exhausted) this.schedule();
+  }
+
+  /** Whether a link keeping `held` must wait: the budget is spent and it keeps at least an equal share of it. */
+  mustWait(held: number): boolean {
+    return this.exhausted && held >= this.limit / Math.max(1, this.holders);
   }
 
   /** `wake` runs once there is room again (each link waits once, however many writers it holds). */

@@ -102,7 +102,7 @@ function ack(link: ResumableLink, transport: RecordingLink, received: number): v
   link.receive(transport, { type: 'WINDOW_UPDATE', connectID: 0n, bytes: 0n, received: BigInt(received) });
 }
 
-test('links sharing a spent budget hold their writers below their own cap; an acknowledgement on one lets the others go on', async (t) => {
+test('links sharing a spent budget: one keeping its share waits below its own cap; one below an equal share goes on', async (t) => {
   const h = harness(t);
   const budget = new ResumeBudget(1000);
   const ta = new RecordingLink();
@@ -120,25 +120,32 @@ test('links sharing a spent budget hold their writers below their own cap; an ac
   const a2 = write(a, 2n, 500);
   assert.equal(a2.done, false, 'the packet went out, its writer waits: the budget is spent, far below the 32 MiB cap');
   assert.equal(ta.data.length, 2, 'nothing is held back or dropped');
+
+  // a (an agent that does not acknowledge) spent the budget; b keeps less than an equal share (500).
   const b1 = write(b, 3n, 10);
-  assert.equal(b1.done, false, "the other link's writer waits too");
-  assert.deepEqual([budget.used, budget.waits], [1110, 2]);
-
-  // a's peer acknowledges its first packet: b's writer (and a's) go on.
-  ack(a, ta, 1);
-  assert.equal(budget.used, 510);
-  await tick();
-  assert.deepEqual([a2.done, b1.done], [true, true]);
-
-  // b fills it; a's writer waits; b's session ends: its bytes come back once, and a goes on.
+  assert.equal(b1.done, true, 'below an equal share of the spent budget, the other link goes on');
   const b2 = write(b, 3n, 600);
-  const a3 = write(a, 2n, 10);
-  assert.deepEqual([b2.done, a3.done], [false, false]);
+  assert.equal(b2.done, false, 'keeping its share (610 of 1000, two links), it waits too');
+  assert.deepEqual([budget.used, budget.waits], [1710, 2]);
+
+  // b's own acknowledgements let it go on, though a still keeps the budget spent.
+  ack(b, tb, 1);
+  assert.equal(b2.done, false, 'still 600 kept: at least its share');
+  ack(b, tb, 2);
+  assert.deepEqual([b2.done, budget.exhausted], [true, true]);
+
+  // b fills its share again and waits; its session ends: its bytes come back once.
+  const b3 = write(b, 3n, 600);
+  assert.equal(b3.done, false);
   b.close();
-  assert.equal(b2.err?.message, 'the tunnel session is closed');
-  assert.equal(budget.used, 510);
+  assert.equal(b3.err?.message, 'the tunnel session is closed');
+  assert.equal(budget.used, 1100);
+
+  // a's peer acknowledges its first packet: room again, and a's writer goes on.
+  ack(a, ta, 1);
+  assert.equal(budget.used, 500);
   await tick();
-  assert.deepEqual([a3.done, a3.err], [true, undefined]);
+  assert.deepEqual([a2.done, a2.err], [true, undefined]);
   a.close();
   assert.equal(budget.used, 0, 'every byte released exactly once');
 });
