@@ -22,15 +22,11 @@ import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
 import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
-import { nudgeRead } from '../net/read-nudge.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import { dialServer, type AgentTLS, type DialedCall, type ServerIdentity } from './server-dial.js';
 
 export type { AgentTLS, ServerIdentity } from './server-dial.js';
-
-/** Quiet on a resumable link after which its socket is made to read (read-nudge.ts): a reset then shows at once. */
-const NUDGE_AFTER_QUIET_MS = 200;
 
 /** How long a goodbye waits for the server's trailers before the connection is destroyed. */
 const GOODBYE_GRACE_MS = 1000;
@@ -260,7 +256,7 @@ export class ServerConnection {
     const flow = identity.flow && { ...identity.flow, roundTripMs: () => this.keepaliveLoop?.minRoundTripMs };
     const measureAtStart = flow !== undefined;
     if (r !== undefined) {
-      this.startLivenessWatch(session, dialed.socket, r.windowMs, call, measureAtStart);
+      this.startLivenessWatch(session, r.windowMs, call, measureAtStart);
       this.conns.linkUp({ link: r.link, flow, halfClose: identity.halfClose });
       call.start({
         onPacket: (p) => r.link.receive(call, p),
@@ -347,17 +343,18 @@ export class ServerConnection {
   /**
    * With session resume the agent must notice a dark path within the window, not after the
    * minute gRPC keepalive takes: a ping after a quarter of the window heard nothing, and
-   * the link is lost when nothing at all comes back within another quarter.
+   * the link is lost when nothing at all comes back within another quarter. It is also what
+   * notices a reset that comes while the session is blocked in a large write: Node's HTTP/2
+   * session does not read until that write completes, and over TLS the failed write is not
+   * reported. Making the session's socket read from outside (its internal handle) did
+   * notice it at once, and crashed the process in Node's HTTP/2 code (issue 33).
    */
-  private startLivenessWatch(session: ClientHttp2Session, socket: Socket | undefined, windowMs: number, call: ClientPacketCall, measureAtStart: boolean): void {
+  private startLivenessWatch(session: ClientHttp2Session, windowMs: number, call: ClientPacketCall, measureAtStart: boolean): void {
     this.keepaliveLoop = new Keepalive(session, {
       measureAtStart,
       intervalMs: () => windowMs / 4,
       timeoutMs: windowMs / 4,
       received: transportBytesRead(session),
-      // A reset that arrives in the middle of a large write is not reported until the socket reads again (read-nudge.ts).
-      nudge: () => nudgeRead(socket),
-      nudgeMs: Math.min(NUDGE_AFTER_QUIET_MS, windowMs / 8),
       onTimeout: (silentMs) => {
         this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs: Math.round(silentMs) });
         this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);

@@ -24,11 +24,6 @@
 // stall the server's event loop ~13 ms every interval (bench/README.md, "The
 // scale table"). Only longer, never shorter: a peer's ping policy (grpc-go's
 // MinTime, ours in ping-policy.ts) must never see pings sooner than agreed.
-//
-// Optionally a `nudge` after `nudgeMs` of quiet, and every nudgeMs while it
-// lasts: not a verdict, a cheap way to let the transport report what it
-// already knows (the agent's read-nudge.ts: a reset that arrived in the middle
-// of a large write sits unread until the socket reads again).
 
 import type { Http2Session } from 'node:http2';
 import { stretchedMs } from '../timers/backoff.js';
@@ -58,9 +53,6 @@ export interface KeepaliveOptions {
   measureEveryMs?: number;
   /** Ping once at start, so that `minRoundTripMs` is known before the link is busy (flow control sizes windows by it). */
   measureAtStart?: boolean;
-  /** Called once `nudgeMs` passed with nothing received, and again every nudgeMs while that lasts. */
-  nudge?: () => void;
-  nudgeMs?: number;
   /** Clock, for tests. Default performance.now. */
   now?: () => number;
   /** The peer answered nothing in time; called once, with how long nothing was heard (at least). The link should be dropped. */
@@ -90,7 +82,6 @@ export class Keepalive {
   private pingsSent = 0;
   private awaited: AwaitedPing | undefined;
   private readonly now: () => number;
-  private readonly nudgeMs: number | undefined;
 
   constructor(
     private readonly session: Http2Session,
@@ -98,7 +89,6 @@ export class Keepalive {
   ) {
     if (!(opts.timeoutMs > 0)) throw new TypeError(`invalid keepalive timeout ${opts.timeoutMs}`);
     this.now = opts.now ?? (() => performance.now());
-    this.nudgeMs = opts.nudge !== undefined && opts.nudgeMs !== undefined && opts.nudgeMs > 0 ? opts.nudgeMs : undefined;
   }
 
   /** Round trip of the last answered ping, in milliseconds. */
@@ -156,17 +146,15 @@ export class Keepalive {
     } else if (now >= this.pingAt) {
       this.ping(now);
     }
-    if (this.nudgeMs !== undefined && now - this.heardAt >= this.nudgeMs) this.opts.nudge?.();
     this.armNext(now);
   }
 
-  /** The next look: the ping's deadline while one is out, else the next half wait or the due time, and the next nudge. */
+  /** The next look: the ping's deadline while one is out, else the next half wait or the due time. */
   private armNext(now: number): void {
     if (this.stopped) return;
     clearTimeout(this.timer);
     const awaited = this.awaited;
-    let at = awaited !== undefined ? awaited.sentAt + this.opts.timeoutMs : Math.min(this.pingAt, now + this.lookEveryMs);
-    if (this.nudgeMs !== undefined) at = Math.min(at, now + this.nudgeMs);
+    const at = awaited !== undefined ? awaited.sentAt + this.opts.timeoutMs : Math.min(this.pingAt, now + this.lookEveryMs);
     this.timer = setTimeout(() => this.look(), Math.max(1, Math.ceil(at - now)));
     this.timer.unref();
   }

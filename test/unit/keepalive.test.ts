@@ -72,14 +72,12 @@ function simulated(
     timeoutMs?: number;
     measureEveryMs?: number;
     measureAtStart?: boolean;
-    nudgeMs?: number;
     /** Round trips the answers report, in turn (default 2 ms each). */
     roundTrips?: number[];
   },
 ): {
   keepalive: Keepalive;
   pings: number[];
-  nudges: number[];
   /** What each onTimeout was told: how long nothing was heard. */
   silences: number[];
   timeouts: () => number;
@@ -91,7 +89,6 @@ function simulated(
   let now = 0;
   let received = 0;
   const pings: number[] = [];
-  const nudges: number[] = [];
   const silences: number[] = [];
   const session = {
     destroyed: false,
@@ -112,7 +109,6 @@ function simulated(
     timeoutMs: opts.timeoutMs ?? 5_000,
     ...(opts.measureEveryMs !== undefined ? { measureEveryMs: opts.measureEveryMs } : {}),
     ...(opts.measureAtStart !== undefined ? { measureAtStart: opts.measureAtStart } : {}),
-    ...(opts.nudgeMs !== undefined ? { nudgeMs: opts.nudgeMs, nudge: () => nudges.push(now) } : {}),
     onTimeout: (silentMs) => silences.push(silentMs),
   });
   keepalive.start();
@@ -120,7 +116,6 @@ function simulated(
   return {
     keepalive,
     pings,
-    nudges,
     silences,
     timeouts: () => silences.length,
     hear: (bytes) => (received += bytes),
@@ -194,24 +189,6 @@ test('a ping that cannot be sent (too many in flight) is tried again one interva
   const { pings, timeouts, run } = simulated(t, { answers: false, sends: false, timeoutMs: 300 });
   run(3_500);
   assert.deepEqual(pings, [1_000, 2_000, 3_000]);
-  assert.equal(timeouts(), 0);
-});
-
-test('nudges: after nudgeMs with nothing heard, again every nudgeMs while the quiet lasts, never while the peer talks; never a verdict', (t) => {
-  const { nudges, pings, timeouts, hear, run } = simulated(t, { answers: false, timeoutMs: 60_000, nudgeMs: 200 });
-  run(1_000, 50);
-  assert.equal(nudges.length, 0, 'a talking peer is not nudged');
-  // Last heard by the look at 1,000: a nudge at each look that finds it still quiet.
-  run(1_650);
-  assert.deepEqual(nudges, [1_200, 1_400, 1_600]);
-  hear(9);
-  run(2_100);
-  // The look at 1,800 heard it; the quiet counts again from there.
-  assert.deepEqual(nudges.slice(3), [2_000]);
-  assert.equal(pings.length, 0, 'the ping is due an interval after the peer was last heard (2,800)');
-  run(3_000);
-  assert.deepEqual(pings, [2_800], 'the looks every nudgeMs make the ping on time');
-  assert.ok(nudges.includes(2_800) && nudges.includes(3_000), 'nudges go on while the ping is out');
   assert.equal(timeouts(), 0);
 });
 
