@@ -581,7 +581,8 @@ test('under a bulk upload from the agent, every reset is noticed by the agent wi
   // Node's HTTP/2 session does not read while one of its writes is under way, and over TLS a reset during a write
   // blocked on a full send buffer is not reported: such a reset (about one in four here) is noticed by the
   // liveness watch alone: nothing heard for up to 1.5 × (a quarter of the window, plus a tenth), then a ping
-  // unanswered for another quarter: at most 5.3 s of the 8 s window. The others are read at once.
+  // unanswered for another quarter: at most 5.3 s of the 8 s window (asserted with room for a loaded machine's
+  // late timers). The others are read at once.
   const noticedMs: number[] = [];
   for (let i = 0; i < 8; i++) {
     await waitFor('bulk traffic', () => server.tunnel.registry.streamsOf('edge-1')[0]?.suspended === false, 10_000);
@@ -597,7 +598,7 @@ test('under a bulk upload from the agent, every reset is noticed by the agent wi
     await waitFor('the resume', () => agent.clients.connectedServers === 1 && server.tunnel.sessions.suspendedCount === 0, 10_000);
   }
   console.log('reset noticed after (ms)', noticedMs.join(', '));
-  for (const ms of noticedMs) assert.ok(ms < windowMs * 0.75, `noticed after ${noticedMs.join(', ')} ms`);
+  for (const ms of noticedMs) assert.ok(ms < windowMs * 0.8, `noticed after ${noticedMs.join(', ')} ms`);
   res.socket.destroy();
 });
 
