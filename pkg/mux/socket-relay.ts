@@ -15,6 +15,8 @@
 // - a cut connection is not a finished one: a failure on either side is an
 //   abortive close of the other (abortStream; a final packet carrying the
 //   error); a clean end (EOF) stays an end, after the last bytes.
+// What waits for a socket that has not written what it holds costs about its
+// bytes: small payloads are copied together and written as one (coalescer.ts).
 
 import type { Socket } from 'node:net';
 import { answersPeer, armCloseTimer } from './close-handshake.js';
@@ -22,7 +24,8 @@ import { ConnectionClosedError, ConnectionStalledError, InternalError } from '..
 import type { KnownPacket } from '../protocol/packet.js';
 import { ReceiveWindow } from '../protocol/receive-window.js';
 import { abortStream } from './abort.js';
-import { holdable, releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
+import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
+import { Coalescer } from './coalescer.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -53,7 +56,7 @@ export abstract class SocketRelay implements MuxConn {
   onClose: ((err: Error | undefined) => void) | undefined;
 
   private socket: Socket | undefined;
-  /** What the peer sent before the socket was attached. */
+  /** What the peer sent before the socket was attached, up to what `held` holds. */
   private early: Buffer[] | undefined;
   /** Why the connection failed before the socket was attached. */
   private failure: Error | undefined;
@@ -108,8 +111,16 @@ export abstract class SocketRelay implements MuxConn {
   private sendCredit: number;
 
   // Link → socket.
-  /** The socket's write buffer is over its mark: what it holds is not consumed yet. */
+  /** The socket's write buffer (with what is held) is over its mark: what it holds is not consumed yet. */
   private awaitingDrain = false;
+  /**
+   * Small payloads waiting behind what the socket has not written yet (or
+   * for the socket to be attached), copied together (coalescer.ts): a window
+   * of 1-byte DATA costs about its bytes, not a socket write each.
+   */
+  private readonly held = new Coalescer();
+  /** Writes of what was held that the socket has not called back: the last one's callback writes what is held since. */
+  private writesOut = 0;
   /** What the peer may send: starts at flow.receiveWindow, sized to how fast the socket takes it. */
   private readonly window: ReceiveWindow | undefined;
 
@@ -163,15 +174,15 @@ export abstract class SocketRelay implements MuxConn {
     socket.on('error', this.onSocketError);
     socket.on('close', this.onSocketClose);
     socket.on('drain', this.onSocketDrain);
-    const early = this.early;
+    const early = this.early ?? [];
     this.early = undefined;
-    if (early !== undefined) {
-      for (const chunk of early) {
-        this.toSocket(socket, chunk);
-        releaseSlab(chunk);
-      }
+    const rest = this.held.take();
+    if (rest !== undefined) early.push(rest);
+    for (const chunk of early) {
+      this.toSocket(socket, chunk);
+      releaseSlab(chunk);
     }
-    if (this.inboundEnded) socket.end();
+    if (this.inboundEnded) this.endSocket(socket);
     if (this.stopReading) this.closeAfterFlush(socket);
     for (const chunk of pending) this.onSocketData(chunk);
     reads?.deliverTo(this.onSocketData);
@@ -187,28 +198,35 @@ export abstract class SocketRelay implements MuxConn {
     if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
     const socket = this.socket;
-    if (socket === undefined) {
-      // A view of a pooled slab (a joined message) is the link's only while its packet is handled.
-      const held = holdable(data);
-      if (held === data) retainSlab(data);
-      (this.early ??= []).push(held);
-    } else {
-      this.toSocket(socket, data);
+    if (socket === undefined) this.holdEarly(data);
+    else this.toSocket(socket, data);
+  }
+
+  /** Before the socket is attached, everything waits: small payloads copied together, others as they are. */
+  private holdEarly(data: Buffer): void {
+    const early = (this.early ??= []);
+    if (Coalescer.takes(data)) {
+      const full = this.held.add(data);
+      if (full !== undefined) early.push(full);
+      return;
     }
+    const before = this.held.take();
+    if (before !== undefined) early.push(before);
+    // A view of a pooled slab (a joined message) is the link's only while its packet is handled.
+    retainSlab(data);
+    early.push(data);
   }
 
   private toSocket(socket: Socket, data: Buffer): void {
-    // Written to an idle socket, a payload goes out at once, or is the one
-    // write in flight; behind bytes the socket has not written yet, it waits
-    // with them, and a small view of a large read must not (holdable).
-    if (!writeHolding(socket, socket.writableLength > 0 ? holdable(data) : data)) this.awaitingDrain = true;
-    // The link is held only while a 'drain' is due to release it (below the
-    // socket's own mark, write() returns true and no 'drain' comes).
+    if (!this.writeOrHold(socket, data)) this.awaitingDrain = true;
+    // The link is held only while a release is due: a 'drain', or the last of
+    // our writes calling back (below the socket's own mark, write() returns
+    // true and no 'drain' comes).
     if (!this.awaitingDrain) {
       this.grant(true);
       return;
     }
-    const buffered = socket.writableLength;
+    const buffered = socket.writableLength + this.held.length;
     if (this.window === undefined) {
       if (buffered >= this.highWaterMark) this.holdLink(buffered);
     } else if (this.window.exceeded(this.bytesReceived)) {
@@ -219,8 +237,64 @@ export abstract class SocketRelay implements MuxConn {
     }
   }
 
+  /**
+   * Written to an idle socket, a payload goes out at once, or is the one
+   * write in flight. Behind bytes the socket has not written yet, a small
+   * payload is copied to the others that wait (`held`), and they are written
+   * together when the socket has written what it had (its 'drain', or the
+   * callback of the last write of what was held), when the chunk is full, or
+   * before a payload that is not copied or the end. False once what waits is
+   * over the socket's mark, as write() says.
+   */
+  private writeOrHold(socket: Socket, data: Buffer): boolean {
+    let ok: boolean;
+    if (this.held.length === 0 && socket.writableLength === 0) {
+      ok = writeHolding(socket, data);
+    } else if (Coalescer.takes(data)) {
+      const full = this.held.add(data);
+      ok = full === undefined || this.writeChunk(socket, full);
+      // With no callback and no 'drain' to come, what is held goes now, and its callback writes what follows.
+      if (this.writesOut === 0 && !socket.writableNeedDrain) ok = this.writeHeld(socket) && ok;
+    } else {
+      ok = this.writeHeld(socket);
+      ok = writeHolding(socket, data) && ok;
+    }
+    return ok && socket.writableLength + this.held.length < socket.writableHighWaterMark;
+  }
+
+  /**
+   * Writes a chunk of what was held; its callback writes what is held by
+   * then. (Only these writes take a callback: on an idle socket, one makes
+   * Node schedule a tick per write.)
+   */
+  private writeChunk(socket: Socket, chunk: Buffer): boolean {
+    this.writesOut++;
+    return socket.write(chunk, this.onWritten);
+  }
+
+  /** Writes what is held, if anything; false if the socket is then over its mark. */
+  private writeHeld(socket: Socket): boolean {
+    const chunk = this.held.take();
+    return chunk === undefined || this.writeChunk(socket, chunk);
+  }
+
+  /** The last write of what was held called back: the socket has written all before it, and what is held since goes now. */
+  private readonly onWritten = (): void => {
+    if (--this.writesOut === 0) this.onSocketDrain();
+  };
+
+  /** The socket wrote what it held ('drain'), or what it held up to the last write of held bytes (onWritten). */
   private readonly onSocketDrain = (): void => {
-    if (this.done) return;
+    const socket = this.socket!;
+    // After the socket's end nothing more is written (or granted), as no 'drain' comes after end().
+    if (this.done || this.inboundEnded || socket.destroyed) return;
+    this.writeHeld(socket);
+    // Over its mark (what was held, or a payload written after it), the socket's 'drain' is the release.
+    if (socket.writableNeedDrain) {
+      this.awaitingDrain = true;
+      return;
+    }
+    if (!this.awaitingDrain) return;
     this.awaitingDrain = false;
     this.releaseLink();
     // A reader that held us up gets its credit back, but no wider window.
@@ -249,7 +323,7 @@ export abstract class SocketRelay implements MuxConn {
       this.stallTimer = undefined;
       this.fail(
         new ConnectionStalledError(
-          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.socket?.writableLength ?? buffered} bytes waited ` +
+          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${(this.socket?.writableLength ?? buffered) + this.held.length} bytes waited ` +
             "and the shared link was paused for it; closed so that the link's other connections keep flowing",
         ),
       );
@@ -269,7 +343,13 @@ export abstract class SocketRelay implements MuxConn {
   private endInbound(): void {
     if (this.inboundEnded) return;
     this.inboundEnded = true;
-    this.socket?.end();
+    if (this.socket !== undefined) this.endSocket(this.socket);
+  }
+
+  /** The socket's end comes after every byte: what is held is written first. */
+  private endSocket(socket: Socket): void {
+    this.writeHeld(socket);
+    socket.end();
   }
 
   remoteEndWrite(): void {
@@ -288,7 +368,7 @@ export abstract class SocketRelay implements MuxConn {
     // The peer reads nothing more: what waits to be sent is dropped.
     this.dropQueue();
     const socket = this.socket;
-    if (this.endsWithFinalPacket && this.localEnded && socket !== undefined && socket.writableLength === 0) {
+    if (this.endsWithFinalPacket && this.localEnded && socket !== undefined && socket.writableLength === 0 && this.held.length === 0) {
       // The agent, its target's EOF read and nothing left to write: a close
       // is a FIN as an end() would be (nothing unread can make it a reset),
       // without the shutdown, the wait for 'finish' and the close timer, and
@@ -515,6 +595,7 @@ export abstract class SocketRelay implements MuxConn {
     this.dropQueue();
     if (this.early !== undefined) for (const chunk of this.early) releaseSlab(chunk);
     this.early = undefined;
+    this.held.clear();
     const onClose = this.onClose;
     this.onClose = undefined;
     onClose?.(err);

@@ -7,9 +7,14 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
+import { setImmediate as tick } from 'node:timers/promises';
 import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
+import { COALESCE_BELOW, COALESCE_CHUNK } from '../../pkg/mux/coalescer.js';
 import { MAX_DATA_PAYLOAD } from '../../pkg/mux/packet-conn.js';
 import type { SocketRelay } from '../../pkg/mux/socket-relay.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
@@ -21,15 +26,29 @@ import { RecordingLink } from '../support/recording-link.js';
 const LIMIT = { timeout: 20_000 };
 const FLOW = { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 };
 
-/** Two ends of one loopback TCP connection: `near` is joined to the relay, `far` plays the target or the caller. */
-async function socketPair(h: Harness): Promise<{ near: Socket; far: Socket }> {
+/**
+ * Two ends of one loopback TCP connection: `near` is joined to the relay, `far`
+ * plays the target or the caller. `unix`: a Unix socket in a temp dir instead,
+ * whose buffers fill after a few hundred KiB (loopback TCP's after megabytes).
+ */
+async function socketPair(h: Harness, opts: { unix?: boolean } = {}): Promise<{ near: Socket; far: Socket }> {
   const server = createServer({ allowHalfOpen: true });
-  server.listen(0, '127.0.0.1');
+  let path: string | undefined;
+  if (opts.unix === true) {
+    const dir = mkdtempSync(join(tmpdir(), 'yt-relay-'));
+    h.defer(() => rmSync(dir, { recursive: true, force: true }));
+    path = join(dir, 'relay.sock');
+    server.listen(path);
+  } else {
+    server.listen(0, '127.0.0.1');
+  }
   await once(server, 'listening');
   h.defer(() => new Promise<void>((r) => server.close(() => r())));
-  const port = (server.address() as { port: number }).port;
   const accepted = once(server, 'connection') as Promise<[Socket]>;
-  const near = connect({ host: '127.0.0.1', port, allowHalfOpen: true, noDelay: true });
+  const near =
+    path !== undefined
+      ? connect({ path, allowHalfOpen: true })
+      : connect({ host: '127.0.0.1', port: (server.address() as { port: number }).port, allowHalfOpen: true, noDelay: true });
   const [far] = await accepted;
   await once(near, 'connect');
   far.on('error', () => {});
@@ -101,7 +120,40 @@ test('DATA delivered before the socket is attached is written first, then what f
   assert.equal(relay.bytesReceived, 10);
 });
 
-test('EndpointConn: small payloads that wait behind a target that does not read keep their bytes, not the reads they came in', LIMIT, async (t) => {
+/** Records what the relay hands `socket`, as it is written. */
+function recordWrites(socket: Socket): Buffer[] {
+  const written: Buffer[] = [];
+  const write = socket.write.bind(socket) as (chunk: Buffer, cb?: () => void) => boolean;
+  socket.write = ((chunk: Buffer, cb?: () => void) => {
+    written.push(chunk);
+    return write(chunk, cb);
+  }) as typeof socket.write;
+  return written;
+}
+
+/** Delivers payloads of `size` until the socket keeps what it is given (the kernel's buffers are full); returns them. */
+async function backUp(relay: SocketRelay, socket: Socket, size = 64 * 1024): Promise<Buffer[]> {
+  const sent: Buffer[] = [];
+  for (let i = 0; i < 1000 && socket.writableLength === 0; i++) {
+    const chunk = Buffer.alloc(size, i % 251);
+    sent.push(chunk);
+    relay.deliver(chunk);
+    await tick();
+  }
+  assert.ok(socket.writableLength > 0, 'the reader stopped reading');
+  return sent;
+}
+
+/** Reads from `socket` until its end; resolves with every byte. */
+async function readToEnd(socket: Socket): Promise<Buffer> {
+  const got: Buffer[] = [];
+  socket.on('data', (c: Buffer) => got.push(c));
+  socket.resume();
+  await once(socket, 'end');
+  return Buffer.concat(got);
+}
+
+test('EndpointConn: small payloads that wait behind a target that does not read are written together, in memory of their own', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   far.pause();
@@ -109,28 +161,177 @@ test('EndpointConn: small payloads that wait behind a target that does not read 
   const relay = endpoint(link, { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
   h.defer(() => relay.destroy());
   relay.attach(near);
-  // What the relay hands its socket, seen as it is written.
-  const written: Buffer[] = [];
-  const write = near.write.bind(near) as (chunk: Buffer, cb?: () => void) => boolean;
-  near.write = ((chunk: Buffer, cb?: () => void) => {
-    written.push(chunk);
-    return write(chunk, cb);
-  }) as typeof near.write;
-  // Fill the kernel's buffers: the socket then keeps what it is given.
-  for (let i = 0; i < 1000 && near.writableLength === 0; i++) {
-    relay.deliver(Buffer.alloc(64 * 1024, 1));
-    await new Promise((r) => setImmediate(r));
-  }
-  assert.ok(near.writableLength > 0, 'the target stopped reading');
+  const written = recordWrites(near);
+  const expected = await backUp(relay, near);
   const backedUp = written.length;
-  // 1-byte payloads, each a view of a 64 KiB read of its own (as from HTTP/2).
-  for (let i = 0; i < 100; i++) relay.deliver(Buffer.alloc(64 * 1024, 2).subarray(i, i + 1));
-  const waiting = written.slice(backedUp);
-  assert.equal(waiting.length, 100);
+  // 1-byte payloads, each a view of a 64 KiB read (as from HTTP/2): they wait, held, not written one by one.
+  const read = Buffer.alloc(64 * 1024, 2);
+  const small = 20_000;
+  for (let i = 0; i < small; i++) {
+    const one = read.subarray(i, i + 1);
+    expected.push(one);
+    relay.deliver(one);
+  }
+  let waiting = written.slice(backedUp);
+  assert.equal(waiting.length, Math.floor(small / COALESCE_CHUNK), 'one write per full chunk');
   assert.ok(
-    waiting.every((c) => c.buffer.byteLength === 1),
-    `what waits keeps ${waiting.reduce((n, c) => n + c.buffer.byteLength, 0)} bytes for 100`,
+    waiting.every((c) => c.length === COALESCE_CHUNK && c.buffer.byteLength === COALESCE_CHUNK),
+    'each a chunk of its own memory, not a view of a read',
   );
+  // A payload that is not copied goes after the bytes held before it; they keep about their bytes.
+  const large = Buffer.alloc(2 * COALESCE_BELOW, 3);
+  expected.push(large);
+  relay.deliver(large);
+  waiting = written.slice(backedUp);
+  const rest = waiting.at(-2)!;
+  assert.equal(rest.length, small % COALESCE_CHUNK);
+  assert.ok(rest.buffer.byteLength < 4 * rest.length, `the rest keeps ${rest.buffer.byteLength} bytes for ${rest.length}`);
+  assert.equal(waiting.at(-1), large, 'written as it is');
+  relay.remoteClose();
+  assert.ok((await readToEnd(far)).equals(Buffer.concat(expected)), 'every byte, in order, then the end');
+});
+
+const releases = {
+  // The socket went over its own mark: a 'drain' comes, and the link, paused for it, goes on.
+  "after the socket's 'drain'": { piece: 64 * 1024, opts: { highWaterMark: 1024 }, drainDue: true },
+  // The socket holds less than its mark: no 'drain' comes. The first small payload is
+  // written at once (copied), and the others wait for its write to call back.
+  "with no 'drain' due (the socket below its own mark)": {
+    piece: COALESCE_BELOW,
+    opts: { flow: { sendWindow: 64 * 1024, receiveWindow: 1024 * 1024 } },
+    drainDue: false,
+  },
+};
+
+for (const [when, { piece, opts, drainDue }] of Object.entries(releases)) {
+  test(`held bytes go out once the socket has written what it had, with no more DATA to push them: ${when}`, LIMIT, async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h, { unix: true });
+    far.pause();
+    const link = new RecordingLink();
+    const relay = endpoint(link, opts);
+    h.defer(() => relay.destroy());
+    relay.attach(near);
+    const written = recordWrites(near);
+    const expected = await backUp(relay, near, piece);
+    assert.equal(near.writableNeedDrain, drainDue);
+    const before = written.length;
+    for (let i = 0; i < 50; i++) {
+      const b = Buffer.from([i]);
+      expected.push(b);
+      relay.deliver(b);
+    }
+    assert.equal(written.length, before + (drainDue ? 0 : 1), 'the small payloads are held');
+    const total = Buffer.concat(expected).length;
+    // The reader catches up; the peer, out of window or paused, sends nothing more.
+    const got: Buffer[] = [];
+    let n = 0;
+    far.on('data', (c: Buffer) => {
+      got.push(c);
+      n += c.length;
+    });
+    far.resume();
+    await waitFor('every byte', () => n === total, 5000);
+    assert.ok(Buffer.concat(got).equals(Buffer.concat(expected)));
+    assert.equal(link.pauses, drainDue ? 1 : 0);
+    if (drainDue) await waitFor('the link resumed', () => link.resumes === 1);
+  });
+}
+
+/** A deterministic stream of numbers in [0, 1) (mulberry32). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let r = Math.imul(a ^ (a >>> 15), 1 | a);
+    r = (r + Math.imul(r ^ (r >>> 7), 61 | r)) ^ r;
+    return ((r ^ (r >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Sizes on either side of every threshold of the coalescing; some payloads are small views of a larger read. */
+function payloads(rand: () => number): () => Buffer {
+  const sizes = [1, 1, 1, 2, 100, COALESCE_BELOW - 1, COALESCE_BELOW, COALESCE_BELOW + 1, COALESCE_CHUNK - 1, COALESCE_CHUNK, COALESCE_CHUNK + 1, 70_000];
+  let next = 0;
+  return () => {
+    const n = sizes[Math.floor(rand() * sizes.length)]!;
+    const read = Buffer.allocUnsafe(rand() < 0.3 ? n * 8 : n);
+    const p = read.subarray(0, n);
+    for (let i = 0; i < n; i++) p[i] = (next++ * 7) % 253;
+    return p;
+  };
+}
+
+const endings: Record<string, { make: (link: RecordingLink) => SocketRelay; end: (relay: SocketRelay) => void }> = {
+  "EndpointConn, the server's CLOSE_REQ": { make: (link) => endpoint(link), end: (relay) => relay.remoteClose() },
+  "TunnelRelay, the agent's CLOSE_WRITE": {
+    make: (link) => tunnelRelay(link, { halfClose: true }, { halfClose: true }),
+    end: (relay) => relay.remoteEndWrite(),
+  },
+};
+
+for (const [name, { make, end }] of Object.entries(endings)) {
+  for (const seed of [1, 2, 3]) {
+    test(
+      `${name}: mixed small and large payloads, some before the socket, a reader that stops and goes at odd moments: every byte in order, then the end (seed ${seed})`,
+      LIMIT,
+      async (t) => {
+        const h = harness(t);
+        const { near, far } = await socketPair(h, { unix: true });
+        const rand = prng(seed);
+        const next = payloads(rand);
+        const link = new RecordingLink();
+        const relay = make(link);
+        h.defer(() => relay.destroy());
+        const expected: Buffer[] = [];
+        const deliver = (): void => {
+          const p = next();
+          expected.push(p);
+          relay.deliver(p);
+        };
+        for (let i = 0; i < 40; i++) deliver();
+        relay.attach(near);
+        const got: Buffer[] = [];
+        far.on('data', (c: Buffer) => got.push(c));
+        for (let step = 0; step < 300; step++) {
+          const r = rand();
+          if (r < 0.15) far.pause();
+          else if (r < 0.3) far.resume();
+          const burst = Math.floor(rand() * 12);
+          for (let i = 0; i < burst; i++) deliver();
+          // Drains and write callbacks come in between, or not.
+          if (rand() < 0.6) await tick();
+        }
+        end(relay);
+        far.resume();
+        await once(far, 'end');
+        const want = Buffer.concat(expected);
+        const have = Buffer.concat(got);
+        assert.equal(have.length, want.length);
+        assert.ok(have.equals(want), 'the bytes in order');
+      },
+    );
+  }
+}
+
+test('held before the socket is attached, with the end: written in order, then the end', LIMIT, async (t) => {
+  const h = harness(t);
+  const { near, far } = await socketPair(h);
+  const link = new RecordingLink();
+  const relay = endpoint(link);
+  h.defer(() => relay.destroy());
+  const parts = [
+    Buffer.from('a'),
+    Buffer.from('b'),
+    Buffer.alloc(COALESCE_BELOW, 'L'),
+    Buffer.from('c'),
+    Buffer.alloc(COALESCE_CHUNK - 1, 'm'),
+    Buffer.from('d'),
+  ];
+  for (const p of parts) relay.deliver(p);
+  relay.remoteClose();
+  relay.attach(near);
+  assert.ok((await readToEnd(far)).equals(Buffer.concat(parts)));
 });
 
 test('EndpointConn: the target ends (no half-close): one CLOSE_RSP without error, after its last bytes; a clean close', LIMIT, async (t) => {
