@@ -10,6 +10,9 @@
 // - without it (upstream peers): the shared link is paused while this
 //   connection's buffer is full, as Konnectivity does.
 //
+// What waits for a reader that is behind costs about its bytes: small
+// payloads are copied together and pushed as one (coalescer.ts).
+//
 // Konnectivity has no half-close: when either side finishes, the whole
 // connection ends. Subclasses say which packet announces that (the server
 // sends CLOSE_REQ and waits for CLOSE_RSP; the agent answers with CLOSE_RSP).
@@ -24,6 +27,7 @@ import type { FlowWindows } from '../protocol/flow-control.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { readMarkFor, ReceiveWindow } from '../protocol/receive-window.js';
 import { holdable, isPooled } from './buffer-pool.js';
+import { Coalescer } from './coalescer.js';
 import type { MuxConn } from './mux-conn.js';
 import type { PacketLink } from './packet-link.js';
 
@@ -100,6 +104,13 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   private waitingForCredit: (() => void) | undefined;
   /** What the peer may send: starts at flow.receiveWindow, sized to how fast the reader takes it. */
   private readonly window: ReceiveWindow | undefined;
+  /**
+   * Small payloads behind what the reader has not taken yet, copied together
+   * (coalescer.ts): a window of 1-byte DATA costs about its bytes, not a
+   * buffered chunk each. Pushed when the reader reads (read()), when the chunk
+   * is full, or before a payload that is not copied or the end.
+   */
+  private readonly held = new Coalescer();
 
   constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
     const flow = opts.flow;
@@ -141,19 +152,53 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     if (this.remoteEnded || this.peerWriteEnded || this.destroyed || this.readableEnded) return;
     if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
     this.bytesReceived += data.length;
-    // What is pushed waits for a reader we cannot follow: a view of a pooled slab
-    // (a joined message, the link's only while its packet is handled) is copied,
-    // and so is a small view of a large read (holdable).
-    const held = holdable(data);
-    const belowMark = this.push(held === data && isPooled(data) ? Buffer.from(data) : held);
+    this.toReader(data);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
-    const full = this.window === undefined ? !belowMark : this.window.exceeded(this.bytesReceived);
+    const full = this.window === undefined ? this.waiting >= this.readableHighWaterMark : this.window.exceeded(this.bytesReceived);
     if (full && !this.holdingLink) {
       this.holdingLink = true;
       this.link.pauseReceive(this);
       this.startStallTimer();
     }
+  }
+
+  /**
+   * Pushes `data` to a reader that has taken all that was pushed. Behind what
+   * it has not taken, a small payload is held with the others that wait
+   * (`held`), whose chunk then waits as one.
+   */
+  private toReader(data: Buffer): void {
+    if (this.held.length === 0 && this.readableLength === 0) {
+      // What is pushed waits for a reader we cannot follow: a view of a pooled slab
+      // (a joined message, the link's only while its packet is handled) is copied,
+      // and so is a small view of a large read (holdable).
+      const held = holdable(data);
+      this.push(held === data && isPooled(data) ? Buffer.from(data) : held);
+    } else if (Coalescer.takes(data)) {
+      const full = this.held.add(data);
+      if (full !== undefined) this.push(full);
+    } else {
+      this.pushHeld();
+      this.push(isPooled(data) ? Buffer.from(data) : data);
+    }
+  }
+
+  /** Pushes what is held, if anything. */
+  private pushHeld(): void {
+    const chunk = this.held.take();
+    if (chunk !== undefined) this.push(chunk);
+  }
+
+  /** Ends what the reader gets, after every byte. */
+  private pushEnd(): void {
+    this.pushHeld();
+    this.push(null);
+  }
+
+  /** Bytes received that the reader has not taken. */
+  private get waiting(): number {
+    return this.readableLength + this.held.length;
   }
 
   private startStallTimer(): void {
@@ -163,7 +208,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       this.stallTimer = undefined;
       this.destroy(
         new ConnectionStalledError(
-          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.readableLength} bytes waited ` +
+          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.waiting} bytes waited ` +
             "and the shared link was paused for it; closed so that the link's other connections keep flowing",
         ),
       );
@@ -205,7 +250,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     // The peer reads nothing more: a write waiting for its credit is dropped
     // now, or it would hold our end (and _final) until the close timer.
     this.releaseWaitingWrite();
-    this.push(null);
+    this.pushEnd();
     this.startCloseTimer();
     // Whatever is written from now on is dropped: the owner can stop producing it.
     this.emit(REMOTE_CLOSE_EVENT);
@@ -215,7 +260,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   remoteEndWrite(): void {
     if (!this.halfClose || this.peerWriteEnded || this.remoteEnded) return;
     this.peerWriteEnded = true;
-    this.push(null);
+    this.pushEnd();
   }
 
   private releaseWaitingWrite(): void {
@@ -279,7 +324,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     if (this.endsWithFinalPacket) {
       if (!this.remoteEnded) {
         this.remoteEnded = true;
-        this.push(null);
+        this.pushEnd();
       }
     } else {
       this.startCloseTimer();
@@ -287,15 +332,41 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     cb();
   }
 
+  /**
+   * Node's Readable cannot append to the chunk it buffered last, so what is
+   * held is pushed here, before every read that takes bytes: every reader
+   * reads through read() (flowing mode, pipe(), 'readable', async iteration).
+   * _read cannot be the place: Node calls it once after each push, often
+   * before the reader took anything (to fill its buffer up to the mark), and
+   * held bytes would then wait for a push that does not come.
+   */
+  override read(size?: number): Buffer | null {
+    if (size !== 0) this.pushHeld();
+    const chunk = super.read(size) as Buffer | null;
+    // Node calls _read before it takes the bytes it returns, and then not
+    // again before a push: a chunk that is much of the window would be
+    // granted back only at the next push, which the peer, out of credit,
+    // never sends. So what a read took is granted back here too.
+    if (chunk !== null) this.taken(false);
+    return chunk;
+  }
+
   override _read(): void {
-    this.releaseLink();
+    // A reader that asks with nothing left (not even held) is waiting on the window.
+    this.taken(this.waiting === 0);
+  }
+
+  /** The reader took bytes, or asks for more. */
+  private taken(keepsUp: boolean): void {
+    if (this.destroyed) return;
+    // Held bytes count as not taken: a read hands them over first.
+    if (this.waiting < this.readableHighWaterMark) this.releaseLink();
     if (this.window !== undefined && !this.remoteEnded) {
       // Grant back what the reader has consumed (receive-window.ts). A reader
       // that has emptied the buffer is waiting on the window, not the other
       // way round: only its window may widen. A slow reader's buffer is never
       // empty here, so its window, and the memory it can pin, stays small.
-      const taken = this.bytesReceived - this.readableLength;
-      const bytes = this.window.grant(taken, this.readableLength === 0);
+      const bytes = this.window.grant(this.bytesReceived - this.waiting, keepsUp);
       if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
     }
   }
@@ -311,6 +382,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       this.closeTimer = undefined;
     }
     this.releaseLink();
+    this.held.clear();
     cb(err);
   }
 

@@ -7,6 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { test } from 'node:test';
 import { setImmediate as tick } from 'node:timers/promises';
 import { BufferPool, releaseSlab } from '../../pkg/mux/buffer-pool.js';
@@ -19,7 +21,9 @@ import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
 import type { KnownPacket, WindowUpdatePacket } from '../../pkg/protocol/packet.js';
 import { Backend } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
+import { exposedGc } from '../support/gc.js';
 import { harness, type Harness } from '../support/harness.js';
+import { payloads, prng } from '../support/payload-mix.js';
 import { RecordingLink } from '../support/recording-link.js';
 
 const LIMIT = { timeout: 10_000 };
@@ -784,7 +788,7 @@ test(
         sent += n;
       }
       if (step % 10 === 0) {
-        const chunk = conn.read(Math.min(16 * 1024, conn.readableLength)) as Buffer | null;
+        const chunk = conn.read(Math.min(16 * 1024, conn.readableLength));
         taken += chunk?.length ?? 0;
         takenAt.push({ at: performance.now() - start, taken });
       }
@@ -795,3 +799,149 @@ test(
     assert.ok(sent - taken <= announced, `the peer kept to the window: ${sent - taken} in flight`);
   },
 );
+
+// --- what waits for a reader that is behind (coalescer.ts) ---------------
+
+const gc = exposedGc();
+
+/** The JS heap and ArrayBuffer memory after a full GC. */
+function heldMemory(): number {
+  gc();
+  const m = process.memoryUsage();
+  return m.heapUsed + m.arrayBuffers;
+}
+
+test('1-byte payloads behind a reader that does not read are pushed together: they cost about their bytes', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  const conn = new AgentSideConn(link, 13n, '10.0.0.5:10250', { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
+  h.defer(() => conn.destroy());
+  const count = 32 * 1024;
+  // Each a view of a 64 KiB read of its own, as from HTTP/2.
+  const reads = Array.from({ length: 16 }, (_, i) => Buffer.alloc(64 * 1024, i + 1));
+  const expected = Buffer.alloc(count);
+  for (let i = 0; i < count; i++) expected[i] = reads[i % 16]![i % 4096]!;
+  conn.deliver(reads[0]!.subarray(0, 1));
+  const before = heldMemory();
+  for (let i = 1; i < count; i++) conn.deliver(reads[i % 16]!.subarray(i % 4096, (i % 4096) + 1));
+  const held = heldMemory() - before;
+  // One pushed chunk per payload, each a Buffer and an ArrayBuffer of its own, kept ~7 MB.
+  assert.ok(held < 4 * count + 512 * 1024, `${count} waiting 1-byte payloads keep ${held} bytes`);
+  assert.equal(conn.readableLength > 0, true);
+  assert.equal(link.pauses, 0);
+  const got = conn.read() as Buffer;
+  assert.ok(got.equals(expected), 'every byte, in order');
+  assert.equal(conn.read(), null);
+});
+
+/** Readers that stop and go at odd moments; each resolves with all it read up to the end. */
+const readers: Record<string, (conn: PacketConn, rand: () => number) => Promise<Buffer>> = {
+  "'data', paused and resumed": (conn, rand) => {
+    const got: Buffer[] = [];
+    conn.on('data', (c: Buffer) => {
+      got.push(c);
+      if (rand() < 0.1) {
+        conn.pause();
+        setTimeout(() => conn.resume(), Math.floor(rand() * 3));
+      }
+    });
+    return once(conn, 'end').then(() => Buffer.concat(got));
+  },
+  'pipe() into a writer that is slow at times': async (conn, rand) => {
+    const got: Buffer[] = [];
+    const sink = new Writable({
+      highWaterMark: 1024,
+      write(chunk: Buffer, _enc, cb) {
+        got.push(chunk);
+        if (rand() < 0.2) setTimeout(cb, Math.floor(rand() * 3));
+        else cb();
+      },
+    });
+    await pipeline(conn, sink);
+    return Buffer.concat(got);
+  },
+  "'readable' and read(n) of odd sizes": (conn, rand) => {
+    const got: Buffer[] = [];
+    const take = (): void => {
+      for (;;) {
+        const c = conn.read(1 + Math.floor(rand() * 5000));
+        if (c === null) break;
+        got.push(c);
+      }
+    };
+    conn.on('readable', () => {
+      if (rand() < 0.3) setTimeout(take, 1);
+      else take();
+    });
+    return once(conn, 'end').then(() => Buffer.concat(got));
+  },
+  'async iteration with pauses': async (conn, rand) => {
+    const got: Buffer[] = [];
+    for await (const c of conn) {
+      got.push(c as Buffer);
+      if (rand() < 0.1) await new Promise((r) => setTimeout(r, 1));
+    }
+    return Buffer.concat(got);
+  },
+};
+
+for (const [name, read] of Object.entries(readers)) {
+  for (const flow of [false, true]) {
+    test(`${name}${flow ? ', with flow control' : ''}: mixed small and large payloads arrive in order, then the end`, LIMIT, async (t) => {
+      const h = harness(t);
+      const rand = prng(name.length * (flow ? 2 : 1));
+      const next = payloads(rand);
+      const link = new RecordingLink();
+      const conn = new AgentSideConn(link, 14n, '10.0.0.5:10250', flow ? { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } } : {});
+      h.defer(() => conn.destroy());
+      const all = read(conn, rand);
+      const expected: Buffer[] = [];
+      for (let step = 0; step < 300; step++) {
+        const burst = Math.floor(rand() * 12);
+        for (let i = 0; i < burst; i++) {
+          const p = next();
+          expected.push(p);
+          conn.deliver(p);
+        }
+        if (rand() < 0.6) await tick();
+      }
+      conn.remoteClose();
+      const got = await all;
+      const want = Buffer.concat(expected);
+      assert.equal(got.length, want.length);
+      assert.ok(got.equals(want), 'the bytes in order');
+    });
+  }
+}
+
+test('with flow control, a peer that keeps to its window and sends 1-byte payloads to a reader that stops and goes is never stuck', LIMIT, async (t) => {
+  const h = harness(t);
+  const link = new RecordingLink();
+  // Held chunks (16 KiB) are the whole window: only a grant after the read that took one lets the peer go on.
+  const announced = 16 * 1024;
+  const conn = new AgentSideConn(link, 15n, '10.0.0.5:10250', { flow: { sendWindow: announced, receiveWindow: announced } });
+  h.defer(() => conn.destroy());
+  const rand = prng(7);
+  let consumed = 0;
+  let next = 0;
+  let inOrder = true;
+  conn.on('data', (c: Buffer) => {
+    for (const b of c) inOrder &&= b === next++ % 251;
+    consumed += c.length;
+  });
+  const granted = (): number => link.control.reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
+  const total = 512 * 1024;
+  let sent = 0;
+  const deadline = Date.now() + 5000;
+  for (let round = 0; round < 100_000 && consumed < total && Date.now() < deadline; round++) {
+    const r = rand();
+    if (r < 0.2) conn.pause();
+    else if (r < 0.6) conn.resume();
+    const credit = Math.min(announced + granted() - sent, total - sent);
+    for (let i = 0; i < credit; i++) conn.deliver(Buffer.from([sent++ % 251]));
+    await tick();
+  }
+  assert.equal(consumed, total, `the reader got ${consumed} of ${total}, the peer was granted ${announced + granted()}`);
+  assert.ok(inOrder);
+  assert.equal(link.pauses, 0, 'the peer never went past its window');
+});

@@ -21,6 +21,7 @@ import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { waitFor } from '../support/tunnel.js';
+import { payloads, prng } from '../support/payload-mix.js';
 import { RecordingLink } from '../support/recording-link.js';
 
 const LIMIT = { timeout: 20_000 };
@@ -236,30 +237,6 @@ for (const [when, { piece, opts, drainDue }] of Object.entries(releases)) {
     assert.equal(link.pauses, drainDue ? 1 : 0);
     if (drainDue) await waitFor('the link resumed', () => link.resumes === 1);
   });
-}
-
-/** A deterministic stream of numbers in [0, 1) (mulberry32). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let r = Math.imul(a ^ (a >>> 15), 1 | a);
-    r = (r + Math.imul(r ^ (r >>> 7), 61 | r)) ^ r;
-    return ((r ^ (r >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Sizes on either side of every threshold of the coalescing; some payloads are small views of a larger read. */
-function payloads(rand: () => number): () => Buffer {
-  const sizes = [1, 1, 1, 2, 100, COALESCE_BELOW - 1, COALESCE_BELOW, COALESCE_BELOW + 1, COALESCE_CHUNK - 1, COALESCE_CHUNK, COALESCE_CHUNK + 1, 70_000];
-  let next = 0;
-  return () => {
-    const n = sizes[Math.floor(rand() * sizes.length)]!;
-    const read = Buffer.allocUnsafe(rand() < 0.3 ? n * 8 : n);
-    const p = read.subarray(0, n);
-    for (let i = 0; i < n; i++) p[i] = (next++ * 7) % 253;
-    return p;
-  };
 }
 
 const endings: Record<string, { make: (link: RecordingLink) => SocketRelay; end: (relay: SocketRelay) => void }> = {
