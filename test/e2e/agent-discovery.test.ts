@@ -15,7 +15,7 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { tempDir, waitFor } from '../support/tunnel.js';
 import { join } from 'node:path';
 import type { Harness } from '../support/harness.js';
-import { request } from 'node:http';
+import { metaGet } from '../support/meta-get.js';
 import { connect, createServer, type Socket } from 'node:net';
 import { once } from 'node:events';
 
@@ -48,19 +48,6 @@ async function nodePortRelay(h: Harness, listenPort: number, targetPort: number)
     await new Promise((r) => relay.close(r));
   });
   return { connections: () => connections };
-}
-
-function getReadyz(port: number): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: '/readyz?verbose', agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip }, () => {
@@ -166,7 +153,7 @@ describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip },
         'LoadBalancer Service, or start the agent with --tunnelserver-addr=<host>:<port>',
     );
     assert.equal(warning.fields.apiServer, cp.url);
-    const readyz = await getReadyz(metaPort());
+    const readyz = await metaGet(metaPort(), '/readyz?verbose');
     assert.equal(readyz.status, 503);
     assert.match(readyz.body, /no tunnel server address yet: Service kube-system\/x-tunnel-server-svc is a ClusterIP Service/);
     // The ClusterIP is never dialled; the reads go on until the Service is fixed.

@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { request } from 'node:http';
+import { metaGet } from '../support/meta-get.js';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -20,19 +20,6 @@ import { tempDir, waitFor } from '../support/tunnel.js';
 const LIMIT = { timeout: 60_000 };
 const HEAD_TIMEOUT_MS = 500;
 const SLOW_CALLERS = 50;
-
-function healthz(port: number): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: '/healthz', agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('latin1');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 interface SlowCaller {
   socket: Socket;
@@ -75,7 +62,7 @@ async function closesSlowHeads(h: Harness, name: string, meta: MetaServer): Prom
     assert.match(c.answer, /^HTTP\/1\.1 408 Request Timeout\r\n[\s\S]*no complete request head within 500 ms\n$/);
   }
   await waitFor(`${name}: the meta port's sockets all closed`, () => meta.connectionCount === 0, 1000);
-  assert.deepEqual(await healthz(port), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(port, '/healthz'), { status: 200, body: 'ok' });
 }
 
 test('server and agent meta ports close slow request heads at the head timeout, callers that keep their end open included', LIMIT, async (t) => {
@@ -106,7 +93,7 @@ test('a meta port takes at most its cap of connections: more are closed at accep
   h.defer(() => server.stop());
   const meta = server.meta!;
   const port = meta.address.port;
-  assert.deepEqual(await healthz(port), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(port, '/healthz'), { status: 200, body: 'ok' });
 
   const held: Socket[] = [];
   for (let i = 0; i < DEFAULT_META_MAX_CONNECTIONS; i++) {
@@ -126,12 +113,12 @@ test('a meta port takes at most its cap of connections: more are closed at accep
   extra.write('GET /healthz HTTP/1.1\r\nHost: meta\r\n\r\n');
   await once(extra, 'close');
   assert.equal(answered, '');
-  await assert.rejects(healthz(port), /ECONNRESET|socket hang up|EPIPE/);
+  await assert.rejects(metaGet(port, '/healthz'), /ECONNRESET|socket hang up|EPIPE/);
   assert.equal(meta.connectionCount, DEFAULT_META_MAX_CONNECTIONS);
   // One line each (the limiter's burst is 5 a kind).
   assert.equal(log.find('meta port has as many connections as it takes; a new one was closed').length, 2);
 
   for (const s of held.splice(0, 10)) s.destroy();
   await waitFor('the meta port to let ten go', () => meta.connectionCount === DEFAULT_META_MAX_CONNECTIONS - 10);
-  assert.deepEqual(await healthz(port), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(port, '/healthz'), { status: 200, body: 'ok' });
 });

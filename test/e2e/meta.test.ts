@@ -3,7 +3,7 @@
 // listings and the `agents` status command, profiles, and bad requests.
 
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
+import { metaGet } from '../support/meta-get.js';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -15,19 +15,6 @@ import { MemoryLogger } from '../support/memory-logger.js';
 import { runProcess, SERVER_BIN } from '../support/processes.js';
 import { testServerOptions } from '../support/server-options.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
-
-function get(port: number, path: string, method = 'GET'): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('latin1');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 /** One sample's value from Prometheus text, 0 when absent. */
 function sample(text: string, name: string, labels = ''): number {
@@ -50,27 +37,27 @@ async function startPair(h: Harness, opts: { profiling?: boolean } = {}) {
 test('healthz and readyz: the agent is ready only while it holds a server link; verbose lists each check', async (t) => {
   const h = harness(t);
   const { server, agent, serverMeta, agentMeta } = await startPair(h);
-  assert.deepEqual(await get(serverMeta, '/healthz'), { status: 200, body: 'ok' });
-  assert.deepEqual(await get(serverMeta, '/readyz'), { status: 200, body: 'ok' });
-  const verbose = await get(serverMeta, '/readyz?verbose');
+  assert.deepEqual(await metaGet(serverMeta, '/healthz'), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(serverMeta, '/readyz'), { status: 200, body: 'ok' });
+  const verbose = await metaGet(serverMeta, '/readyz?verbose');
   assert.equal(verbose.status, 200);
   assert.match(verbose.body, /^\[\+\]listeners ok\n\[\+\]certificates ok\n\[\+\]shutdown ok\nreadyz check passed\n$/);
   await waitFor('the agent to hold its server link', () => agent.clients.connectedServers === 1);
-  assert.deepEqual(await get(agentMeta, '/readyz'), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(agentMeta, '/readyz'), { status: 200, body: 'ok' });
   await server.stop();
   await waitFor('the agent to lose its server link', () => agent.clients.connectedServers === 0);
-  const agentReady = await get(agentMeta, '/readyz?verbose');
+  const agentReady = await metaGet(agentMeta, '/readyz?verbose');
   assert.equal(agentReady.status, 503);
   assert.match(agentReady.body, /\[-\]server-link failed: no link to a tunnel server at 127\.0\.0\.1:\d+ yet/);
-  assert.deepEqual(await get(agentMeta, '/healthz'), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(agentMeta, '/healthz'), { status: 200, body: 'ok' });
 });
 
 test('metrics move by exactly the dials and bytes sent; debug listings and the agents command show the agent and its connections', async (t) => {
   const h = harness(t);
   const { dir, log, agent, serverMeta, agentMeta } = await startPair(h);
   const echo = await startEchoServer(h);
-  const before = (await get(serverMeta, '/metrics')).body;
-  const agentBefore = (await get(agentMeta, '/metrics')).body;
+  const before = (await metaGet(serverMeta, '/metrics')).body;
+  const agentBefore = (await metaGet(agentMeta, '/metrics')).body;
   const payloads = ['a'.repeat(1000), 'b'.repeat(2500), 'c'.repeat(77)];
   for (const p of payloads) {
     const c = await connectVia(join(dir, 'proxier.sock'), `127.0.0.1:${echo.port}`);
@@ -88,7 +75,7 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   await waitFor('the server to log the three that ended', () => log.records.filter((r) => r.message === 'connection ended').length === 3);
   await waitFor('the agent to hold only the open connection', () => agent.clients.connCount === 1);
 
-  const after = (await get(serverMeta, '/metrics')).body;
+  const after = (await metaGet(serverMeta, '/metrics')).body;
   const delta = (name: string, labels = ''): number => sample(after, name, labels) - sample(before, name, labels);
   const sent = payloads.reduce((n, p) => n + p.length, 0);
   assert.equal(delta('konnectivity_network_proxy_server_dial_duration_seconds_count'), 4);
@@ -114,23 +101,23 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   );
   assert.ok(access.every((r) => typeof r.fields.durationMs === 'number'));
 
-  const agentAfter = (await get(agentMeta, '/metrics')).body;
+  const agentAfter = (await metaGet(agentMeta, '/metrics')).body;
   const agentDelta = (name: string, labels = ''): number => sample(agentAfter, name, labels) - sample(agentBefore, name, labels);
   assert.equal(agentDelta('konnectivity_network_proxy_agent_dial_duration_seconds_count'), 4);
   assert.equal(agentDelta('konnectivity_network_proxy_agent_endpoint_dial_failure_total', '{reason="refused"}'), 1);
   assert.equal(sample(agentAfter, 'konnectivity_network_proxy_agent_open_server_connections'), 1);
   assert.equal(sample(agentAfter, 'konnectivity_network_proxy_agent_open_endpoint_connections'), 1);
 
-  const agents = JSON.parse((await get(serverMeta, '/debug/agents')).body) as Array<Record<string, unknown>>;
+  const agents = JSON.parse((await metaGet(serverMeta, '/debug/agents')).body) as Array<Record<string, unknown>>;
   assert.equal(agents.length, 1);
   assert.equal(agents[0]!.agentID, 'edge-1');
   assert.deepEqual((agents[0]!.identifiers as { ipv4: string[] }).ipv4, ['127.0.0.1']);
   assert.equal(agents[0]!.openConnections, 1);
-  const conns = JSON.parse((await get(serverMeta, '/debug/connections?agent=edge-1')).body) as Array<Record<string, unknown>>;
+  const conns = JSON.parse((await metaGet(serverMeta, '/debug/connections?agent=edge-1')).body) as Array<Record<string, unknown>>;
   assert.equal(conns.length, 1);
   assert.equal(conns[0]!.address, `127.0.0.1:${echo.port}`);
-  assert.deepEqual(JSON.parse((await get(serverMeta, '/debug/connections?agent=nobody')).body), []);
-  const agentConns = JSON.parse((await get(agentMeta, '/debug/connections')).body) as Array<Record<string, unknown>>;
+  assert.deepEqual(JSON.parse((await metaGet(serverMeta, '/debug/connections?agent=nobody')).body), []);
+  const agentConns = JSON.parse((await metaGet(agentMeta, '/debug/connections')).body) as Array<Record<string, unknown>>;
   assert.equal(agentConns.length, 1);
   assert.equal(agentConns[0]!.address, `127.0.0.1:${echo.port}`);
 
@@ -151,17 +138,17 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
 test('profiles on request, one at a time, only with --enable-profiling; bad requests get clear answers and the meta server keeps serving', async (t) => {
   const h = harness(t);
   const { serverMeta, agentMeta } = await startPair(h, { profiling: true });
-  const profile = await get(serverMeta, '/debug/pprof/profile?seconds=0.3');
+  const profile = await metaGet(serverMeta, '/debug/pprof/profile?seconds=0.3');
   assert.equal(profile.status, 200);
   assert.ok(Array.isArray((JSON.parse(profile.body) as { nodes: unknown[] }).nodes));
-  const heap = await get(serverMeta, '/debug/pprof/heap');
+  const heap = await metaGet(serverMeta, '/debug/pprof/heap');
   assert.equal(heap.status, 200);
   assert.ok(heap.body.startsWith('{"snapshot":'), heap.body.slice(0, 40));
-  assert.equal((await get(serverMeta, '/debug/pprof/profile?seconds=-1')).status, 400);
-  assert.equal((await get(agentMeta, '/debug/pprof/profile')).status, 404, 'the agent was started without profiling');
+  assert.equal((await metaGet(serverMeta, '/debug/pprof/profile?seconds=-1')).status, 400);
+  assert.equal((await metaGet(agentMeta, '/debug/pprof/profile')).status, 404, 'the agent was started without profiling');
 
-  assert.equal((await get(serverMeta, '/metrics', 'POST')).status, 405);
-  const missing = await get(serverMeta, '/nope');
+  assert.equal((await metaGet(serverMeta, '/metrics', 'POST')).status, 405);
+  const missing = await metaGet(serverMeta, '/nope');
   assert.equal(missing.status, 404);
   assert.match(missing.body, /this server answers \/healthz, \/readyz, \/metrics, \/debug\/agents/);
   for (const garbage of ['\x00\x01\x02 garbage\r\n\r\n', 'GET /healthz HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n', 'GET /%zz HTTP/1.1\r\n\r\n']) {
@@ -174,5 +161,5 @@ test('profiles on request, one at a time, only with --enable-profiling; bad requ
     await new Promise((r) => s.once('close', r));
     assert.match(answer, /^HTTP\/1\.1 400 /, `the answer to ${JSON.stringify(garbage)}`);
   }
-  assert.deepEqual(await get(serverMeta, '/healthz'), { status: 200, body: 'ok' });
+  assert.deepEqual(await metaGet(serverMeta, '/healthz'), { status: 200, body: 'ok' });
 });
