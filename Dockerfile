@@ -2,8 +2,13 @@
 #   docker build -t yurt-tunnel .
 #   docker run yurt-tunnel yurt-tunnel-server --help
 #   docker run yurt-tunnel yurt-tunnel-agent --help
+# BASE_IMAGE pins the Node base, e.g. by digest:
+#   docker build --build-arg BASE_IMAGE=node:20-bookworm-slim@sha256:<digest> -t yurt-tunnel .
+# Without a registry, `npm run image -- build` assembles a local base and builds with buildah (hack/image.ts).
 
-FROM node:20-bookworm-slim AS build
+ARG BASE_IMAGE=node:20-bookworm-slim
+
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY package.json package-lock.json tsconfig.json ./
 # Scripts off: `prepare` would build before the sources are here.
@@ -13,7 +18,7 @@ COPY pkg ./pkg
 COPY proto ./proto
 RUN npx tsc -p tsconfig.json && npm prune --omit=dev --ignore-scripts
 
-FROM node:20-bookworm-slim
+FROM ${BASE_IMAGE}
 # The server's iptables manager needs iptables and conntrack (and root with NET_ADMIN); the agent needs neither.
 # jemalloc: glibc's malloc keeps the memory a flood of connections freed, jemalloc gives it back
 # (README, "Memory after a flood"); linked to one path whatever the architecture.
