@@ -27,7 +27,8 @@ const ALLOWED = [
   },
   {
     kind: 'system tools',
-    reason: /^(iptables-nft-save|iptables-legacy-save|conntrack|setpriv|dnsmasq) is not installed \(apt-get install [a-z-]+\)$/,
+    reason:
+      /^((iptables-nft-save|iptables-legacy-save|conntrack|setpriv|dnsmasq|mmdebstrap|buildah) is|mmdebstrap and buildah are) not installed \(apt-get install [a-z -]+\)$/,
   },
   {
     kind: 'control plane',
