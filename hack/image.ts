@@ -146,9 +146,10 @@ export async function buildImage(options: BuildOptions = {}): Promise<string> {
 }
 
 /**
- * Writes `image` to `path` as an OCI archive whose index names it in full, for
- * `ctr -n k8s.io images import --base-name <name without tag> <path>` (ctr keeps
- * only the names under --base-name).
+ * Writes `image` to `path` as an OCI archive whose index names it in full
+ * (org.opencontainers.image.ref.name), for
+ * `ctr -n k8s.io images import --base-name <name without tag> <path>`: ctr keeps a
+ * full name under --base-name as it is, where a bare tag would get the prefix.
  */
 export async function exportImage(image: string, path: string, options: RunOptions = {}): Promise<void> {
   requireTools();
