@@ -11,7 +11,9 @@ import {
   DEFAULT_CERT_DIR,
   DEFAULT_EGRESS_SELECTOR_UDS,
   DEFAULT_PROXIER_UDS,
+  EGRESS_DIRECT_DIAL_MODES,
   EGRESS_SELECTOR_MODES,
+  type EgressDirectDial,
   type EgressSelectorMode,
 } from '../../pkg/server/options.js';
 import { TunnelServer } from '../../pkg/server/app.js';
@@ -56,6 +58,7 @@ interface ServerFlags {
   egressSelectorEnable: boolean;
   egressSelectorUds: string;
   egressSelectorMode: EgressSelectorMode;
+  egressDirectDial: EgressDirectDial;
   proxyStrategy: ReturnType<typeof parseProxyStrategies>;
   dialTimeout: number;
   stalledConnectionTimeout: number;
@@ -129,6 +132,13 @@ const program = new Command('yurt-tunnel-server')
     "the egress selector's proxyProtocol: http-connect (HTTPConnect) or grpc (GRPC, Konnectivity's ProxyService)",
     parseEgressMode,
     'http-connect' as EgressSelectorMode,
+  )
+  .option(
+    '--egress-direct-dial <mode>',
+    'auto: in cluster mode the egress socket dials what no agent serves and is no edge node (openyurt.io/is-edge-worker=true) ' +
+      'itself: cloud nodes, webhooks, aggregated APIs; off: everything goes into the tunnel (local mode always)',
+    parseEgressDirectDial,
+    'auto' as EgressDirectDial,
   )
   .option(
     '--proxy-strategy <list>',
@@ -284,7 +294,9 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     kubeletCAFile: flags.kubeletCaFile,
     localhostProxyPorts: flags.localhostProxyPorts,
     interceptorProxierUDS: flags.interceptorProxierUds,
-    egressSelector: flags.egressSelectorEnable ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode } : undefined,
+    egressSelector: flags.egressSelectorEnable
+      ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode, directDial: flags.egressDirectDial }
+      : undefined,
     proxyStrategies: flags.proxyStrategy,
     dialTimeoutMs: flags.dialTimeout,
     stalledConnectionTimeoutMs: flags.stalledConnectionTimeout,
@@ -326,6 +338,12 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
 function parseEgressMode(text: string): EgressSelectorMode {
   const mode = EGRESS_SELECTOR_MODES.find((m) => m === text);
   if (mode === undefined) throw new InvalidArgumentError(`not one of ${EGRESS_SELECTOR_MODES.join(', ')} (got ${JSON.stringify(text)})`);
+  return mode;
+}
+
+function parseEgressDirectDial(text: string): EgressDirectDial {
+  const mode = EGRESS_DIRECT_DIAL_MODES.find((m) => m === text);
+  if (mode === undefined) throw new InvalidArgumentError(`not one of ${EGRESS_DIRECT_DIAL_MODES.join(', ')} (got ${JSON.stringify(text)})`);
   return mode;
 }
 

@@ -18,7 +18,10 @@ import { unhandledPacketType, type DialRequestPacket, type Packet } from '../pro
 import { removePortFromHost } from '../protocol/identifiers.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
-import type { TunnelConn } from '../tunnel/tunnel-conn.js';
+import type { Duplex } from 'node:stream';
+import { abortStream } from '../mux/abort.js';
+import { Cancel } from '../mux/cancel.js';
+import type { DirectDialer } from './direct-dial.js';
 import { holdable, writeHolding } from '../mux/buffer-pool.js';
 
 /** A stream that sends no DIAL_REQ within this long is ended: it only holds resources. */
@@ -30,7 +33,17 @@ export interface EgressStreamOptions {
   dialRequestTimeoutMs?: number;
   /** The node an address belongs to, so that a failed dial names it. */
   nodeNameOf?: NodeNameOf;
+  /** Dials what the tunnel does not reach (--egress-direct-dial). */
+  direct?: DirectDialer;
   logger: Logger;
+}
+
+/** The stream's one connection: tunnelled (through `agentID`) or dialled directly (`agentID` undefined). */
+interface StreamConn {
+  socket: Duplex;
+  connectID: bigint;
+  address: string;
+  agentID: string | undefined;
 }
 
 type State = 'awaiting-dial' | 'dialing' | 'open' | 'closed';
@@ -48,7 +61,7 @@ type Ending =
 
 export class EgressStream {
   private state: State = 'awaiting-dial';
-  private conn: TunnelConn | undefined;
+  private conn: StreamConn | undefined;
   private readonly abort = new AbortController();
   private readonly log: Logger;
   private readonly started = performance.now();
@@ -96,9 +109,9 @@ export class EgressStream {
         this.bytesOut += p.data.length;
         // A view of a pooled slab (a joined message) is the call's only while its packet is handled;
         // what is written waits in the connection and the link (until the agent acknowledges it): a small view is copied.
-        if (!writeHolding(this.conn, holdable(p.data))) {
+        if (!writeHolding(this.conn.socket, holdable(p.data))) {
           this.call.pauseReceive(this);
-          this.conn.once('drain', () => this.call.resumeReceive(this));
+          this.conn.socket.once('drain', () => this.call.resumeReceive(this));
         }
         return;
       case 'CLOSE_REQ':
@@ -135,9 +148,9 @@ export class EgressStream {
       this.close({ kind: 'dial-failed', req, reason: `protocol ${JSON.stringify(req.protocol)} is not supported; only tcp` });
       return;
     }
-    let conn: TunnelConn;
+    let conn: StreamConn;
     try {
-      conn = await this.opts.tunnel.dial(req.address, { signal: this.abort.signal });
+      conn = await this.connect(req.address);
     } catch (err: unknown) {
       if (this.closed) return;
       const reason = dialFailureReason(err, removePortFromHost(req.address), this.opts.nodeNameOf);
@@ -145,26 +158,45 @@ export class EgressStream {
       this.close({ kind: 'dial-failed', req, reason });
       return;
     }
+    const socket = conn.socket;
     if (this.closed) {
-      conn.destroy();
+      socket.destroy();
       return;
     }
     this.conn = conn;
     this.state = 'open';
     this.call.sendControl({ type: 'DIAL_RSP', random: req.random, connectID: conn.connectID, error: '' });
-    this.log.verbose(2, 'egress connection open', { dialAddress: req.address, agentID: conn.agentID, connectID: String(conn.connectID) });
-    conn.on('data', (chunk: Buffer) => {
+    this.log.verbose(2, 'egress connection open', { dialAddress: req.address, agentID: conn.agentID ?? 'none (direct)', connectID: String(conn.connectID) });
+    socket.on('data', (chunk: Buffer) => {
       this.bytesIn += chunk.length;
-      conn.pause();
+      socket.pause();
       this.call.sendData(conn.connectID, chunk, (err) => {
         // The client's stream is gone (a failure, not an end): the target is reset.
-        if (err) conn.destroy(err);
-        else conn.resume();
+        if (err) socket.destroy(err);
+        else socket.resume();
       });
     });
-    conn.once('end', () => this.close({ kind: 'closed', why: 'the far end closed', error: '' }));
-    conn.on('error', (err: Error) => this.close({ kind: 'closed', why: 'the tunnel connection failed', error: errorMessage(err) }));
-    conn.once('close', () => this.close({ kind: 'closed', why: 'the tunnel connection closed', error: conn.readableEnded ? '' : 'closed before its end' }));
+    socket.once('end', () => this.close({ kind: 'closed', why: 'the far end closed', error: '' }));
+    socket.on('error', (err: Error) => this.close({ kind: 'closed', why: 'the connection failed', error: errorMessage(err) }));
+    socket.once('close', () => this.close({ kind: 'closed', why: 'the connection closed', error: socket.readableEnded ? '' : 'closed before its end' }));
+  }
+
+  /** The connection to `address`: dialled directly when the direct dialer takes it, else through the tunnel. */
+  private async connect(address: string): Promise<StreamConn> {
+    const direct = this.opts.direct;
+    if (direct?.takes(address) === true) {
+      const cancel = new Cancel();
+      const onAbort = (): void => cancel.cancel();
+      this.abort.signal.addEventListener('abort', onAbort, { once: true });
+      try {
+        const socket = await new Promise<Duplex>((resolve, reject) => direct.dial(address, cancel, resolve, reject));
+        return { socket, connectID: direct.connectID(), address, agentID: undefined };
+      } finally {
+        this.abort.signal.removeEventListener('abort', onAbort);
+      }
+    }
+    const conn = await this.opts.tunnel.dial(address, { signal: this.abort.signal });
+    return { socket: conn, connectID: conn.connectID, address: conn.address, agentID: conn.agentID };
   }
 
   /**
@@ -181,7 +213,7 @@ export class EgressStream {
     switch (end.kind) {
       case 'refused':
         this.log.warn('egress stream ended', { error: end.message });
-        conn?.destroy();
+        conn?.socket.destroy();
         this.call.end(end.code, end.message);
         return;
       case 'dial-failed':
@@ -193,7 +225,7 @@ export class EgressStream {
         return;
       case 'client-gone':
         // No CLOSE_REQ came first: the client went away abruptly, and the target is reset.
-        conn?.destroy(new ConnectionClosedError(`the egress client's stream ended without CLOSE_REQ: ${end.reason}`));
+        if (conn !== undefined) abortStream(conn.socket, new ConnectionClosedError(`the egress client's stream ended without CLOSE_REQ: ${end.reason}`));
         this.log.verbose(2, 'egress stream ended by the client', { reason: end.reason });
         return;
     }
@@ -203,10 +235,10 @@ export class EgressStream {
   private connectionClosed(why: string, error: string): void {
     const conn = this.conn;
     if (conn !== undefined) {
-      conn.destroy();
+      conn.socket.destroy();
       this.call.sendControl({ type: 'CLOSE_RSP', connectID: conn.connectID, error });
       this.log.verbose(2, 'egress connection closed', {
-        agentID: conn.agentID,
+        agentID: conn.agentID ?? 'none (direct)',
         dialAddress: conn.address,
         connectID: String(conn.connectID),
         why,
@@ -220,7 +252,7 @@ export class EgressStream {
     else
       this.call.end(
         GrpcStatus.UNAVAILABLE,
-        `${conn === undefined ? 'connection' : `connection to ${conn.address} through agent ${conn.agentID}`} failed: ${error}`,
+        `${conn === undefined ? 'connection' : `connection to ${conn.address} ${conn.agentID === undefined ? 'dialled directly' : `through agent ${conn.agentID}`}`} failed: ${error}`,
       );
   }
 

@@ -18,6 +18,7 @@ import { ConnectionSet } from '../net/connection-set.js';
 import { stopListening } from '../net/listen.js';
 import { asError, errorMessage } from '../protocol/errors.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import type { DirectDialer } from './direct-dial.js';
 import { EgressStream } from './grpc-proxy-stream.js';
 import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
 import { listenUnix } from '../net/unix-listener.js';
@@ -30,6 +31,8 @@ export interface GrpcProxyServerOptions {
   /** File mode of the socket. Default 0o660. */
   mode?: number;
   nodeNameOf?: (host: string) => string | undefined;
+  /** Dials what the tunnel does not reach (--egress-direct-dial). */
+  direct?: DirectDialer;
   /** See EgressStreamOptions.dialRequestTimeoutMs. */
   dialRequestTimeoutMs?: number;
   /**
@@ -125,6 +128,7 @@ export class GrpcProxyServer {
     new EgressStream(new ServerPacketCall(stream, { logger: this.log }), {
       tunnel: this.tunnel,
       nodeNameOf: this.opts.nodeNameOf,
+      direct: this.opts.direct,
       dialRequestTimeoutMs: this.opts.dialRequestTimeoutMs,
       logger: this.log,
     }).start();

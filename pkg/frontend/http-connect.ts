@@ -18,6 +18,8 @@ import type { TunnelRelay } from '../tunnel/tunnel-relay.js';
 import { answerAndClose, CONNECTION_ESTABLISHED, errorResponse, statusForDialFailure } from './http-answer.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
+import type { DirectDialer } from './direct-dial.js';
+import { splice } from '../mux/splice.js';
 import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
 import { listenUnix } from '../net/unix-listener.js';
 
@@ -40,6 +42,8 @@ export interface HttpConnectServerOptions {
   metricsRegistry?: Registry;
   /** The node an address belongs to, so that a failed dial's answer names it. */
   nodeNameOf?: NodeNameOf;
+  /** The egress socket's direct dials (--egress-direct-dial); never the proxier's. */
+  direct?: DirectDialer;
   logger?: Logger;
 }
 
@@ -202,7 +206,32 @@ export class HttpConnectServer {
         this.internalError(socket, err);
       }
     };
+    const direct = this.opts.direct;
+    if (direct?.takes(target, proxyHost) === true) {
+      direct.dial(target, cancel, (conn) => this.joinDirect(socket, conn, pendingChunks, unwatch, cancel), failed);
+      return;
+    }
     this.tunnel.dialRelayThen(target, { proxyHost, cancel }, connected, failed);
+  }
+
+  /** A direct dial connected: 200, what the client sent meanwhile, then the two sockets joined. */
+  private joinDirect(socket: Socket, conn: Socket, pendingChunks: Buffer[], unwatch: () => void, cancel: Cancel): void {
+    // Not paused: splice's pipes take the socket's reads over in this same turn.
+    unwatch();
+    if (socket.destroyed || cancel.isCancelled) {
+      conn.destroy();
+      socket.destroy();
+      return;
+    }
+    try {
+      socket.write(CONNECTION_ESTABLISHED);
+      for (const chunk of pendingChunks) conn.write(chunk);
+      // A client that half-closed during the dial: pipe() passes its end on.
+      splice(socket, conn);
+    } catch (err: unknown) {
+      conn.destroy();
+      this.internalError(socket, err);
+    }
   }
 
   /** The dial failed: the client gets a status naming the cause (unless it left meanwhile). */

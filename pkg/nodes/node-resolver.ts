@@ -62,3 +62,11 @@ export class NodeResolverChain implements NodeResolver {
     return undefined;
   }
 }
+
+/**
+ * Whether `host` (a node's name or one of its addresses) belongs to an edge
+ * node, whose connections only the tunnel reaches. The egress frontends dial
+ * what is neither served by an agent nor an edge node's directly
+ * (pkg/frontend/direct-dial.ts); an answer that is not known yet must be true.
+ */
+export type EdgeNodeTest = (host: string) => boolean;

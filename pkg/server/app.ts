@@ -148,6 +148,8 @@ export class TunnelServer {
       agentAddress: `${opts.bindAddress}:${agentEndpoint.address.port}`,
       proxier: opts.interceptorProxierUDS,
       egressSelector: opts.egressSelector === undefined ? 'off' : `${opts.egressSelector.mode} on ${opts.egressSelector.uds}`,
+      // Local mode has no Nodes to tell an edge node from a cloud host: its egress socket only tunnels.
+      egressDirectDial: opts.egressSelector === undefined ? 'off' : (opts.egressSelector.directDial ?? 'auto') === 'auto' && cluster !== undefined ? 'on' : 'off',
       securePort: master.address('secure').port,
       insecurePort: master.address('insecure').port,
       metaPort: meta?.address.port ?? 'off',
@@ -168,7 +170,7 @@ export class TunnelServer {
     const agentEndpoint = agentEndpointFor(tunnel, serverID, certs, opts);
     const resolver = nodeResolverFor(tunnel, cluster);
     const nodeNameOf = nodeNamer(resolver);
-    const { proxier, egress } = frontendsFor(tunnel, nodeNameOf, opts);
+    const { proxier, egress } = frontendsFor(tunnel, nodeNameOf, opts, cluster?.isEdgeNode);
     const connector = kubeletConnectorFor(tunnel, certs, files, cluster, opts);
     const master = masterFor(opts, { certs, files, cluster, resolver, nodeNameOf, connector });
     if (cluster !== undefined) followServingRotations(cluster, certs, files, agentEndpoint, master);

@@ -19,10 +19,11 @@ import { PemFileStore } from '../certs/pem-file-store.js';
 import { readPemFile } from '../certs/read-pem.js';
 import { ConfigError } from '../protocol/errors.js';
 import type { CertKeyPair } from '../certs/pki.js';
-import type { NodeResolver } from '../nodes/node-resolver.js';
+import type { EdgeNodeTest, NodeResolver } from '../nodes/node-resolver.js';
 import type { Logger } from '../log/logger.js';
 import { createKubeClient, describeSource, type KubeClient, type KubeConfigSource } from '../kube/client.js';
 import { CsrSigner } from '../kube/csr-signer.js';
+import { edgeNodeTest } from '../kube/edge-nodes.js';
 import { Informer } from '../kube/informer.js';
 import { InformerNodeResolver, nodeInformer, podPlacementInformer, type PodPlacement } from '../kube/node-resolver.js';
 import { ServerConfigSource } from '../kube/server-config-source.js';
@@ -71,6 +72,8 @@ export class ClusterServices {
     readonly resolver: NodeResolver,
     readonly serving: CertificateManager,
     readonly proxyClient: CertificateManager,
+    /** Edge nodes by name or address, from the Node informer (the egress frontends' direct dials). */
+    readonly isEdgeNode: EdgeNodeTest,
   ) {}
 
   /** Builds the client and starts informers and certificate managers; throws only for a configuration that cannot be read. */
@@ -146,7 +149,7 @@ export class ClusterServices {
     config.start();
     await Promise.all([serving.start(), proxyClient.start()]);
     const resolver = new InformerNodeResolver(nodes, pods);
-    return new ClusterServices(client, ca, nodes, pods, services, config, resolver, serving, proxyClient);
+    return new ClusterServices(client, ca, nodes, pods, services, config, resolver, serving, proxyClient, edgeNodeTest(nodes));
   }
 
   /** Both certificates, as soon as both exist. */

@@ -5,6 +5,7 @@
 
 import { AgentEndpoint } from '../endpoint/agent-endpoint.js';
 import type { NodeNameOf } from '../frontend/dial-reason.js';
+import { DirectDialer } from '../frontend/direct-dial.js';
 import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
@@ -17,7 +18,7 @@ import { DEFAULT_SYNC_PERIOD_MS, IptablesManager, MIN_SYNC_PERIOD_MS } from '../
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
-import { NodeResolverChain, type NodeResolver } from '../nodes/node-resolver.js';
+import { NodeResolverChain, type EdgeNodeTest, type NodeResolver } from '../nodes/node-resolver.js';
 import { IptablesError } from '../protocol/errors.js';
 import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
@@ -67,17 +68,30 @@ export function nodeNamer(resolver: NodeResolver): NodeNameOf {
   };
 }
 
-/** The proxier (HTTP CONNECT on its Unix socket) and, when enabled, the egress selector's socket. */
-export function frontendsFor(tunnel: Tunnel, nodeNameOf: NodeNameOf, opts: ServerOptions): { proxier: HttpConnectServer; egress: EgressFrontend | undefined } {
+/**
+ * The proxier (HTTP CONNECT on its Unix socket) and, when enabled, the egress
+ * selector's socket. Only the egress socket dials directly what the tunnel
+ * does not reach (--egress-direct-dial), and only when `isEdgeNode` is known
+ * (cluster mode).
+ */
+export function frontendsFor(
+  tunnel: Tunnel,
+  nodeNameOf: NodeNameOf,
+  opts: ServerOptions,
+  isEdgeNode: EdgeNodeTest | undefined,
+): { proxier: HttpConnectServer; egress: EgressFrontend | undefined } {
   const common = { nodeNameOf, headTimeoutMs: opts.connectHeadTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry };
   const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, name: 'proxier', ...common });
   const e = opts.egressSelector;
+  if (e === undefined) return { proxier, egress: undefined };
+  const direct =
+    (e.directDial ?? 'auto') === 'auto' && isEdgeNode !== undefined
+      ? new DirectDialer(tunnel, { isEdgeNode, timeoutMs: opts.dialTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry })
+      : undefined;
   const egress =
-    e === undefined
-      ? undefined
-      : e.mode === 'grpc'
-        ? new GrpcProxyServer(tunnel, { path: e.uds, ...common })
-        : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', ...common });
+    e.mode === 'grpc'
+      ? new GrpcProxyServer(tunnel, { path: e.uds, direct, ...common })
+      : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', direct, ...common });
   return { proxier, egress };
 }
 

@@ -16,6 +16,16 @@ export const DEFAULT_EGRESS_SELECTOR_UDS = '/tmp/yurt-tunnel-egress-selector.soc
 export type EgressSelectorMode = 'http-connect' | 'grpc';
 export const EGRESS_SELECTOR_MODES: readonly EgressSelectorMode[] = ['http-connect', 'grpc'];
 
+/**
+ * Whether the egress socket dials what the tunnel does not reach itself
+ * (pkg/frontend/direct-dial.ts): `auto` in cluster mode, where the Nodes say
+ * which hosts are edge nodes'; `off` sends everything into the tunnel. Local
+ * mode never dials directly: without Nodes an edge node whose agent is away
+ * cannot be told from a cloud host.
+ */
+export type EgressDirectDial = 'auto' | 'off';
+export const EGRESS_DIRECT_DIAL_MODES: readonly EgressDirectDial[] = ['auto', 'off'];
+
 export interface ServerOptions {
   bindAddress: string;
   /** HTTP master port's address; default the loopback of the bind address's family. */
@@ -34,7 +44,7 @@ export interface ServerOptions {
   localhostProxyPorts: number[];
   interceptorProxierUDS: string;
   /** Serve kube-apiserver's egress selector on egressSelectorUDS, in egressSelectorMode. */
-  egressSelector?: { uds: string; mode: EgressSelectorMode };
+  egressSelector?: { uds: string; mode: EgressSelectorMode; directDial?: EgressDirectDial };
   proxyStrategies: ProxyStrategy[];
   dialTimeoutMs: number;
   /** See TunnelOptions.stalledConnectionTimeoutMs. */

@@ -132,6 +132,11 @@ export class Tunnel {
     this.startDial(address, opts, true, connected as (c: TunnelConn | TunnelRelay) => void, failed);
   }
 
+  /** Whether a connected agent serves `host` under the proxy strategies (what a dial to it would pick). */
+  serves(host: string): boolean {
+    return this.registry.pick(this.strategies, host) !== undefined;
+  }
+
   private startDial(address: string, opts: DialOptions, relay: boolean, resolve: (conn: TunnelConn | TunnelRelay) => void, reject: (err: Error) => void): void {
     const fail = (code: DialFailureReason, message: string): void => reject(this.dialFailure(code, message, 2, { dialAddress: address }));
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
