@@ -107,7 +107,10 @@ export class DirectDialer {
       connected(socket);
     };
     const onError = (err: Error): void =>
-      fail('YT_ERR_DIAL_FAILED', `direct dial (not through the tunnel: no agent serves ${host} and it is no edge node) to ${address} failed: ${errorMessage(err)}`);
+      fail(
+        'YT_ERR_DIAL_FAILED',
+        `direct dial (not through the tunnel: no agent serves ${host} and it is no edge node) to ${address} failed: ${errorMessage(err)}`,
+      );
     const timer = setTimeout(
       () => fail('YT_ERR_DIAL_TIMEOUT', `direct dial (not through the tunnel) to ${address} did not connect within ${this.opts.timeoutMs} ms`),
       this.opts.timeoutMs,

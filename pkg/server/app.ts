@@ -149,7 +149,8 @@ export class TunnelServer {
       proxier: opts.interceptorProxierUDS,
       egressSelector: opts.egressSelector === undefined ? 'off' : `${opts.egressSelector.mode} on ${opts.egressSelector.uds}`,
       // Local mode has no Nodes to tell an edge node from a cloud host: its egress socket only tunnels.
-      egressDirectDial: opts.egressSelector === undefined ? 'off' : (opts.egressSelector.directDial ?? 'auto') === 'auto' && cluster !== undefined ? 'on' : 'off',
+      egressDirectDial:
+        opts.egressSelector === undefined ? 'off' : (opts.egressSelector.directDial ?? 'auto') === 'auto' && cluster !== undefined ? 'on' : 'off',
       securePort: master.address('secure').port,
       insecurePort: master.address('insecure').port,
       metaPort: meta?.address.port ?? 'off',

@@ -1,0 +1,252 @@
+// The egress socket's direct dials (--egress-direct-dial): kube-apiserver's
+// `cluster` egress selection sends it every connection, so what no agent
+// serves and names no edge node (a cloud node's kubelet, a webhook, an
+// aggregated API) is dialled by the server itself; an edge node's stays in
+// the tunnel, with its 503 when no agent serves it. The frontends are built
+// as the server builds them (frontendsFor), with the edge-node test the
+// Node informer gives in cluster mode as a plain predicate.
+//
+// Agent edge-1 advertises 127.0.0.9; edge-2 (127.0.0.10) is an edge node with
+// no agent. Targets on 127.0.0.1 are neither: "cloud" hosts.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import http2 from 'node:http2';
+import { connect, createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { once } from 'node:events';
+import { Registry } from 'prom-client';
+import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
+import { PROXY_PATH } from '../../pkg/grpc/services.js';
+import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
+import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
+import { frontendsFor, type EgressFrontend } from '../../pkg/server/components.js';
+import type { EgressDirectDial, EgressSelectorMode } from '../../pkg/server/options.js';
+import { harness, type Harness } from '../support/harness.js';
+import { startMaster } from '../support/master.js';
+import { testServerOptions } from '../support/server-options.js';
+import { connectVia, readExactly, startEchoServer, startTunnel, tempDir, type TestServer } from '../support/tunnel.js';
+
+const EDGE_HOSTS = new Set(['edge-1', '127.0.0.9', 'edge-2', '127.0.0.10']);
+const isEdgeNode = (host: string): boolean => EDGE_HOSTS.has(host);
+
+async function startEgress(
+  h: Harness,
+  server: TestServer,
+  mode: EgressSelectorMode,
+  opts: { directDial?: EgressDirectDial; clusterMode?: boolean; registry?: Registry } = {},
+): Promise<{ path: string; proxierPath: string; registry: Registry }> {
+  const dir = await tempDir(h);
+  const registry = opts.registry ?? new Registry();
+  const path = join(dir, 'egress.sock');
+  const serverOpts = testServerOptions(dir, {
+    egressSelector: { uds: path, mode, ...(opts.directDial !== undefined ? { directDial: opts.directDial } : {}) },
+    metricsRegistry: registry,
+    logger: server.log,
+  });
+  const { proxier, egress } = frontendsFor(server.tunnel, () => undefined, serverOpts, opts.clusterMode === false ? undefined : isEdgeNode);
+  const started: (EgressFrontend | typeof proxier)[] = [proxier, egress!];
+  for (const f of started) {
+    h.defer(() => f.close());
+    await f.start();
+  }
+  return { path, proxierPath: serverOpts.interceptorProxierUDS, registry };
+}
+
+async function directDials(registry: Registry): Promise<Record<string, number>> {
+  const metric = (await registry.getMetricsAsJSON()).find((m) => m.name === 'yurttunnel_server_direct_dials_total');
+  const counts: Record<string, number> = {};
+  for (const v of (metric?.values ?? []) as { labels: { result?: string }; value: number }[]) counts[v.labels.result ?? ''] = v.value;
+  return counts;
+}
+
+/** A listener on `host` that counts the connections it got (none may come for an edge node). */
+async function countingListener(h: Harness, host: string): Promise<{ port: number; accepted: () => number }> {
+  let accepted = 0;
+  const sockets = new Set<Socket>();
+  const server = createServer((s) => {
+    accepted++;
+    sockets.add(s);
+    s.destroy();
+  });
+  server.listen(0, host);
+  await once(server, 'listening');
+  h.defer(async () => {
+    for (const s of sockets) s.destroy();
+    server.close();
+    await once(server, 'close');
+  });
+  return { port: (server.address() as { port: number }).port, accepted: () => accepted };
+}
+
+interface ProxyCall {
+  send(p: KnownPacket): void;
+  next(): Promise<Packet>;
+  end(): void;
+  status: Promise<string>;
+}
+
+/** A ProxyService stream as konnectivity-client opens it. */
+function proxyCall(h: Harness, path: string): ProxyCall {
+  const session = http2.connect('http://localhost', { createConnection: () => connect(path) });
+  h.defer(() => {
+    session.destroy();
+  });
+  session.on('error', () => {
+    // The stream's status is what the tests look at.
+  });
+  const stream = session.request({ ':method': 'POST', ':path': PROXY_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+  const deframer = new GrpcDeframer();
+  const queue: Packet[] = [];
+  const waiters: ((p: Packet) => void)[] = [];
+  stream.on('data', (chunk: Buffer) => {
+    for (const m of deframer.push(chunk)) {
+      const p = decodePacket(m);
+      const w = waiters.shift();
+      if (w) w(p);
+      else queue.push(p);
+    }
+  });
+  const status = new Promise<string>((resolve) => stream.once('trailers', (t: http2.IncomingHttpHeaders) => resolve(String(t['grpc-status']))));
+  return {
+    send: (p) => {
+      const body = encodePacket(p);
+      stream.write(Buffer.concat([grpcFrameHeader(body.length), body]));
+    },
+    next: () => new Promise((resolve) => (queue.length > 0 ? resolve(queue.shift()!) : waiters.push(resolve))),
+    end: () => stream.end(),
+    status,
+  };
+}
+
+async function edgeTunnel(h: Harness): Promise<TestServer> {
+  const { server } = await startTunnel(h, { agent: { identifiers: 'ipv4=127.0.0.9&host=edge-1' } });
+  return server;
+}
+
+test('HTTP CONNECT egress: a host no agent serves and no edge node has is dialled directly; bytes round-trip; counted', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { path, registry } = await startEgress(h, server, 'http-connect');
+  const echo = await startEchoServer(h);
+  const early = Buffer.from('sent with the CONNECT head;');
+  const res = await connectVia(path, `127.0.0.1:${echo.port}`, { early });
+  assert.equal(res.status, 200, res.head);
+  const payload = randomBytes(256 * 1024);
+  res.socket.write(payload);
+  const back = await readExactly(res.socket, early.length + payload.length, res.rest);
+  assert.ok(back.equals(Buffer.concat([early, payload])), 'byte-exact');
+  res.socket.end();
+  await once(res.socket, 'close');
+  assert.deepEqual(await directDials(registry), { connected: 1 });
+  assert.equal(server.tunnel.establishedCount(), 0, 'nothing went through the tunnel');
+});
+
+test('gRPC egress: a direct dial answers DIAL_RSP, DATA echoes, CLOSE_REQ gets CLOSE_RSP', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { path, registry } = await startEgress(h, server, 'grpc');
+  const echo = await startEchoServer(h);
+  const call = proxyCall(h, path);
+  call.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${echo.port}`, random: 77n });
+  const rsp = await call.next();
+  assert.equal(rsp.type, 'DIAL_RSP');
+  assert.equal(rsp.error, '');
+  const connectID = rsp.connectID;
+  assert.notEqual(connectID, 0n);
+  const payload = randomBytes(200 * 1024);
+  call.send({ type: 'DATA', connectID, error: '', data: payload });
+  const received: Buffer[] = [];
+  let got = 0;
+  while (got < payload.length) {
+    const p = await call.next();
+    assert.equal(p.type, 'DATA');
+    received.push(p.data);
+    got += p.data.length;
+  }
+  assert.ok(Buffer.concat(received).equals(payload), 'byte-exact');
+  call.send({ type: 'CLOSE_REQ', connectID });
+  assert.deepEqual(await call.next(), { type: 'CLOSE_RSP', connectID, error: '' });
+  call.end();
+  assert.equal(await call.status, '0');
+  assert.deepEqual(await directDials(registry), { connected: 1 });
+});
+
+test('an edge node with no agent, by name or address, keeps its 503 and is never dialled directly', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const connectEgress = await startEgress(h, server, 'http-connect');
+  const grpcEgress = await startEgress(h, server, 'grpc', { registry: connectEgress.registry });
+  const edge2 = await countingListener(h, '127.0.0.10');
+  for (const target of [`127.0.0.10:${edge2.port}`, 'edge-2:10250']) {
+    const res = await connectVia(connectEgress.path, target);
+    assert.equal(res.status, 503, res.head);
+    assert.match(res.head, /no agent serves/);
+    res.socket.destroy();
+    const call = proxyCall(h, grpcEgress.path);
+    call.send({ type: 'DIAL_REQ', protocol: 'tcp', address: target, random: 5n });
+    const rsp = await call.next();
+    assert.equal(rsp.type, 'DIAL_RSP');
+    assert.match(rsp.error, /no agent serves/);
+    assert.equal(await call.status, '0');
+  }
+  assert.equal(edge2.accepted(), 0);
+  assert.deepEqual(await directDials(connectEgress.registry), {});
+});
+
+test('a direct dial that fails maps to 502 or DIAL_RSP naming "direct"', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { closedPort } = await import('../support/tunnel.js');
+  const port = await closedPort();
+  const connectEgress = await startEgress(h, server, 'http-connect');
+  const grpcEgress = await startEgress(h, server, 'grpc', { registry: connectEgress.registry });
+  const res = await connectVia(connectEgress.path, `127.0.0.1:${port}`);
+  assert.equal(res.status, 502, res.head);
+  assert.match(res.head, /direct dial .*ECONNREFUSED/);
+  res.socket.destroy();
+  const call = proxyCall(h, grpcEgress.path);
+  call.send({ type: 'DIAL_REQ', protocol: 'tcp', address: `127.0.0.1:${port}`, random: 6n });
+  const rsp = await call.next();
+  assert.match(rsp.type === 'DIAL_RSP' ? rsp.error : '', /direct dial .*ECONNREFUSED/);
+  assert.deepEqual(await directDials(connectEgress.registry), { YT_ERR_DIAL_FAILED: 2 });
+});
+
+test('--egress-direct-dial=off, and local mode (no Nodes): everything goes into the tunnel, 503 as before', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const echo = await startEchoServer(h);
+  for (const opts of [{ directDial: 'off' as const }, { clusterMode: false }]) {
+    const { path, registry } = await startEgress(h, server, 'http-connect', opts);
+    const res = await connectVia(path, `127.0.0.1:${echo.port}`);
+    assert.equal(res.status, 503, `${JSON.stringify(opts)}: ${res.head}`);
+    res.socket.destroy();
+    assert.deepEqual(await directDials(registry), {});
+  }
+  assert.equal(echo.sockets.size, 0);
+});
+
+test('the proxier socket and the master ports never dial directly: a non-edge host there gets 503', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const echo = await startEchoServer(h);
+  const { proxierPath, registry } = await startEgress(h, server, 'http-connect');
+  const res = await connectVia(proxierPath, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 503, res.head);
+  res.socket.destroy();
+  const { insecurePort } = await startMaster(h, server);
+  const status = await new Promise<number>((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port: insecurePort, path: '/healthz', headers: { Host: `127.0.0.1:${echo.port}` }, agent: false });
+    req.once('response', (r) => {
+      r.resume();
+      resolve(r.statusCode ?? 0);
+    });
+    req.once('error', reject);
+    req.end();
+  });
+  assert.equal(status, 503);
+  assert.equal(echo.sockets.size, 0);
+  assert.deepEqual(await directDials(registry), {});
+});
