@@ -118,6 +118,7 @@ const SERVER_FLAGS = [
   '--iptables-sync-period',
   '--egress-selector-uds',
   '--egress-selector-mode',
+  '--egress-direct-dial',
   '--meta-port',
   '--enable-profiling',
   '--startup-rehearsal',
@@ -200,6 +201,12 @@ test('server --proxy-strategy nearest: exit 1, one line naming the flag and the 
     r,
     `error: option '--proxy-strategy <list>' argument 'nearest' is invalid. unknown proxy strategy "nearest"; use a comma list of: destHost, default, defaultRoute`,
   );
+});
+
+test('server --egress-direct-dial always: exit 1, one line naming the flag and the choices', LIMIT, async (t) => {
+  const h = harness(t);
+  const r = await run(h, SERVER, [...(await safeServerFlags(h)), '--egress-direct-dial', 'always']);
+  assertRefused(r, `error: option '--egress-direct-dial <mode>' argument 'always' is invalid. not one of auto, off (got "always")`);
 });
 
 test('server --tunnel-agent-connect-port 70000: exit 1, one line naming the flag', LIMIT, async (t) => {
