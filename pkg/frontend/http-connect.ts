@@ -2,6 +2,8 @@
 // optional X-Tunnel-Proxy-Host naming the node. The answer is written only
 // once the agent has answered the dial: exactly `200 Connection Established`,
 // or a complete 502/503/504 response naming the host and the cause.
+// On the egress socket, what the tunnel does not reach may be dialled
+// directly instead (direct-dial.ts), answered the same way.
 
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Registry } from 'prom-client';

@@ -116,7 +116,7 @@ describe('kubectl across a 3 s blip between agent and server (session resume)', 
     kubelet = new StandinKubelet({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert, followIntervalMs: 20 });
     await kubelet.start();
     suite.defer(() => kubelet.close());
-    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
+    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port, labels: { 'openyurt.io/is-edge-worker': 'true' } });
     await putPod(cp, 'default', 'p1', 'edge-1');
     server = await startClusterServer(suite, cp, dir, {
       log: serverLog,

@@ -20,6 +20,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { harness, suiteHarness } from '../support/harness.js';
 import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../support/standin-kubelet/index.js';
 import { startEchoServer, waitFor } from '../support/tunnel.js';
+import { EDGE_WORKER_LABEL } from '../../pkg/kube/tunnel-addresses.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -126,6 +127,7 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
   let server: TunnelServer;
   let agent: TunnelAgent;
   let kubelet: StandinKubelet;
+  let cloudKubelet: StandinKubelet;
   let dir: string;
   const dialTimeoutMs = 3000;
 
@@ -146,8 +148,15 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
     });
     await kubelet.start();
     suite.defer(() => kubelet.close());
-    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port });
+    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort: kubelet.port, labels: { [EDGE_WORKER_LABEL]: 'true' } });
     await putPod(cp, 'default', 'p1', 'edge-1');
+    // A cloud node no agent serves: the egress socket dials its kubelet directly (--egress-direct-dial=auto).
+    const cloudServing = issueCertificate(cp.pki.ca, { commonName: 'cloud-1', ips: ['127.0.0.2'], usages: ['serverAuth'] });
+    cloudKubelet = new StandinKubelet({ cert: cloudServing.cert, key: cloudServing.key, clientCA: cp.pki.ca.cert, host: '127.0.0.2' });
+    await cloudKubelet.start();
+    suite.defer(() => cloudKubelet.close());
+    await putNode(cp, 'cloud-1', { internalIP: '127.0.0.2', kubeletPort: cloudKubelet.port, labels: { [EDGE_WORKER_LABEL]: 'false' } });
+    await putPod(cp, 'default', 'cloud-pod', 'cloud-1');
     // The GRPC frontend on its own socket; HTTPConnect is tested on the proxier socket, the same CONNECT frontend.
     server = await startClusterServer(suite, cp, dir, { extra: { dialTimeoutMs, egressSelector: { uds: join(dir, 'egress.sock'), mode: 'grpc' } } });
     agent = await startClusterAgent(suite, cp, server, dir, 'edge-1');
@@ -202,6 +211,22 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
   describe('GRPC', () => {
     before(() => cp.useEgressSelector(grpc()));
     kubectlCases(state);
+  });
+
+  test('GRPC: a cloud node no agent serves is dialled directly by the server: kubectl get --raw and logs work', async () => {
+    await cp.useEgressSelector(grpc());
+    await waitFor('the Node informer to list the nodes', () => server.cluster?.nodes.synced() === true, 20_000);
+    const healthz = await cp.kubectl(['get', '--raw', '/api/v1/nodes/cloud-1/proxy/healthz']);
+    assert.equal(healthz.code, 0, healthz.stderr);
+    assert.equal(healthz.stdout, 'ok');
+    const logs = await cp.kubectl(['logs', 'cloud-pod', '-c', 'c1']);
+    assert.equal(logs.code, 0, logs.stderr);
+    assert.ok(
+      cloudKubelet.requests.some((r) => r.target.startsWith('/containerLogs/default/cloud-pod/c1')),
+      'the cloud kubelet served the logs',
+    );
+    const metrics = await server.tunnel.metrics.registry.metrics();
+    assert.match(metrics, /^yurttunnel_server_direct_dials_total\{result="connected"\} [1-9]/m);
   });
 
   describe('with the agent stopped', () => {
