@@ -27,7 +27,18 @@ import type { EgressDirectDial, EgressSelectorMode } from '../../pkg/server/opti
 import { harness, type Harness } from '../support/harness.js';
 import { startMaster } from '../support/master.js';
 import { testServerOptions } from '../support/server-options.js';
-import { connectVia, readExactly, startEchoServer, startTunnel, tempDir, type TestServer } from '../support/tunnel.js';
+import {
+  closedPort,
+  connectVia,
+  readAll,
+  readExactly,
+  startEchoServer,
+  startHangingListener,
+  startTCPServer,
+  startTunnel,
+  tempDir,
+  type TestServer,
+} from '../support/tunnel.js';
 
 const EDGE_HOSTS = new Set(['edge-1', '127.0.0.9', 'edge-2', '127.0.0.10']);
 const isEdgeNode = (host: string): boolean => EDGE_HOSTS.has(host);
@@ -36,7 +47,7 @@ async function startEgress(
   h: Harness,
   server: TestServer,
   mode: EgressSelectorMode,
-  opts: { directDial?: EgressDirectDial; clusterMode?: boolean; registry?: Registry } = {},
+  opts: { directDial?: EgressDirectDial; clusterMode?: boolean; registry?: Registry; dialTimeoutMs?: number } = {},
 ): Promise<{ path: string; proxierPath: string; registry: Registry }> {
   const dir = await tempDir(h);
   const registry = opts.registry ?? new Registry();
@@ -45,6 +56,7 @@ async function startEgress(
     egressSelector: { uds: path, mode, ...(opts.directDial !== undefined ? { directDial: opts.directDial } : {}) },
     metricsRegistry: registry,
     logger: server.log,
+    ...(opts.dialTimeoutMs !== undefined ? { dialTimeoutMs: opts.dialTimeoutMs } : {}),
   });
   const { proxier, egress } = frontendsFor(server.tunnel, () => undefined, serverOpts, opts.clusterMode === false ? undefined : isEdgeNode);
   const started: (EgressFrontend | typeof proxier)[] = [proxier, egress!];
@@ -199,7 +211,6 @@ test('an edge node with no agent, by name or address, keeps its 503 and is never
 test('a direct dial that fails maps to 502 or DIAL_RSP naming "direct"', async (t) => {
   const h = harness(t);
   const server = await edgeTunnel(h);
-  const { closedPort } = await import('../support/tunnel.js');
   const port = await closedPort();
   const connectEgress = await startEgress(h, server, 'http-connect');
   const grpcEgress = await startEgress(h, server, 'grpc', { registry: connectEgress.registry });
@@ -212,6 +223,60 @@ test('a direct dial that fails maps to 502 or DIAL_RSP naming "direct"', async (
   const rsp = await call.next();
   assert.match(rsp.type === 'DIAL_RSP' ? rsp.error : '', /direct dial .*ECONNREFUSED/);
   assert.deepEqual(await directDials(connectEgress.registry), { YT_ERR_DIAL_FAILED: 2 });
+});
+
+test('a direct dial that does not connect within the dial timeout is a 504 naming "direct"', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const port = await startHangingListener(h);
+  const { path, registry } = await startEgress(h, server, 'http-connect', { dialTimeoutMs: 300 });
+  const started = performance.now();
+  const res = await connectVia(path, `127.0.0.1:${port}`);
+  assert.equal(res.status, 504, res.head);
+  assert.match(res.head, /direct dial .* within 300 ms/);
+  assert.ok(performance.now() - started < 3000);
+  res.socket.destroy();
+  assert.deepEqual(await directDials(registry), { YT_ERR_DIAL_TIMEOUT: 1 });
+});
+
+test('a client that half-closes during a direct dial still gets the answer to what it sent', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { path } = await startEgress(h, server, 'http-connect');
+  const target = await startTCPServer(h, (s) => {
+    const got: Buffer[] = [];
+    s.on('data', (c: Buffer) => got.push(c));
+    s.on('end', () => s.end(`got ${Buffer.concat(got).toString()}`));
+  });
+  const client = connect(path);
+  h.defer(() => client.destroy());
+  client.end(`CONNECT 127.0.0.1:${target.port} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nhello`);
+  const answer = (await readAll(client)).toString('latin1');
+  assert.equal(answer, 'HTTP/1.1 200 Connection Established\r\n\r\ngot hello');
+});
+
+test('IPv6: [::1] is dialled directly too', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { path } = await startEgress(h, server, 'http-connect');
+  const listener = createServer((s) => s.end('over ::1'));
+  const sockets = new Set<Socket>();
+  listener.on('connection', (s) => sockets.add(s));
+  try {
+    listener.listen(0, '::1');
+    await once(listener, 'listening');
+  } catch {
+    t.skip('no ::1 on this host');
+    return;
+  }
+  h.defer(async () => {
+    for (const s of sockets) s.destroy();
+    listener.close();
+    await once(listener, 'close');
+  });
+  const res = await connectVia(path, `[::1]:${(listener.address() as { port: number }).port}`);
+  assert.equal(res.status, 200, res.head);
+  assert.equal(Buffer.concat([res.rest, await readAll(res.socket)]).toString(), 'over ::1');
 });
 
 test('--egress-direct-dial=off, and local mode (no Nodes): everything goes into the tunnel, 503 as before', async (t) => {
