@@ -31,7 +31,7 @@ export function describeCertificate(certPem: string): CertificateSummary {
   return { commonName, organizations, dnsNames, ips, notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo) };
 }
 
-function normalizeIP(ip: string): string {
+export function normalizeIP(ip: string): string {
   // Node prints IPv6 SANs fully expanded and upper-case; compare in one form.
   if (isIP(ip) !== 6) return ip;
   return new URL(`http://[${ip}]/`).hostname.slice(1, -1);
