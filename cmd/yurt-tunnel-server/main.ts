@@ -83,6 +83,8 @@ interface ServerFlags {
   iptablesSyncPeriod: number;
   enableDnsController: boolean;
   dnsSyncPeriod: number;
+  enableCsrApprover: boolean;
+  serverServiceAccount: string;
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
@@ -261,6 +263,19 @@ const program = new Command('yurt-tunnel-server')
     true,
   )
   .addOption(durationOption('--dns-sync-period <duration>', "the DNS controller's full resync besides every change (at least 30s)", '1800s'))
+  .option(
+    '--enable-csr-approver [bool]',
+    "approve the tunnel's CSRs (cluster mode only) when the requester is who the certificate names: an agent's from its node " +
+      "(system:node:<name>) naming only that node and its addresses, the server's from --server-service-account; others stay " +
+      'pending with a logged reason; leader-elected (Lease kube-system/tunnel-csr-approver)',
+    parseBool,
+    true,
+  )
+  .option(
+    '--server-service-account <name>',
+    "the server's ServiceAccount in kube-system: the only requester the approver accepts for the server's certificates",
+    'yurt-tunnel-server',
+  )
   .addOption(
     durationOption('--keepalive-time <duration>', 'ping an agent not heard from for this long (and every 6 of these anyway, for its round trip)', '10s'),
   )
@@ -321,6 +336,8 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     iptablesSyncPeriodMs: flags.iptablesSyncPeriod,
     enableDNSController: flags.enableDnsController,
     dnsSyncPeriodMs: flags.dnsSyncPeriod,
+    enableCSRApprover: flags.enableCsrApprover,
+    serverServiceAccount: flags.serverServiceAccount,
     keepaliveTimeMs: flags.keepaliveTime,
     keepaliveTimeoutMs: flags.keepaliveTimeout,
     metaPort: flags.metaPort,

@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
-import { LogLimiter } from '../log/log-limiter.js';
+import { LogLimiter, type LogLimiterOptions } from '../log/log-limiter.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { KubeClient } from './client.js';
 import { reviewTunnelCsr, isDecided } from './csr-review.js';
@@ -36,6 +36,8 @@ export interface CsrApproverOptions {
   /** This replica in the Lease; default `<hostname>_<uuid>`. */
   identity?: string;
   lease?: { durationMs?: number; renewDeadlineMs?: number; retryPeriodMs?: number };
+  /** How many "left pending" lines per interval (default 5 per 10 s; the rest are counted in a summary). */
+  logLimit?: LogLimiterOptions;
   logger: Logger;
 }
 
@@ -61,7 +63,7 @@ export class CsrApprover {
     this.identity = opts.identity ?? `${hostname()}_${randomUUID()}`;
     this.serverUser = `system:serviceaccount:${TUNNEL_NAMESPACE}:${opts.serverServiceAccount}`;
     this.log = opts.logger.child({ component: 'csr-approver' });
-    this.limited = new LogLimiter(this.log);
+    this.limited = new LogLimiter(this.log, opts.logLimit);
     const { client } = opts;
     this.csrs = new Informer<V1CertificateSigningRequest>({
       name: 'certificatesigningrequests',
@@ -111,6 +113,7 @@ export class CsrApprover {
       await this.transition;
       await this.csrs.stop();
       this.refused.clear();
+      this.limited.flush();
     })();
     return this.stopping;
   }
@@ -121,7 +124,10 @@ export class CsrApprover {
 
   private async lead(): Promise<void> {
     if (this.stopping !== undefined || this.leading !== undefined) return;
-    const leading: Leading = { queue: new WorkQueue({ name: 'csr-approver', sync: (name) => this.sync(name, leading), logger: this.log }), abort: new AbortController() };
+    const leading: Leading = {
+      queue: new WorkQueue({ name: 'csr-approver', sync: (name) => this.sync(name, leading), logger: this.log }),
+      abort: new AbortController(),
+    };
     this.leading = leading;
     await this.csrs.waitForSync();
     if (this.leading !== leading) return;

@@ -45,7 +45,12 @@ interface Kind {
 
 const KINDS: Readonly<Record<string, Kind>> = {
   [AGENT_COMMON_NAME]: { what: 'agent client', signerName: KUBE_APISERVER_CLIENT_SIGNER, organization: YURTTUNNEL_ORGANIZATION, usages: CLIENT_USAGES },
-  [PROXY_CLIENT_COMMON_NAME]: { what: 'server proxy client', signerName: KUBE_APISERVER_CLIENT_SIGNER, organization: YURTTUNNEL_ORGANIZATION, usages: CLIENT_USAGES },
+  [PROXY_CLIENT_COMMON_NAME]: {
+    what: 'server proxy client',
+    signerName: KUBE_APISERVER_CLIENT_SIGNER,
+    organization: YURTTUNNEL_ORGANIZATION,
+    usages: CLIENT_USAGES,
+  },
   [SERVER_COMMON_NAME]: { what: 'server serving', signerName: KUBELET_SERVING_SIGNER, organization: SERVER_ORGANIZATION, usages: SERVING_USAGES },
 };
 
@@ -61,7 +66,8 @@ export function isDecided(csr: V1CertificateSigningRequest): boolean {
   return (csr.status?.conditions ?? []).some((c) => ['Approved', 'Denied', 'Failed'].includes(c.type) && c.status !== 'False');
 }
 
-const sameSet = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && new Set(a).size === new Set(b).size && a.every((x) => b.includes(x));
+const sameSet = (a: readonly string[], b: readonly string[]): boolean =>
+  a.length === b.length && new Set(a).size === new Set(b).size && a.every((x) => b.includes(x));
 
 export async function reviewTunnelCsr(csr: V1CertificateSigningRequest, ctx: CsrReviewContext): Promise<CsrReview> {
   const signerName = csr.spec.signerName;
@@ -108,7 +114,8 @@ export async function reviewTunnelCsr(csr: V1CertificateSigningRequest, ctx: Csr
     if (found === undefined) return refuse(`node ${node} not found, so its addresses ${req.ips.join(',')} cannot be checked`);
     const own = new Set((found.status?.addresses ?? []).map((a) => normalizeIP(a.address)));
     const foreign = req.ips.filter((ip) => !own.has(ip));
-    if (foreign.length > 0) return refuse(`requested by node ${node} but names IP ${foreign.join(',')}, not an address of that node (has ${[...own].join(',') || 'none'})`);
+    if (foreign.length > 0)
+      return refuse(`requested by node ${node} but names IP ${foreign.join(',')}, not an address of that node (has ${[...own].join(',') || 'none'})`);
   }
   return { verdict: 'approve', message: `agent client certificate requested by node ${node} for itself` };
 }

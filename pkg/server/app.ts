@@ -82,6 +82,7 @@ export class TunnelServer {
         localhostProxyPorts: opts.localhostProxyPorts,
         logger: log,
         csrPollMs: opts.csrPollMs,
+        ...(opts.enableCSRApprover !== false ? { csrApprover: { serverServiceAccount: opts.serverServiceAccount } } : {}),
       });
       try {
         certs = await clusterCertificates(cluster, opts);

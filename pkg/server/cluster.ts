@@ -3,7 +3,8 @@
 // serving and proxy-client certificates from CertificateSigningRequests
 // (renewed when the Services change the wanted addresses). The data path does
 // not wait for the informers; it waits only for its certificates, which come
-// from the stores in --cert-dir at once after the first run.
+// from the stores in --cert-dir at once after the first run. The CSR approver
+// (--enable-csr-approver) runs here too, so the server's first CSRs find it.
 
 import type { V1Node, V1Pod, V1Service } from '../kube/types.js';
 import {
@@ -22,6 +23,7 @@ import type { CertKeyPair } from '../certs/pki.js';
 import type { EdgeNodeTest, NodeResolver } from '../nodes/node-resolver.js';
 import type { Logger } from '../log/logger.js';
 import { createKubeClient, describeSource, type KubeClient, type KubeConfigSource } from '../kube/client.js';
+import { CsrApprover, DEFAULT_SERVER_SERVICE_ACCOUNT } from '../kube/csr-approver.js';
 import { CsrSigner } from '../kube/csr-signer.js';
 import { edgeNodeTest } from '../kube/edge-nodes.js';
 import { Informer } from '../kube/informer.js';
@@ -44,6 +46,8 @@ export interface ClusterOptions {
   logger: Logger;
   /** For tests: how often a pending CSR is read. */
   csrPollMs?: number;
+  /** Run the CSR approver (leader-elected); off when undefined. The server's ServiceAccount defaults to yurt-tunnel-server. */
+  csrApprover?: { serverServiceAccount?: string | undefined };
 }
 
 /** The cluster's CA bundle, from the kubeconfig (inline or a file) or the service account. */
@@ -74,6 +78,7 @@ export class ClusterServices {
     readonly proxyClient: CertificateManager,
     /** Edge nodes by name or address, from the Node informer (the egress frontends' direct dials). */
     readonly isEdgeNode: EdgeNodeTest,
+    readonly csrApprover: CsrApprover | undefined,
   ) {}
 
   /** Builds the client and starts informers and certificate managers; throws only for a configuration that cannot be read. */
@@ -147,9 +152,15 @@ export class ClusterServices {
     pods.start();
     services.start();
     config.start();
+    // Before the certificates: the server's own CSRs are approved by it (or by the replica that leads).
+    const csrApprover =
+      opts.csrApprover === undefined
+        ? undefined
+        : new CsrApprover({ client, serverServiceAccount: opts.csrApprover.serverServiceAccount ?? DEFAULT_SERVER_SERVICE_ACCOUNT, logger: kubeLog });
+    csrApprover?.start();
     await Promise.all([serving.start(), proxyClient.start()]);
     const resolver = new InformerNodeResolver(nodes, pods);
-    return new ClusterServices(client, ca, nodes, pods, services, config, resolver, serving, proxyClient, edgeNodeTest(nodes));
+    return new ClusterServices(client, ca, nodes, pods, services, config, resolver, serving, proxyClient, edgeNodeTest(nodes), csrApprover);
   }
 
   /** Both certificates, as soon as both exist. */
@@ -165,6 +176,14 @@ export class ClusterServices {
   }
 
   private async doStop(): Promise<void> {
-    await Promise.all([this.serving.stop(), this.proxyClient.stop(), this.nodes.stop(), this.pods.stop(), this.services.stop(), this.config.stop()]);
+    await Promise.all([
+      this.serving.stop(),
+      this.proxyClient.stop(),
+      this.nodes.stop(),
+      this.pods.stop(),
+      this.services.stop(),
+      this.config.stop(),
+      this.csrApprover?.stop(),
+    ]);
   }
 }

@@ -79,6 +79,10 @@ export interface ServerOptions {
   enableDNSController: boolean;
   /** The DNS controller's full resync (--dns-sync-period); default 1800 s, at least 30 s. */
   dnsSyncPeriodMs?: number;
+  /** Cluster mode: approve the tunnel's CSRs whose requester is who they name (leader-elected). Default on. */
+  enableCSRApprover?: boolean;
+  /** The server's ServiceAccount in kube-system, the only requester of its certificates. Default yurt-tunnel-server. */
+  serverServiceAccount?: string;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */

@@ -391,11 +391,17 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
       false,
       'the server only reads its ConfigMap',
     );
-    for (const sa of ['yurt-tunnel-server', 'yurt-tunnel-agent']) {
+    // The server's CSR approver watches CSRs and approves through /approval; the agent only makes its own.
+    for (const [sa, verbs] of [
+      ['yurt-tunnel-server', 'create get list watch'],
+      ['yurt-tunnel-agent', 'create get'],
+    ] as const) {
       const list = (await cp.kubectl(['auth', 'can-i', '--list', '-n', 'kube-system', `--as=system:serviceaccount:kube-system:${sa}`])).stdout;
       t.diagnostic(`${sa}:\n${list}`);
       assert.doesNotMatch(list, /^secrets/m);
-      assert.match(list, /^certificatesigningrequests\.certificates\.k8s\.io\s+\[\]\s+\[\]\s+\[create get\]$/m);
+      assert.match(list, new RegExp(`^certificatesigningrequests\\.certificates\\.k8s\\.io\\s+\\[\\]\\s+\\[\\]\\s+\\[${verbs}\\]$`, 'm'));
     }
+    assert.equal(await can('yurt-tunnel-server', ['update', 'certificatesigningrequests', '--subresource=approval']), true);
+    assert.equal(await can('yurt-tunnel-agent', ['update', 'certificatesigningrequests', '--subresource=approval']), false, 'agents approve nothing');
   });
 });
