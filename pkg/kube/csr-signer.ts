@@ -1,8 +1,8 @@
 // Certificates from the cluster's CertificateSigningRequest API
 // (certificates.k8s.io/v1): create a CSR, wait until it is approved and
-// signed, return the certificate. Approval is someone else's job (an
-// approver controller or an operator's `kubectl certificate approve`); while
-// it is pending, a log line says which CSR waits for whom.
+// signed, return the certificate. Approval is someone else's job (the
+// server's CSR approver, csr-approver.ts); while it is pending, a log line
+// says which CSR waits.
 
 import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
@@ -90,7 +90,7 @@ export class CsrSigner {
         log.info(
           approved
             ? 'certificate signing request approved, still waiting for the signer to issue it'
-            : `certificate signing request still waiting for approval (kubectl certificate approve ${name})`,
+            : `certificate signing request still waiting for approval (the tunnel server's CSR approver logs why it leaves one pending)`,
           { waitingMs: reminded - started },
         );
       }
