@@ -58,6 +58,7 @@ describe('cluster mode with a real kube-apiserver', { skip }, () => {
     const serverLog = new MemoryLogger(2);
     const server = await startClusterServer(h, cp, dir, { log: serverLog });
     assert.equal(serverLog.records.filter((r) => r.message.includes('DNS controller started')).length, 1);
+    assert.equal(serverLog.records.filter((r) => r.message.includes('CSR approver started')).length, 1, 'on by default');
 
     const serving = new X509Certificate(await readFile(join(dir, 'server-pki', 'yurttunnel-server-current.pem'), 'utf8'));
     assert.match(serving.subject, /CN=system:node:tunnel-server/);

@@ -84,7 +84,7 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
   const log = new MemoryLogger(2);
 
   const conditions = async (name: string): Promise<{ type: string; reason?: string }[]> =>
-    ((await listCSRs(cp)).find((c) => c.metadata.name === name)?.status?.conditions ?? []) as { type: string; reason?: string }[];
+    (await listCSRs(cp)).find((c) => c.metadata.name === name)?.status?.conditions ?? [];
   const leftPending = (name: string): { reason: string }[] =>
     log.records.filter((r) => r.message === 'CSR left pending' && r.fields.csr === name).map((r) => ({ reason: String(r.fields.reason) }));
   const approvedByUs = async (name: string): Promise<boolean> => (await conditions(name)).some((c) => c.type === 'Approved' && c.reason === APPROVED_REASON);

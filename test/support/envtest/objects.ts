@@ -66,7 +66,11 @@ export async function deleteObject(cp: ControlPlane, kind: string, name: string,
 }
 
 interface CsrList {
-  items: { metadata: { name: string }; spec: { signerName: string; username?: string }; status?: { conditions?: { type: string }[]; certificate?: string } }[];
+  items: {
+    metadata: { name: string };
+    spec: { signerName: string; username?: string };
+    status?: { conditions?: { type: string; reason?: string }[]; certificate?: string };
+  }[];
 }
 
 export async function listCSRs(cp: ControlPlane): Promise<CsrList['items']> {
