@@ -10,6 +10,8 @@
 
 import { connect, type Socket } from 'node:net';
 import { silentLogger, type Logger } from '../log/logger.js';
+import { ConnectionSet } from '../net/connection-set.js';
+import { IdleWaiters } from '../timers/idle.js';
 import { Counter, type Registry } from '../metrics/prom.js';
 import type { Cancel } from '../mux/cancel.js';
 import type { EdgeNodeTest } from '../nodes/node-resolver.js';
@@ -48,6 +50,9 @@ export class DirectDialer {
   private readonly counter: Counter<'result'> | undefined;
   /** Ids for the egress gRPC stream's DIAL_RSP: a direct connection has no agent to number it. */
   private nextConnectID = 1n;
+  /** Direct connections open now: a graceful shutdown waits for them as for tunnelled ones. */
+  private readonly open = new ConnectionSet();
+  private readonly idle = new IdleWaiters(() => this.open.size);
 
   constructor(
     private readonly tunnel: Tunnel,
@@ -66,6 +71,16 @@ export class DirectDialer {
     if (proxyHost !== undefined || checkDialAddress(address) !== undefined) return false;
     const host = removePortFromHost(address);
     return !this.tunnel.serves(host) && !this.opts.isEdgeNode(host);
+  }
+
+  /** Direct connections open now. */
+  get openCount(): number {
+    return this.open.size;
+  }
+
+  /** Resolves true once no direct connection is open, false if `ms` passes first. */
+  whenIdle(ms: number): Promise<boolean> {
+    return this.idle.wait(ms);
   }
 
   /** A connect ID for a direct connection on an egress gRPC stream. */
@@ -104,6 +119,8 @@ export class DirectDialer {
       if (!settle()) return;
       this.counter?.inc({ result: 'connected' satisfies DirectDialResult });
       this.log.verbose(2, 'direct dial connected', { dialAddress: address, dialMs: Math.round(performance.now() - started) });
+      this.open.add(socket);
+      socket.once('close', () => this.idle.check());
       connected(socket);
     };
     const onError = (err: Error): void =>

@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { Registry } from '../metrics/prom.js';
 import type { AgentEndpoint } from '../endpoint/agent-endpoint.js';
+import type { DirectDialer } from '../frontend/direct-dial.js';
 import type { HttpConnectServer } from '../frontend/http-connect.js';
 import type { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import type { MasterServer } from '../interceptor/master-server.js';
@@ -51,6 +52,8 @@ export class TunnelServer {
     readonly proxier: HttpConnectServer,
     /** The egress selector's frontend, when enabled. */
     readonly egress: EgressFrontend | undefined,
+    /** The egress frontend's direct dials (--egress-direct-dial), when on. */
+    private readonly direct: DirectDialer | undefined,
     readonly master: MasterServer,
     /** Absent when metaPort is undefined. */
     readonly meta: MetaServer | undefined,
@@ -172,7 +175,7 @@ export class TunnelServer {
     const agentEndpoint = agentEndpointFor(tunnel, serverID, certs, opts);
     const resolver = nodeResolverFor(tunnel, cluster);
     const nodeNameOf = nodeNamer(resolver);
-    const { proxier, egress } = frontendsFor(tunnel, nodeNameOf, opts, cluster?.isEdgeNode);
+    const { proxier, egress, direct } = frontendsFor(tunnel, nodeNameOf, opts, cluster?.isEdgeNode);
     const connector = kubeletConnectorFor(tunnel, certs, files, cluster, opts);
     const master = masterFor(opts, { certs, files, cluster, resolver, nodeNameOf, connector });
     if (cluster !== undefined) followServingRotations(cluster, certs, files, agentEndpoint, master);
@@ -193,7 +196,7 @@ export class TunnelServer {
       openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),
       logger: opts.logger,
     });
-    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, master, meta, connector, opts.logger, cluster, afterFlood);
+    server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, direct, master, meta, connector, opts.logger, cluster, afterFlood);
     return server;
   }
 
@@ -228,9 +231,12 @@ export class TunnelServer {
     this.proxier.stopAccepting();
     this.egress?.stopAccepting();
     this.master.stopAccepting();
-    const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount;
+    const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount + (this.direct?.openCount ?? 0);
     this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
-    if (await this.tunnel.whenIdle(graceMs)) this.log.info('every connection finished');
+    const deadline = performance.now() + graceMs;
+    const idle =
+      (await this.tunnel.whenIdle(graceMs)) && (this.direct === undefined || (await this.direct.whenIdle(Math.max(0, deadline - performance.now()))));
+    if (idle) this.log.info('every connection finished');
     else this.log.warn('graceful shutdown timeout passed; closing the connections still open', { connections: open() });
     await this.stop();
   }

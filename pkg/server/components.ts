@@ -79,11 +79,11 @@ export function frontendsFor(
   nodeNameOf: NodeNameOf,
   opts: ServerOptions,
   isEdgeNode: EdgeNodeTest | undefined,
-): { proxier: HttpConnectServer; egress: EgressFrontend | undefined } {
+): { proxier: HttpConnectServer; egress: EgressFrontend | undefined; direct: DirectDialer | undefined } {
   const common = { nodeNameOf, headTimeoutMs: opts.connectHeadTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry };
   const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, name: 'proxier', ...common });
   const e = opts.egressSelector;
-  if (e === undefined) return { proxier, egress: undefined };
+  if (e === undefined) return { proxier, egress: undefined, direct: undefined };
   const direct =
     (e.directDial ?? 'auto') === 'auto' && isEdgeNode !== undefined
       ? new DirectDialer(tunnel, { isEdgeNode, timeoutMs: opts.dialTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry })
@@ -92,7 +92,7 @@ export function frontendsFor(
     e.mode === 'grpc'
       ? new GrpcProxyServer(tunnel, { path: e.uds, direct, ...common })
       : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', direct, ...common });
-  return { proxier, egress };
+  return { proxier, egress, direct };
 }
 
 /**

@@ -22,6 +22,7 @@ import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import { PROXY_PATH } from '../../pkg/grpc/services.js';
 import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
+import type { DirectDialer } from '../../pkg/frontend/direct-dial.js';
 import { frontendsFor, type EgressFrontend } from '../../pkg/server/components.js';
 import type { EgressDirectDial, EgressSelectorMode } from '../../pkg/server/options.js';
 import { harness, type Harness } from '../support/harness.js';
@@ -48,7 +49,7 @@ async function startEgress(
   server: TestServer,
   mode: EgressSelectorMode,
   opts: { directDial?: EgressDirectDial; clusterMode?: boolean; registry?: Registry; dialTimeoutMs?: number } = {},
-): Promise<{ path: string; proxierPath: string; registry: Registry }> {
+): Promise<{ path: string; proxierPath: string; registry: Registry; direct: DirectDialer | undefined }> {
   const dir = await tempDir(h);
   const registry = opts.registry ?? new Registry();
   const path = join(dir, 'egress.sock');
@@ -58,13 +59,13 @@ async function startEgress(
     logger: server.log,
     ...(opts.dialTimeoutMs !== undefined ? { dialTimeoutMs: opts.dialTimeoutMs } : {}),
   });
-  const { proxier, egress } = frontendsFor(server.tunnel, () => undefined, serverOpts, opts.clusterMode === false ? undefined : isEdgeNode);
+  const { proxier, egress, direct } = frontendsFor(server.tunnel, () => undefined, serverOpts, opts.clusterMode === false ? undefined : isEdgeNode);
   const started: (EgressFrontend | typeof proxier)[] = [proxier, egress!];
   for (const f of started) {
     h.defer(() => f.close());
     await f.start();
   }
-  return { path, proxierPath: serverOpts.interceptorProxierUDS, registry };
+  return { path, proxierPath: serverOpts.interceptorProxierUDS, registry, direct };
 }
 
 async function directDials(registry: Registry): Promise<Record<string, number>> {
@@ -154,6 +155,23 @@ test('HTTP CONNECT egress: a host no agent serves and no edge node has is dialle
   await once(res.socket, 'close');
   assert.deepEqual(await directDials(registry), { connected: 1 });
   assert.equal(server.tunnel.establishedCount(), 0, 'nothing went through the tunnel');
+});
+
+test('a graceful shutdown can wait for direct connections: open ones are counted until they close', async (t) => {
+  const h = harness(t);
+  const server = await edgeTunnel(h);
+  const { path, direct } = await startEgress(h, server, 'http-connect');
+  assert.ok(direct !== undefined);
+  assert.equal(await direct.whenIdle(0), true, 'idle before any dial');
+  const echo = await startEchoServer(h);
+  const res = await connectVia(path, `127.0.0.1:${echo.port}`);
+  assert.equal(res.status, 200, res.head);
+  assert.equal(direct.openCount, 1);
+  assert.equal(await direct.whenIdle(100), false, 'an open direct connection is waited for');
+  const idle = direct.whenIdle(10_000);
+  res.socket.end();
+  assert.equal(await idle, true, 'idle once it closed');
+  assert.equal(direct.openCount, 0);
 });
 
 test('gRPC egress: a direct dial answers DIAL_RSP, DATA echoes, CLOSE_REQ gets CLOSE_RSP', async (t) => {
