@@ -2,7 +2,8 @@
 // openyurt.io/is-edge-worker=true, by its name or one of its addresses (any
 // type: kube-apiserver dials the --kubelet-preferred-address-types one). Until
 // the first list is in, every host counts as an edge node's, so nothing is
-// dialled directly that might be one.
+// dialled directly that might be one. Host names compare without case, as DNS
+// names do (node names are lower case).
 
 import type { V1Node } from '@kubernetes/client-node';
 import type { EdgeNodeTest } from '../nodes/node-resolver.js';
@@ -14,10 +15,11 @@ function isEdge(node: V1Node): boolean {
 }
 
 export function edgeNodeTest(nodes: ObjectStore<V1Node> & { synced(): boolean }): EdgeNodeTest {
-  return (host) => {
+  return (dialHost) => {
     if (!nodes.synced()) return true;
+    const host = dialHost.toLowerCase();
     const named = nodes.get(host);
     if (named !== undefined && isEdge(named)) return true;
-    return nodes.list().some((node) => isEdge(node) && (node.status?.addresses ?? []).some((a) => a.address === host));
+    return nodes.list().some((node) => isEdge(node) && (node.status?.addresses ?? []).some((a) => a.address.toLowerCase() === host));
   };
 }

@@ -42,8 +42,9 @@ function preferActive(list: readonly Backend[] | undefined): Backend | undefined
   return list.find((b) => !b.draining && !b.suspended) ?? list.find((b) => !b.suspended) ?? list[0];
 }
 
+/** What destHost matches a dial host against: host names (and IPv6 hex) compare without case, as DNS names do. */
 function hostKeys(b: Backend): string[] {
-  return [...new Set([...b.identifiers.ipv4, ...b.identifiers.ipv6, ...b.identifiers.host])];
+  return [...new Set([...b.identifiers.ipv4, ...b.identifiers.ipv6, ...b.identifiers.host].map((k) => k.toLowerCase()))];
 }
 
 interface AgentEntry {
@@ -156,7 +157,7 @@ export class BackendRegistry {
   private pickWith(strategy: ProxyStrategy, host: string): Backend | undefined {
     switch (strategy) {
       case 'destHost':
-        return preferActive(this.byHost.get(host));
+        return preferActive(this.byHost.get(host.toLowerCase()));
       case 'default':
         return this.byAgent.pickRandom();
       case 'defaultRoute':

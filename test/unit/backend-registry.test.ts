@@ -51,6 +51,18 @@ function steerRandom(t: TestContext): (i: number, n: number) => void {
   };
 }
 
+test('destHost matches host names and IPv6 addresses without case, as DNS does; IPv4 as written', LIMIT, () => {
+  const edge = backend('edge-1', 'host=edge-1&ipv6=fe80::1&ipv4=10.0.0.1');
+  const r = registryWith(edge);
+  for (const host of ['edge-1', 'EDGE-1', 'Edge-1', 'fe80::1', 'FE80::1', '10.0.0.1']) assert.equal(r.pick(['destHost'], host), edge, host);
+  assert.equal(r.pick(['destHost'], 'edge-2'), undefined);
+  const upper = backend('edge-2', 'host=EDGE-2');
+  r.add(upper);
+  assert.equal(r.pick(['destHost'], 'edge-2'), upper, 'an advertised name in capitals is found too');
+  assert.equal(r.remove(upper), true);
+  assert.equal(r.pick(['destHost'], 'edge-2'), undefined, 'and removed under the same key');
+});
+
 test('parseProxyStrategies reads a comma list in order, trimming blanks', LIMIT, () => {
   assert.deepEqual(parseProxyStrategies('destHost'), ['destHost']);
   assert.deepEqual(parseProxyStrategies('destHost,default'), ['destHost', 'default']);

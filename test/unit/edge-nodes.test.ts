@@ -26,6 +26,8 @@ test('edge nodes by name or any address; cloud nodes, unlabelled ones and unknow
   assert.equal(isEdge('10.0.1.1'), false);
   assert.equal(isEdge('plain'), false);
   assert.equal(isEdge('10.96.0.10'), false, 'a Service address');
+  assert.equal(isEdge('EDGE-1'), true, 'host names compare without case, as DNS names do');
+  assert.equal(isEdge('Edge-1.Local'), true);
 });
 
 test('before the first list every host counts as an edge node (nothing is dialled directly)', () => {
