@@ -8,7 +8,7 @@ import type { TLSSocket } from 'node:tls';
 import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
 import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { GrpcStatus } from '../grpc/status.js';
-import type { Logger } from '../log/logger.js';
+import type { LogLimiter } from '../log/log-limiter.js';
 import { errorMessage } from '../protocol/errors.js';
 import type { AgentCall } from './agent-call.js';
 
@@ -25,7 +25,8 @@ export interface AgentConnectionOptions {
   minPingIntervalMs: number;
   /** HTTP/2 receive window of the whole connection. */
   connectionWindowSize: number;
-  log: Logger;
+  /** Every line here is one an agent can provoke on each of its connections: all go through the endpoint's limiter. */
+  log: LogLimiter;
 }
 
 export function remoteOf(socket: Socket | TLSSocket | undefined): string {

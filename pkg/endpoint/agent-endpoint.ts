@@ -284,7 +284,7 @@ export class AgentEndpoint {
       keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs,
       minPingIntervalMs: this.opts.minPingIntervalMs,
       connectionWindowSize: this.opts.connectionWindowSize,
-      log: this.log,
+      log: this.limited,
     });
     this.connections.set(session, connection);
     session.once('close', () => this.connections.delete(session));

@@ -12,6 +12,7 @@ import { AllowList } from '../../pkg/agent/allow-list.js';
 import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
+import { DEFAULT_LOG_BURST } from '../../pkg/log/log-limiter.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { connectVia, readExactly, startAgent, startEchoServer, startRelay, startServer, startTCPServer, startTunnel, waitFor } from '../support/tunnel.js';
@@ -375,6 +376,22 @@ test('a client pinging rapidly while it receives data is forgiven, as by grpc-go
   assert.deepEqual(agent.goaways, []);
   assert.equal(server.log.find('agent pings too often').length, 0);
   conn.destroy();
+});
+
+test('many connections that ping too often: each gets its GOAWAY, the log a bounded number of lines', async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { minPingIntervalMs: 1000 } });
+  const agents = await Promise.all(Array.from({ length: 12 }, (_, i) => rawAgent(h, server.agentAddress, `pinger-${i}`)));
+  await Promise.all(
+    agents.map(async (agent) => {
+      const closed = new Promise((resolve) => agent.session.once('close', resolve));
+      for (let i = 0; i < 10 && !agent.session.destroyed; i++) await agent.ping();
+      assert.match(String((await agent.trailers)['grpc-message']), /^too_many_pings/);
+      await closed;
+    }),
+  );
+  for (const agent of agents) assert.deepEqual(agent.goaways.filter(([code]) => code === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM).length, 1);
+  assert.equal(server.log.find('agent pings too often').length, DEFAULT_LOG_BURST, 'the first lines of the interval; the rest counted');
 });
 
 test('rapid pings on an idle connection get exactly one GOAWAY too_many_pings; the call ends saying why', async (t) => {
