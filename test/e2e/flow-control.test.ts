@@ -150,7 +150,10 @@ test('over a slow edge uplink a bulk flow keeps little in flight: its window nar
   const late = samples.filter((s) => s.at >= 2000);
   assert.ok(late.length >= 5, `samples after 2 s: ${late.length}`);
   const most = Math.max(...late.map((s) => s.bytes));
-  assert.ok(most <= 128 * 1024, `queued on the link after 2 s: up to ${most} bytes (${late.map((s) => s.bytes).join(', ')})`);
+  // At most twice the 128 KiB announced window: the relay shares this process's event loop, and on a loaded
+  // machine it reads late, so its receive queue briefly holds ~100 KB more (seen: 203,284 bytes, at the
+  // commit before issue 33's work too). A window widened to the reader (4 MiB) would queue megabytes.
+  assert.ok(most <= 256 * 1024, `queued on the link after 2 s: up to ${most} bytes (${late.map((s) => s.bytes).join(', ')})`);
   assert.ok(late.at(-1)!.received > late[0]!.received, 'the flow still moves');
   assert.equal(server.log.find('agent connected')[0]!.fields.flowControl, true);
 });
