@@ -15,12 +15,11 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Logger } from '../log/logger.js';
-import { errorMessage } from '../protocol/errors.js';
 import type { KubeClient } from '../kube/client.js';
 import { configMapInformer } from '../kube/config-map-informer.js';
 import { ensureConfigMapData, updateService } from '../kube/ensure.js';
 import type { Informer, SharedInformer } from '../kube/informer.js';
-import { LeaderElector } from '../kube/leader-election.js';
+import { LeaderWork, type LeaseTimings } from '../kube/leader-work.js';
 import { requestDeadline } from '../kube/request-options.js';
 import { clusterIPOf, TUNNEL_INTERNAL_SERVICE, TUNNEL_NAMESPACE } from '../kube/tunnel-addresses.js';
 import type { V1ConfigMap, V1Node, V1Service } from '../kube/types.js';
@@ -62,7 +61,7 @@ export interface DnsControllerOptions {
   identity?: string;
   /** Who writes, in the objects' managedFields. Default `yurt-tunnel-dns-controller`. */
   fieldManager?: string;
-  lease?: { durationMs?: number; renewDeadlineMs?: number; retryPeriodMs?: number };
+  lease?: LeaseTimings;
   logger: Logger;
 }
 
@@ -78,13 +77,11 @@ interface Leading {
 
 export class DnsController {
   readonly identity: string;
-  private readonly elector: LeaderElector;
+  private readonly work: LeaderWork;
   private readonly log: Logger;
   private readonly syncPeriodMs: number;
   private readonly fieldManager: string;
   private leading: Leading | undefined;
-  /** Start and stop of the leading work, one after the other. */
-  private transition: Promise<void> = Promise.resolve();
   /** Nodes without a record, and why, as last logged. */
   private readonly skipped = new Map<string, string>();
   private reportedPorts = '';
@@ -96,15 +93,13 @@ export class DnsController {
     this.fieldManager = opts.fieldManager ?? 'yurt-tunnel-dns-controller';
     this.syncPeriodMs = Math.max(opts.syncPeriodMs ?? DEFAULT_DNS_SYNC_PERIOD_MS, MIN_DNS_SYNC_PERIOD_MS);
     this.log = opts.logger.child({ component: 'dns-controller' });
-    this.elector = new LeaderElector(opts.client, {
-      namespace: TUNNEL_NAMESPACE,
-      name: DNS_CONTROLLER_LEASE,
+    this.work = new LeaderWork(opts.client, {
+      lease: DNS_CONTROLLER_LEASE,
       identity: this.identity,
-      ...(opts.lease?.durationMs !== undefined ? { leaseDurationMs: opts.lease.durationMs } : {}),
-      ...(opts.lease?.renewDeadlineMs !== undefined ? { renewDeadlineMs: opts.lease.renewDeadlineMs } : {}),
-      ...(opts.lease?.retryPeriodMs !== undefined ? { retryPeriodMs: opts.lease.retryPeriodMs } : {}),
-      onStartedLeading: () => this.queueTransition('lead', () => this.lead()),
-      onStoppedLeading: () => this.queueTransition('unlead', () => this.unlead()),
+      ...(opts.lease !== undefined ? { timings: opts.lease } : {}),
+      lead: () => this.lead(),
+      unlead: () => this.unlead(),
+      what: 'DNS controller',
       logger: this.log,
     });
     opts.nodes.addHandler({
@@ -135,21 +130,18 @@ export class DnsController {
       identity: this.identity,
       syncPeriodMs: this.syncPeriodMs,
     });
-    this.elector.start();
+    this.work.start();
   }
 
   isLeader(): boolean {
-    return this.elector.isLeader();
+    return this.work.isLeader();
   }
 
   /** Stops syncing and gives the lease up. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       // Our work ends before the lease is released, so the next leader never writes alongside us.
-      this.transition = this.transition.then(() => this.unlead());
-      await this.transition;
-      await this.elector.stop();
-      await this.transition;
+      await this.work.stop();
       this.unsubscribe();
     })();
     return this.stopping;
@@ -162,15 +154,6 @@ export class DnsController {
 
   private enqueue(key: string): void {
     if (this.leading?.ready === true) this.leading.queue.add(key);
-  }
-
-  /** Runs a leadership change after the ones before it; one that fails is logged, and later ones still run. */
-  private queueTransition(what: 'lead' | 'unlead', run: () => Promise<void>): void {
-    this.transition = this.transition.then(run).catch((err: unknown) => {
-      this.log.error(`DNS controller could not ${what === 'lead' ? 'start syncing as leader' : 'stop syncing on losing the lease'}`, {
-        error: errorMessage(err),
-      });
-    });
   }
 
   private async lead(): Promise<void> {

@@ -13,12 +13,11 @@ import { hostname } from 'node:os';
 import type { V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import { LogLimiter, type LogLimiterOptions } from '../log/log-limiter.js';
-import { errorMessage } from '../protocol/errors.js';
 import type { KubeClient } from './client.js';
 import { reviewTunnelCsr, isDecided } from './csr-review.js';
 import { isNotFound } from './errors.js';
 import { Informer } from './informer.js';
-import { LeaderElector } from './leader-election.js';
+import { LeaderWork, type LeaseTimings } from './leader-work.js';
 import { abortable, requestDeadline } from './request-options.js';
 import { TUNNEL_NAMESPACE } from './tunnel-addresses.js';
 import { WorkQueue } from './work-queue.js';
@@ -35,7 +34,7 @@ export interface CsrApproverOptions {
   serverServiceAccount: string;
   /** This replica in the Lease; default `<hostname>_<uuid>`. */
   identity?: string;
-  lease?: { durationMs?: number; renewDeadlineMs?: number; retryPeriodMs?: number };
+  lease?: LeaseTimings;
   /** How many "left pending" lines per interval (default 5 per 10 s; the rest are counted in a summary). */
   logLimit?: LogLimiterOptions;
   logger: Logger;
@@ -52,9 +51,8 @@ export class CsrApprover {
   private readonly log: Logger;
   private readonly limited: LogLimiter;
   private readonly csrs: Informer<V1CertificateSigningRequest>;
-  private readonly elector: LeaderElector;
+  private readonly work: LeaderWork;
   private leading: Leading | undefined;
-  private transition: Promise<void> = Promise.resolve();
   /** Why each CSR left pending was left pending, as last logged. */
   private readonly refused = new Map<string, string>();
   private stopping: Promise<void> | undefined;
@@ -77,15 +75,13 @@ export class CsrApprover {
       else this.refused.delete(csr.metadata?.name ?? '');
     };
     this.csrs.addHandler({ add: enqueue, update: (_old, csr) => enqueue(csr), delete: (csr) => this.refused.delete(csr.metadata?.name ?? '') });
-    this.elector = new LeaderElector(client, {
-      namespace: TUNNEL_NAMESPACE,
-      name: CSR_APPROVER_LEASE,
+    this.work = new LeaderWork(client, {
+      lease: CSR_APPROVER_LEASE,
       identity: this.identity,
-      ...(opts.lease?.durationMs !== undefined ? { leaseDurationMs: opts.lease.durationMs } : {}),
-      ...(opts.lease?.renewDeadlineMs !== undefined ? { renewDeadlineMs: opts.lease.renewDeadlineMs } : {}),
-      ...(opts.lease?.retryPeriodMs !== undefined ? { retryPeriodMs: opts.lease.retryPeriodMs } : {}),
-      onStartedLeading: () => this.queueTransition(() => this.lead()),
-      onStoppedLeading: () => this.queueTransition(() => this.unlead()),
+      ...(opts.lease !== undefined ? { timings: opts.lease } : {}),
+      lead: () => this.lead(),
+      unlead: () => this.unlead(),
+      what: 'CSR approver',
       logger: this.log,
     });
   }
@@ -97,29 +93,22 @@ export class CsrApprover {
       serverServiceAccount: this.serverUser,
     });
     this.csrs.start();
-    this.elector.start();
+    this.work.start();
   }
 
   isLeader(): boolean {
-    return this.elector.isLeader();
+    return this.work.isLeader();
   }
 
   /** Stops deciding, gives the lease up, ends the watch. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
-      this.transition = this.transition.then(() => this.unlead());
-      await this.transition;
-      await this.elector.stop();
-      await this.transition;
+      await this.work.stop();
       await this.csrs.stop();
       this.refused.clear();
       this.limited.flush();
     })();
     return this.stopping;
-  }
-
-  private queueTransition(run: () => Promise<void>): void {
-    this.transition = this.transition.then(run).catch((err: unknown) => this.log.error('CSR approver leadership change failed', { error: errorMessage(err) }));
   }
 
   private async lead(): Promise<void> {
