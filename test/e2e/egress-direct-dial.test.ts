@@ -12,21 +12,17 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
-import http2 from 'node:http2';
 import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { once } from 'node:events';
 import { Registry } from 'prom-client';
-import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
-import { PROXY_PATH } from '../../pkg/grpc/services.js';
-import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
-import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import type { DirectDialer } from '../../pkg/frontend/direct-dial.js';
 import { frontendsFor, type EgressFrontend } from '../../pkg/server/components.js';
 import type { EgressDirectDial, EgressSelectorMode } from '../../pkg/server/options.js';
 import { harness, type Harness } from '../support/harness.js';
 import { startMaster } from '../support/master.js';
+import { proxyCall } from '../support/proxy-call.js';
 import { testServerOptions } from '../support/server-options.js';
 import {
   closedPort,
@@ -92,46 +88,6 @@ async function countingListener(h: Harness, host: string): Promise<{ port: numbe
     await once(server, 'close');
   });
   return { port: (server.address() as { port: number }).port, accepted: () => accepted };
-}
-
-interface ProxyCall {
-  send(p: KnownPacket): void;
-  next(): Promise<Packet>;
-  end(): void;
-  status: Promise<string>;
-}
-
-/** A ProxyService stream as konnectivity-client opens it. */
-function proxyCall(h: Harness, path: string): ProxyCall {
-  const session = http2.connect('http://localhost', { createConnection: () => connect(path) });
-  h.defer(() => {
-    session.destroy();
-  });
-  session.on('error', () => {
-    // The stream's status is what the tests look at.
-  });
-  const stream = session.request({ ':method': 'POST', ':path': PROXY_PATH, 'content-type': 'application/grpc', te: 'trailers' });
-  const deframer = new GrpcDeframer();
-  const queue: Packet[] = [];
-  const waiters: ((p: Packet) => void)[] = [];
-  stream.on('data', (chunk: Buffer) => {
-    for (const m of deframer.push(chunk)) {
-      const p = decodePacket(m);
-      const w = waiters.shift();
-      if (w) w(p);
-      else queue.push(p);
-    }
-  });
-  const status = new Promise<string>((resolve) => stream.once('trailers', (t: http2.IncomingHttpHeaders) => resolve(String(t['grpc-status']))));
-  return {
-    send: (p) => {
-      const body = encodePacket(p);
-      stream.write(Buffer.concat([grpcFrameHeader(body.length), body]));
-    },
-    next: () => new Promise((resolve) => (queue.length > 0 ? resolve(queue.shift()!) : waiters.push(resolve))),
-    end: () => stream.end(),
-    status,
-  };
 }
 
 async function edgeTunnel(h: Harness): Promise<TestServer> {

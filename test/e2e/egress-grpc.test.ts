@@ -11,13 +11,11 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import grpc from '@grpc/grpc-js';
 import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
-import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
-import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
-import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import { kubeAPIServerFixture } from '../support/fixtures.js';
 import { exposedGc } from '../support/gc.js';
 import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
+import { proxyCall, type ProxyCall } from '../support/proxy-call.js';
 import { konnectivityProtos, type UpstreamPacket } from '../support/upstream.js';
 import { startEchoServer, startTCPServer, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
 
@@ -25,41 +23,11 @@ const fixture = kubeAPIServerFixture<{ proxyStreams: { http2RequestHeaders?: [st
 const RECORDED_HEADERS = fixture[0]!.proxyStreams[0]!.http2RequestHeaders!;
 
 /** A ProxyService stream opened with kube-apiserver's recorded headers, `<scratch>/egress.sock` filled in. */
-function recordedCall(
-  h: Harness,
-  path: string,
-): { send(p: KnownPacket): void; next(): Promise<Packet>; end(): void; status: Promise<string>; closed: Promise<void> } {
-  const session = http2.connect('http://localhost', { createConnection: () => connect(path) });
-  session.on('error', () => {});
-  h.defer(() => session.destroy());
+function recordedCall(h: Harness, path: string): ProxyCall {
   const headers: Record<string, string> = {};
   for (const [name, value] of RECORDED_HEADERS) headers[name] = value.replace('<scratch>/egress.sock', path);
   assert.equal(headers[':authority'], path);
-  const stream = session.request(headers, { endStream: false });
-  stream.on('error', () => {});
-  const deframer = new GrpcDeframer();
-  const queue: Packet[] = [];
-  const waiters: ((p: Packet) => void)[] = [];
-  stream.on('data', (chunk: Buffer) => {
-    for (const m of deframer.push(chunk)) {
-      const p = decodePacket(m);
-      const w = waiters.shift();
-      if (w) w(p);
-      else queue.push(p);
-    }
-  });
-  const status = new Promise<string>((resolve) => stream.once('trailers', (t: http2.IncomingHttpHeaders) => resolve(String(t['grpc-status']))));
-  const closed = new Promise<void>((resolve) => stream.once('close', () => resolve()));
-  return {
-    send: (p) => {
-      const body = encodePacket(p);
-      stream.write(Buffer.concat([grpcFrameHeader(body.length), body]));
-    },
-    next: () => new Promise((resolve) => (queue.length > 0 ? resolve(queue.shift()!) : waiters.push(resolve))),
-    end: () => stream.end(),
-    status,
-    closed,
-  };
+  return proxyCall(h, path, headers);
 }
 
 async function startEgress(
