@@ -23,6 +23,10 @@ export function statusForDialFailure(code: DialFailureReason): number {
       return 504;
     case 'YT_ERR_BAD_ADDRESS':
       return 400;
+    case 'YT_ERR_DIAL_LOOP':
+      // 508 Loop Detected (RFC 5842): the request is well formed, but the
+      // address it names is this server, and it would come back here forever.
+      return 508;
   }
 }
 

@@ -27,6 +27,8 @@ import { ConnectionSet } from '../net/connection-set.js';
 import { DEFAULT_REQUEST_HEAD_TIMEOUT_MS, httpTimeouts } from '../net/http-timeouts.js';
 import { listen, stopListening } from '../net/listen.js';
 import { errorCode, errorMessage, HttpError } from '../protocol/errors.js';
+import type { LoopGuard } from '../frontend/loop-guard.js';
+import { markedByTunnel } from './loop-mark.js';
 import type { Middleware } from './middleware/middleware.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
 import type { RequestInterceptor } from './request-interceptor.js';
@@ -54,6 +56,8 @@ export interface MasterServerOptions {
   requestHeadTimeoutMs?: number;
   middleware: Middleware[];
   interceptor: RequestInterceptor;
+  /** Counts the requests refused for carrying a tunnel server's mark (loop-mark.ts); they are refused without it too. */
+  loopGuard?: LoopGuard;
   logger: Logger;
   metricsRegistry?: Registry;
 }
@@ -260,12 +264,21 @@ export class MasterServer {
       proxyDest: headerOf(req, PROXY_DEST_HEADER),
       forwardedUri: headerOf(req, 'x-forwarded-uri'),
       serverName: tls ? servernameOf(req) : undefined,
+      via: headerOf(req, 'via'),
     };
   }
 
   /** Runs the middleware; on an HttpError returns it for the caller. */
   private route(ctx: RequestContext): HttpError | undefined {
     try {
+      if (markedByTunnel(ctx.via)) {
+        this.opts.loopGuard?.refused('via');
+        throw new HttpError(
+          508,
+          `request for ${ctx.dialAddress} refused: it already passed through a yurt-tunnel-server (its Via says so), so it came ` +
+            'out of a tunnel into a tunnel server and would loop; address the node itself (its name, or its IP and kubelet port), not the tunnel server',
+        );
+      }
       for (const m of this.opts.middleware) m(ctx);
       return undefined;
     } catch (err: unknown) {

@@ -23,6 +23,8 @@ export interface RequestContext {
   forwardedUri: string | undefined;
   /** The TLS server name (SNI) the caller asked for: a node name when it dialled one. */
   serverName: string | undefined;
+  /** Via as received (every line, comma-joined): a tunnel server's mark means a loop (loop-mark.ts). */
+  via?: string;
 }
 
 /** Splits host:port (IPv6 in brackets); undefined when it is not that. */

@@ -10,17 +10,24 @@
 // refused, 504 dial timeout), 502 for a failed TLS handshake with the kubelet.
 // A failure after the answer began reaches the caller as one: the response is
 // cut without its last chunk, an upgraded stream is closed abortively.
+// Every forwarded request carries our Via (loop-mark.ts), and requests to one
+// destination awaiting their answer head are bounded: each hop of a request
+// that loops back into a tunnel server waits for the next one
+// (frontend/loop-guard.ts).
 
 import { request, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { dialFailureReason, type NodeNameOf } from '../frontend/dial-reason.js';
 import { errorResponse, statusForDialFailure } from '../frontend/http-answer.js';
+import type { LoopGuard } from '../frontend/loop-guard.js';
+import { LogLimiter } from '../log/log-limiter.js';
 import { abortStream } from '../mux/abort.js';
 import { splice } from '../mux/splice.js';
 import type { Logger } from '../log/logger.js';
 import { DialError, errorMessage, KubeletTLSError } from '../protocol/errors.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { type KubeletConnector, type TunnelTarget } from './kubelet-connector.js';
+import { withLoopMark } from './loop-mark.js';
 import { readResponseHead, type RawResponseHead } from './response-head.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, splitAddress, type RequestContext } from './request-context.js';
 
@@ -86,17 +93,75 @@ function rawHeaderLines(raw: readonly string[]): string {
   return text;
 }
 
+/** Default bound on the requests to one destination (node and address) awaiting their answer head. */
+export const DEFAULT_MAX_AWAITING_PER_DESTINATION = 128;
+
 export interface RequestInterceptorOptions {
   /** The node an address belongs to, so that a failed dial's reason names it. */
   nodeNameOf?: NodeNameOf;
+  /**
+   * Requests to one destination that may await their answer head at once;
+   * more are answered 503 at once. Default DEFAULT_MAX_AWAITING_PER_DESTINATION.
+   * A kubelet answers a head within moments, so only a stuck kubelet or a
+   * request looping back into a tunnel server comes near it.
+   */
+  maxAwaitingPerDestination?: number;
+  /** Counts the requests refused by that bound. */
+  loopGuard?: LoopGuard;
 }
 
 export class RequestInterceptor {
+  /** Failures are the callers' doing as often as not: a few lines per kind and interval. */
+  private readonly limited: LogLimiter;
+  /** Requests awaiting their answer head, by destination. */
+  private readonly awaiting = new Map<string, number>();
+  private readonly maxAwaiting: number;
+
   constructor(
     private readonly connector: KubeletConnector,
     private readonly log: Logger,
     private readonly opts: RequestInterceptorOptions = {},
-  ) {}
+  ) {
+    this.limited = new LogLimiter(log);
+    this.maxAwaiting = opts.maxAwaitingPerDestination ?? DEFAULT_MAX_AWAITING_PER_DESTINATION;
+  }
+
+  /**
+   * Takes a place among the requests to `ctx`'s destination awaiting their
+   * answer: the function that gives it back (once; later calls do nothing),
+   * or undefined when the destination has no place left.
+   */
+  private awaitAnswer(ctx: RequestContext): (() => void) | undefined {
+    const key = `${ctx.proxyHost ?? ''}|${ctx.dialAddress}`;
+    const n = this.awaiting.get(key) ?? 0;
+    if (n >= this.maxAwaiting) return undefined;
+    this.awaiting.set(key, n + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = this.awaiting.get(key)! - 1;
+      if (left === 0) this.awaiting.delete(key);
+      else this.awaiting.set(key, left);
+    };
+  }
+
+  /** The answer when a destination has no place left for another request awaiting its answer. */
+  private tooManyAwaiting(ctx: RequestContext): { status: number; reason: string } {
+    this.opts.loopGuard?.refused('waiting');
+    const reason =
+      `${this.maxAwaiting} requests to ${ctx.dialAddress}${ctx.proxyHost === undefined ? '' : ` on node ${ctx.proxyHost}`} already await ` +
+      'its answer: the kubelet is not answering, or the requests loop back into a tunnel server; retry later';
+    this.limited.warn('request to kubelet refused', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status: 503, error: reason });
+    return { status: 503, reason };
+  }
+
+  /** Requests to all destinations awaiting their answer head now. */
+  get awaitingCount(): number {
+    let n = 0;
+    for (const v of this.awaiting.values()) n += v;
+    return n;
+  }
 
   private target(ctx: RequestContext): TunnelTarget {
     return { dialAddress: ctx.dialAddress, proxyHost: ctx.proxyHost, tls: ctx.tls };
@@ -111,7 +176,7 @@ export class RequestInterceptor {
       method: req.method,
       path: req.url,
       // An array keeps the caller's header names and order (node ≥ 18.16 accepts rawHeaders form).
-      headers: forwardedHeaders(req.rawHeaders, upgrade),
+      headers: withLoopMark(forwardedHeaders(req.rawHeaders, upgrade)),
       setHost: false,
       tunnel: this.target(ctx),
       tunnelSignal: signal,
@@ -121,11 +186,20 @@ export class RequestInterceptor {
 
   /** An ordinary request: streamed both ways. */
   handleRequest(ctx: RequestContext, req: IncomingMessage, res: ServerResponse): void {
+    const answered = this.awaitAnswer(ctx);
+    if (answered === undefined) {
+      const { status, reason } = this.tooManyAwaiting(ctx);
+      res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+      res.end(reason + '\n');
+      return;
+    }
+    res.once('close', answered);
     // The caller went away: a dial still pending is cancelled (DIAL_CLS).
     const gone = new AbortController();
     const up = this.upstream(ctx, req, false, gone.signal);
     res.sendDate = false; // the kubelet's Date is passed on
     up.on('response', (answer: IncomingMessage) => {
+      answered();
       res.writeHead(answer.statusCode ?? 502, answer.statusMessage, forwardedHeaders(answer.rawHeaders, false));
       // Headers go out now: a log stream may send its first line much later.
       res.flushHeaders();
@@ -133,13 +207,14 @@ export class RequestInterceptor {
       answer.on('error', (err) => abortResponse(res, err));
     });
     up.on('error', (err) => {
+      answered();
       if (gone.signal.aborted) return; // nobody to answer
       if (res.headersSent) {
         abortResponse(res, err);
         return;
       }
       const { status, reason } = failureFor(err, ctx, this.opts.nodeNameOf);
-      this.log.warn('request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
+      this.limited.warn('request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
       res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
       res.end(reason.replace(/[\r\n]+/g, ' ') + '\n');
     });
@@ -159,6 +234,13 @@ export class RequestInterceptor {
    */
   handleUpgrade(ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
+    const answered = this.awaitAnswer(ctx);
+    if (answered === undefined) {
+      const { status, reason } = this.tooManyAwaiting(ctx);
+      socket.end(errorResponse(status, reason));
+      return;
+    }
+    socket.once('close', answered);
     // Read while the kubelet's connection opens, so that a caller who leaves
     // is noticed and its dial cancelled (DIAL_CLS); what it sends meanwhile
     // is kept for the kubelet, up to a bound, after which reading pauses.
@@ -189,14 +271,21 @@ export class RequestInterceptor {
           socket.destroy();
           return;
         }
-        kubelet.write(`${req.method} ${req.url} HTTP/1.1\r\n${rawHeaderLines(forwardedHeaders(req.rawHeaders, true))}\r\n`);
+        kubelet.write(`${req.method} ${req.url} HTTP/1.1\r\n${rawHeaderLines(withLoopMark(forwardedHeaders(req.rawHeaders, true)))}\r\n`);
         for (const chunk of early) kubelet.write(chunk);
         readResponseHead(kubelet).then(
-          (answer) => this.passAnswer(ctx, socket, kubelet, answer),
-          (err: unknown) => this.failUpgrade(ctx, socket, err, kubelet),
+          (answer) => {
+            answered();
+            this.passAnswer(ctx, socket, kubelet, answer);
+          },
+          (err: unknown) => {
+            answered();
+            this.failUpgrade(ctx, socket, err, kubelet);
+          },
         );
       },
       (err: unknown) => {
+        answered();
         stopWatching();
         if (gone.signal.aborted) socket.destroy();
         else this.failUpgrade(ctx, socket, err);
@@ -243,7 +332,7 @@ export class RequestInterceptor {
     kubelet?.destroy();
     if (socket.destroyed) return;
     const { status, reason } = failureFor(err, ctx, this.opts.nodeNameOf);
-    this.log.warn('upgrade request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
+    this.limited.warn('upgrade request to kubelet failed', { node: ctx.proxyHost, dialAddress: ctx.dialAddress, url: ctx.url, status, error: reason });
     socket.end(errorResponse(status, reason));
   }
 }

@@ -60,7 +60,9 @@ export type DialFailureReason =
   /** The agent already has as many dials waiting for its answer as the server allows (--max-pending-dials-per-agent). */
   | 'YT_ERR_TOO_MANY_DIALS'
   /** The request itself is unusable (bad address). */
-  | 'YT_ERR_BAD_ADDRESS';
+  | 'YT_ERR_BAD_ADDRESS'
+  /** The address is one of this server's own listeners: the connection would come back into the tunnel. */
+  | 'YT_ERR_DIAL_LOOP';
 
 export class DialError extends CodedError<DialFailureReason> {
   override readonly name = 'DialError';

@@ -13,6 +13,8 @@ import type { IptablesManager } from '../iptables/manager.js';
 import { serverKubeConfigSource } from '../kube/config-source.js';
 import type { Logger } from '../log/logger.js';
 import { GarbageAfterFlood } from '../meta/garbage-after-flood.js';
+import { LoopGuard } from '../frontend/loop-guard.js';
+import { OwnListeners } from '../net/own-listeners.js';
 import type { MetaServer } from '../meta/meta-server.js';
 import { Tunnel } from '../tunnel/tunnel.js';
 import type { ClusterServices } from './cluster.js';
@@ -26,6 +28,7 @@ import {
   nodeNamer,
   nodeResolverFor,
   startIptables,
+  watchOwnListeners,
   type EgressFrontend,
 } from './components.js';
 import type { ServerOptions } from './options.js';
@@ -98,7 +101,10 @@ export class TunnelServer {
     const serverID = opts.serverID ?? randomUUID();
     const registry = opts.metricsRegistry ?? new Registry();
     opts = { ...opts, metricsRegistry: registry };
+    // A dial to one of this server's own listeners would loop through the tunnel: refused.
+    const loopGuard = new LoopGuard(new OwnListeners(), registry);
     const tunnel = new Tunnel({
+      loopCheck: (address, agent) => loopGuard.dialRefusal(address, agent),
       strategies: opts.proxyStrategies,
       dialTimeoutMs: opts.dialTimeoutMs,
       stalledConnectionTimeoutMs: opts.stalledConnectionTimeoutMs,
@@ -111,7 +117,7 @@ export class TunnelServer {
     });
     let server: TunnelServer;
     try {
-      server = TunnelServer.build(serverID, tunnel, certs, files, opts, cluster);
+      server = TunnelServer.build(serverID, tunnel, loopGuard, certs, files, opts, cluster);
     } catch (err: unknown) {
       // A component refused its options: nothing listens yet, but the tunnel's timers run.
       await tunnel.close();
@@ -167,6 +173,7 @@ export class TunnelServer {
   private static build(
     serverID: string,
     tunnel: Tunnel,
+    loopGuard: LoopGuard,
     certs: ServerCertificates,
     files: ServerFiles,
     opts: ServerOptions,
@@ -177,7 +184,7 @@ export class TunnelServer {
     const nodeNameOf = nodeNamer(resolver);
     const { proxier, egress, direct } = frontendsFor(tunnel, nodeNameOf, opts, cluster?.isEdgeNode);
     const connector = kubeletConnectorFor(tunnel, certs, files, cluster, opts);
-    const master = masterFor(opts, { certs, files, cluster, resolver, nodeNameOf, connector });
+    const master = masterFor(opts, { loopGuard, certs, files, cluster, resolver, nodeNameOf, connector });
     if (cluster !== undefined) followServingRotations(cluster, certs, files, agentEndpoint, master);
     // The checks read the server once it exists.
     let server: TunnelServer | undefined;
@@ -191,6 +198,7 @@ export class TunnelServer {
       },
       opts,
     );
+    watchOwnListeners(loopGuard, { agentEndpoint, master, meta });
     // After a flood of connections, their memory goes back at once instead of when V8 next needs room.
     const afterFlood = new GarbageAfterFlood({
       openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),

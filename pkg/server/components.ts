@@ -6,6 +6,7 @@
 import { AgentEndpoint } from '../endpoint/agent-endpoint.js';
 import type { NodeNameOf } from '../frontend/dial-reason.js';
 import { DirectDialer } from '../frontend/direct-dial.js';
+import type { LoopGuard } from '../frontend/loop-guard.js';
 import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
@@ -118,6 +119,7 @@ export function kubeletConnectorFor(
 }
 
 export interface MasterParts {
+  loopGuard: LoopGuard;
   certs: ServerCertificates;
   files: ServerFiles;
   cluster: ClusterServices | undefined;
@@ -135,12 +137,23 @@ export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
     secure: { host: opts.bindAddress, port: opts.securePort, cert: p.certs.server.cert, key: p.certs.server.key, clientCA: p.files.clientCA ?? p.certs.ca },
     insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
     middleware: [traceRequest(p.resolver, log), localhostProxy(() => settings().localhostProxyPorts, p.resolver), masterPortTLS(() => settings().mappings)],
-    interceptor: new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf }),
+    interceptor: new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf, loopGuard: p.loopGuard }),
+    loopGuard: p.loopGuard,
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
     logger: log,
     metricsRegistry: opts.metricsRegistry,
   });
+}
+
+/** The TCP listeners a tunnel dial must never reach (frontend/loop-guard.ts); their Unix sockets no agent can dial. */
+export function watchOwnListeners(guard: LoopGuard, p: { agentEndpoint: AgentEndpoint; master: MasterServer; meta: MetaServer | undefined }): void {
+  // Read at every check: a server's address() is null until it listens.
+  guard.listeners.add('agent port', () => p.agentEndpoint.address);
+  guard.listeners.add('secure master port', () => p.master.address('secure'));
+  guard.listeners.add('insecure master port', () => p.master.address('insecure'));
+  const meta = p.meta;
+  if (meta !== undefined) guard.listeners.add('meta port', () => meta.address);
 }
 
 /** Rotated serving certificates go into the listeners in place: new handshakes use them, open connections stay. */

@@ -44,6 +44,12 @@ export interface TunnelOptions {
    * (DEFAULT_RESUME_MEMORY_BUDGET).
    */
   resumeMemoryBudget?: number;
+  /**
+   * Why a dial to `address` through `agent` would come back into this server
+   * (its address is one of the server's own listeners), or undefined; such a
+   * dial fails with YT_ERR_DIAL_LOOP before anything is sent to the agent.
+   */
+  loopCheck?: (address: string, agent: { agentID: string; remoteAddress: string }) => string | undefined;
   logger?: Logger;
   /** Where metrics register; default a registry of the tunnel's own. */
   metricsRegistry?: Registry;

@@ -48,6 +48,7 @@ export class Tunnel {
   private readonly stalledConnectionTimeoutMs: number;
   private readonly maxPendingDialsPerAgent: number;
   private readonly maxUnknownPacketsPerAgent: number;
+  private readonly loopCheck: TunnelOptions['loopCheck'];
   private readonly log: Logger;
   private readonly limited: LogLimiter;
   private readonly sweepTimer: NodeJS.Timeout;
@@ -66,6 +67,7 @@ export class Tunnel {
     this.stalledConnectionTimeoutMs = opts.stalledConnectionTimeoutMs ?? 5000;
     this.maxPendingDialsPerAgent = opts.maxPendingDialsPerAgent ?? DEFAULT_MAX_PENDING_DIALS_PER_AGENT;
     this.maxUnknownPacketsPerAgent = opts.maxUnknownPacketsPerAgent ?? DEFAULT_MAX_UNKNOWN_PACKETS;
+    this.loopCheck = opts.loopCheck;
     this.log = opts.logger ?? silentLogger();
     this.limited = new LogLimiter(this.log);
     this.newDialID = opts.newDialID ?? newDialID;
@@ -155,6 +157,8 @@ export class Tunnel {
           `(proxy strategy ${this.strategies.join(',')}); is the node's yurt-tunnel-agent running and connected?`,
       );
     }
+    const loop = this.loopCheck?.(address, backend);
+    if (loop !== undefined) return fail('YT_ERR_DIAL_LOOP', loop);
     const waiting = this.pendingDialsOf(backend.agentID);
     if (waiting >= this.maxPendingDialsPerAgent) {
       return fail(

@@ -46,9 +46,11 @@ defineFixtureReplay('through the master port', async (h, acceptV5) => {
     kubeletSees: (_ex, sent) => {
       const upgrade = sent.some(([k]) => k.toLowerCase() === 'upgrade');
       const headers = sent.filter(([k]) => !HOP_BY_HOP.includes(k.toLowerCase()) || (upgrade && ['connection', 'upgrade'].includes(k.toLowerCase())));
+      // The master port marks what it forwards (a request that comes back with it is a loop).
+      const marked: Array<[string, string]> = [...headers, ['Via', '1.1 yurt-tunnel-server']];
       return {
         // Pooled requests go through a keep-alive HTTP client, which says so.
-        headers: upgrade ? headers : [...headers, ['Connection', 'keep-alive']],
+        headers: upgrade ? marked : [...marked, ['Connection', 'keep-alive']],
         subject: { commonName: /CN=(.*)/.exec(subject)![1]!, organizations: [...subject.matchAll(/^O=(.*)$/gm)].map((m) => m[1]!) },
         // The tunnel knows the node's name, so it asks for it.
         servername: 'edge-1',

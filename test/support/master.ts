@@ -11,6 +11,7 @@ import type { NodeResolver } from '../../pkg/nodes/node-resolver.js';
 import type { RequestContext } from '../../pkg/interceptor/request-context.js';
 import { AgentNodeResolver } from '../../pkg/server/agent-node-resolver.js';
 import { RequestInterceptor } from '../../pkg/interceptor/request-interceptor.js';
+import type { LoopGuard } from '../../pkg/frontend/loop-guard.js';
 import type { Registry } from 'prom-client';
 import type { CertKeyPair } from '../../pkg/certs/pki.js';
 import type { Harness } from './harness.js';
@@ -38,6 +39,7 @@ export interface TestMaster {
   securePort: number;
   insecurePort: number;
   connector: KubeletConnector;
+  interceptor: RequestInterceptor;
 }
 
 export async function startMaster(
@@ -52,6 +54,9 @@ export async function startMaster(
     requestHeadTimeoutMs?: number;
     /** TLS to the kubelet from the plain port too (the stand-in kubelet speaks only TLS; the server's own routing never does this). */
     tlsToKubelet?: boolean;
+    /** Counts the master's loop refusals. */
+    loopGuard?: LoopGuard;
+    maxAwaitingPerDestination?: number;
   } = {},
 ): Promise<TestMaster> {
   const pki = testPKI();
@@ -62,6 +67,7 @@ export async function startMaster(
   });
   const resolver = opts.resolver ?? new AgentNodeResolver(server.tunnel.registry);
   const ports = new Set(opts.localhostPorts ?? []);
+  const interceptor = new RequestInterceptor(connector, server.log, { loopGuard: opts.loopGuard, maxAwaitingPerDestination: opts.maxAwaitingPerDestination });
   const master = new MasterServer({
     secure: { host: '127.0.0.1', port: 0, cert: pki.server.cert, key: pki.server.key, clientCA: pki.ca.cert },
     insecure: { host: '127.0.0.1', port: 0 },
@@ -70,7 +76,8 @@ export async function startMaster(
       localhostProxy(() => ports, resolver),
       ...(opts.tlsToKubelet === true ? [(ctx: RequestContext): void => void (ctx.tls = true)] : []),
     ],
-    interceptor: new RequestInterceptor(connector, server.log),
+    interceptor,
+    loopGuard: opts.loopGuard,
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
     logger: server.log,
@@ -81,7 +88,7 @@ export async function startMaster(
     connector.destroy();
   });
   await master.start();
-  return { master, securePort: master.address('secure').port, insecurePort: master.address('insecure').port, connector };
+  return { master, securePort: master.address('secure').port, insecurePort: master.address('insecure').port, connector, interceptor };
 }
 
 /** A stand-in kubelet on 127.0.0.1 whose certificate names `nodeName` and 127.0.0.1. */

@@ -21,6 +21,7 @@ const EXPECTED_STATUS: Record<DialFailureReason, number> = {
   YT_ERR_DIAL_CANCELLED: 502,
   YT_ERR_DIAL_TIMEOUT: 504,
   YT_ERR_BAD_ADDRESS: 400,
+  YT_ERR_DIAL_LOOP: 508,
 };
 
 for (const [reason, status] of Object.entries(EXPECTED_STATUS) as Array<[DialFailureReason, number]>) {
