@@ -92,7 +92,9 @@ async function readmeSetup(h: Harness): Promise<{ server: Proc; dir: string; uds
     '--startup-rehearsal=false',
   ]);
   await agent.waitForLine(/connected to tunnel server/);
-  return { server, dir, udsPath, ports: { secure: port('securePort'), insecure: port('insecurePort'), meta: port('metaPort') } };
+  const ports = { secure: port('securePort'), insecure: port('insecurePort'), meta: port('metaPort') };
+  await waitFor('the server to register edge-1', async () => (await metaGet(ports.meta, '/debug/agents')).body.includes('"edge-1"'));
+  return { server, dir, udsPath, ports };
 }
 
 test("the README's master-port request without its Host header is refused at once, the server's footprint flat", LIMIT, async (t) => {
