@@ -162,7 +162,8 @@ export class ClientSet {
    */
   private async syncOnce(): Promise<void> {
     if (this.draining || this.stopped) return;
-    if (this.clients.size >= this.serverCount && this.suspended.size === 0) {
+    const probe = this.clients.size >= this.serverCount && this.suspended.size === 0;
+    if (probe) {
       const every = this.opts.probeIntervalMs ?? 30_000;
       if (!(every > 0) || Date.now() - this.lastProbe < every) return;
       this.lastProbe = Date.now();
@@ -172,7 +173,7 @@ export class ClientSet {
     this.dialing = new AbortController();
     let dialed: DialedCall;
     try {
-      dialed = await dialServer(conn.dialTarget(claims), this.log, this.dialing.signal);
+      dialed = await dialServer({ ...conn.dialTarget(claims), probe }, this.log, this.dialing.signal);
     } finally {
       this.dialing = undefined;
     }

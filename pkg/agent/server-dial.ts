@@ -14,6 +14,7 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage, ServerConnectionError } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
+import { PROBE_HEADER } from '../protocol/probe.js';
 import {
   RESUMED_HEADER,
   RESUME_HEADER,
@@ -63,6 +64,8 @@ export interface DialTarget {
   handshakeTimeoutMs: number;
   /** Session resume: our window, and the sessions we ask back. */
   resume: { windowMs: number; claims: SessionClaim[] } | undefined;
+  /** We hold links to every server we know of: this dial looks for another (protocol/probe.ts). */
+  probe?: boolean;
 }
 
 /** A call the server answered: its connection, its stream (not read yet), and what the headers said. */
@@ -192,6 +195,7 @@ function callMetadata(t: DialTarget): Record<string, string | string[]> {
   if (t.identifiers !== '') md.agentidentifiers = t.identifiers;
   if (t.connWindow > 0) md[CONN_WINDOW_HEADER] = String(t.connWindow);
   if (t.halfClose) md[HALF_CLOSE_HEADER] = '1';
+  if (t.probe === true) md[PROBE_HEADER] = '1';
   if (t.resume !== undefined && t.connWindow > 0 && t.halfClose) {
     md[RESUME_HEADER] = String(t.resume.windowMs);
     if (t.resume.claims.length > 0) md[SESSION_HEADER] = t.resume.claims.map(formatSessionClaim);

@@ -17,6 +17,7 @@ import type { LogLimiter } from '../log/log-limiter.js';
 import { CONN_WINDOW_HEADER, parseConnWindow } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { parseAgentIdentifiers, type AgentIdentifiers } from '../protocol/identifiers.js';
+import { PROBE_HEADER, announcesProbe } from '../protocol/probe.js';
 import { RESUME_HEADER, SESSION_HEADER, parseResumeWindow, parseSessionClaims, type SessionClaim } from '../protocol/resume.js';
 import { checkAgentIdentity, type AgentIdentityCheck } from './agent-identity.js';
 import { ConnectRate } from './connect-rate.js';
@@ -44,6 +45,8 @@ export interface AgentMetadata {
   resumeWindowMs: number | undefined;
   /** The sessions the agent asks to resume. */
   claims: SessionClaim[];
+  /** The agent already holds links to every server it knows of: this call looks for another (protocol/probe.ts). */
+  probe: boolean;
 }
 
 /** A call refused before any message, and the rule that refused it. */
@@ -188,6 +191,7 @@ export class Admission {
       identityVerified: check !== 'none' && fingerprint !== '',
       resumeWindowMs: parseResumeWindow(call.metadata(RESUME_HEADER)),
       claims,
+      probe: announcesProbe(call.metadata(PROBE_HEADER)),
     };
   }
 

@@ -395,6 +395,7 @@ export class AgentEndpoint {
         certSubject: peerCertSubject(session),
         flow,
         halfClose,
+        probe: meta.probe,
         ...where,
       };
       if (windowMs !== undefined) {

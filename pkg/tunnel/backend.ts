@@ -26,6 +26,8 @@ export interface BackendInfo {
   flow?: FlowWindows;
   /** Half-close (CLOSE_WRITE), when both ends announced it. */
   halfClose?: boolean;
+  /** The agent said this call is a probe for another server (protocol/probe.ts). */
+  probe?: boolean;
 }
 
 let nextBackendSerial = 1;
@@ -46,6 +48,12 @@ export class Backend {
   readonly serial = nextBackendSerial++;
   draining = false;
   closed = false;
+  /**
+   * A probe from an agent that already has a live stream here: a duplicate it
+   * closes at once, so its coming and going is logged at --v 2, not as a
+   * connection event (protocol/probe.ts).
+   */
+  duplicateProbe = false;
   /** With session resume: the session and its link, which outlive the agent's calls. */
   session: Session<Backend> | undefined;
   sessionLink: SessionLink | undefined;

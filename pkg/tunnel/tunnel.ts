@@ -237,8 +237,9 @@ export class Tunnel {
       backend.closed = true;
       return backend;
     }
+    backend.duplicateProbe = info.probe === true && this.registry.streamsOf(info.agentID).some((b) => !b.suspended && !b.draining);
     this.registry.add(backend);
-    this.log.info('agent connected', {
+    this.lifecycleLog(backend, 'agent connected', {
       agentID: info.agentID,
       stream: backend.serial,
       remoteAddress: info.remoteAddress,
@@ -246,8 +247,15 @@ export class Tunnel {
       flowControl: info.flow !== undefined,
       halfClose: info.halfClose === true,
       agentStreams: this.registry.streamsOf(info.agentID).length,
+      ...(backend.duplicateProbe ? { probe: true } : {}),
     });
     return backend;
+  }
+
+  /** An agent stream's coming and going: at -v 0, but at -v 2 for an agent's probe of a server it already holds. */
+  private lifecycleLog(backend: Backend, message: string, fields: Record<string, unknown>): void {
+    if (backend.duplicateProbe) this.log.verbose(2, message, fields);
+    else this.log.info(message, fields);
   }
 
   /**
@@ -449,7 +457,7 @@ export class Tunnel {
     const conns = backend.conns.takeAll();
     for (const c of conns) c.remoteClose(lost ? new AgentLostError(reason) : new ConnectionClosedError(`agent ${backend.agentID} disconnected: ${reason}`));
     backend.sessionLink?.resumable.close(lost ? new AgentLostError(reason) : new ConnectionClosedError(reason));
-    this.log.info('agent disconnected', {
+    this.lifecycleLog(backend, 'agent disconnected', {
       agentID: backend.agentID,
       stream: backend.serial,
       ended: end.kind,
@@ -457,6 +465,7 @@ export class Tunnel {
       failedDials: dials.length,
       closedConnections: conns.length,
       ...(session !== undefined ? { resumes: session.resumes } : {}),
+      ...(backend.duplicateProbe ? { probe: true } : {}),
     });
   }
 
