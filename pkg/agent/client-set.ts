@@ -3,6 +3,7 @@
 // servers (behind a load balancer each dial may land on any replica), and
 // redials when a link drops, with jittered exponential backoff on failures.
 
+import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { errorMessage, ServerConnectionError } from '../protocol/errors.js';
@@ -14,6 +15,13 @@ import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConne
 
 /** While a session is suspended, failed dials are retried after a delay drawn from this range (ms), not the growing backoff. */
 const SUSPENDED_RETRY_MS = { min: 50, max: 500 };
+
+/**
+ * "could not connect … will retry" lines written per minute; the rest are
+ * counted in one summary line. A server that stays down otherwise costs a
+ * line every few seconds for as long as it is down (18 a minute were seen).
+ */
+export const RETRY_LOG_LIMIT = { burst: 3, intervalMs: 60_000 };
 
 export interface ClientSetOptions {
   connection: ServerConnectionOptions;
@@ -43,6 +51,7 @@ export class ClientSet {
   private readonly suspended = new Map<string, ServerConnection>();
   private readonly opts: ClientSetOptions;
   private readonly log: Logger;
+  private readonly retryLog: LogLimiter;
   private readonly backoff: Backoff;
   private readonly syncIntervalMs: number;
   /** One keepalive interval for every link, so a server's too_many_pings slows them all. */
@@ -66,6 +75,7 @@ export class ClientSet {
   constructor(opts: ClientSetOptions) {
     this.opts = opts;
     this.log = opts.logger ?? silentLogger();
+    this.retryLog = new LogLimiter(this.log, RETRY_LOG_LIMIT);
     this.syncIntervalMs = opts.syncIntervalMs ?? 1000;
     this.keepalive = opts.connection.keepalive ?? { timeMs: opts.connection.keepaliveTimeMs ?? 35_000 };
     this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, fullJitter: true, capMs: opts.syncIntervalCapMs ?? 10_000 });
@@ -143,7 +153,7 @@ export class ClientSet {
         delay = this.backoff.next();
         // A session waits for its server: try again soon, not after the grown backoff.
         if (this.suspended.size > 0) delay = SUSPENDED_RETRY_MS.min + Math.random() * (SUSPENDED_RETRY_MS.max - SUSPENDED_RETRY_MS.min);
-        this.log.warn('could not connect to the tunnel server; will retry', {
+        this.retryLog.warn('could not connect to the tunnel server; will retry', {
           server: this.opts.connection.address,
           retryInMs: Math.round(delay),
           error: errorMessage(err),
@@ -323,5 +333,6 @@ export class ClientSet {
     this.clients.clear();
     this.suspended.clear();
     await this.loop;
+    this.retryLog.flush();
   }
 }
