@@ -42,11 +42,19 @@ function age(since: string, now: number): string {
   return `${Math.floor(s / 86_400)}d`;
 }
 
-function bytes(n: number): string {
+const IEC_UNITS = ['KiB', 'MiB', 'GiB', 'TiB'];
+
+/** Bytes in IEC units, one decimal from a KiB on: 85B, 3.5KiB, 36.5MiB (no space: a table column stays one word). */
+export function formatBytes(n: number): string {
   if (n < 1024) return `${n}B`;
-  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)}Ki`;
-  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)}Mi`;
-  return `${(n / 1024 ** 3).toFixed(1)}Gi`;
+  let value = n / 1024;
+  let unit = 0;
+  // 1023.96 KiB would print as 1024.0KiB: that is 1.0MiB.
+  while (value >= 1023.95 && unit < IEC_UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)}${IEC_UNITS[unit]}`;
 }
 
 export function formatAgents(agents: readonly AgentStatus[], output: AgentsOutput, now = Date.now()): string {
@@ -70,8 +78,8 @@ export function formatAgents(agents: readonly AgentStatus[], output: AgentsOutpu
         row.push(
           a.identifiers.host.join(',') || '<none>',
           a.remoteAddress,
-          bytes(a.bytesToAgent),
-          bytes(a.bytesFromAgent),
+          formatBytes(a.bytesToAgent),
+          formatBytes(a.bytesFromAgent),
           a.serverID,
           a.draining ? 'yes' : 'no',
         );

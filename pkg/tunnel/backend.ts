@@ -62,6 +62,8 @@ export class Backend {
 
   /** Connections established through this stream. */
   readonly conns = new ConnTable<TunnelConn | TunnelRelay>();
+  /** Bytes of the connections that have ended on this stream (its open ones count theirs), for /debug/agents. */
+  readonly endedBytes = { toAgent: 0, fromAgent: 0 };
   /** Dials pending on this backend (kept by PendingDials). */
   pendingDialCount = 0;
   /** Packets the agent sent for connections it does not hold here. */

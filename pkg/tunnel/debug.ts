@@ -12,7 +12,7 @@ export interface AgentStatus {
   connectedSince: string;
   openConnections: number;
   pendingDials: number;
-  /** Bytes of the open connections: to the node, and from it. */
+  /** Bytes over the stream's life (ended connections and open ones): to the node, and from it. */
   bytesToAgent: number;
   bytesFromAgent: number;
   lastKeepaliveRoundTripMs: number | null;
@@ -39,8 +39,8 @@ export interface ConnectionStatus {
 
 export function agentStatuses(registry: BackendRegistry, serverID: string): AgentStatus[] {
   return registry.all().map((b) => {
-    let toAgent = 0;
-    let fromAgent = 0;
+    let toAgent = b.endedBytes.toAgent;
+    let fromAgent = b.endedBytes.fromAgent;
     for (const c of b.conns.values()) {
       toAgent += c.bytesSent;
       fromAgent += c.bytesReceived;

@@ -592,6 +592,8 @@ export class Tunnel {
   /** A connection is over: out of the table, counted and logged. */
   private connectionClosed(backend: Backend, conn: TunnelConn | TunnelRelay, err: Error | null): void {
     backend.conns.remove(conn);
+    backend.endedBytes.toAgent += conn.bytesSent;
+    backend.endedBytes.fromAgent += conn.bytesReceived;
     this.idle.check();
     recordConnectionEnd(conn, err, this.metrics, this.log);
   }

@@ -113,6 +113,9 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   assert.equal(agents[0]!.agentID, 'edge-1');
   assert.deepEqual((agents[0]!.identifiers as { ipv4: string[] }).ipv4, ['127.0.0.1']);
   assert.equal(agents[0]!.openConnections, 1);
+  // Bytes over the link's life: the three that ended count, not only the open one (which has sent nothing yet).
+  assert.equal(agents[0]!.bytesToAgent, sent);
+  assert.equal(agents[0]!.bytesFromAgent, sent);
   const conns = JSON.parse((await metaGet(serverMeta, '/debug/connections?agent=edge-1')).body) as Array<Record<string, unknown>>;
   assert.equal(conns.length, 1);
   assert.equal(conns[0]!.address, `127.0.0.1:${echo.port}`);
@@ -127,7 +130,8 @@ test('metrics move by exactly the dials and bytes sent; debug listings and the a
   assert.match(lines[0]!, /^AGENT\s+ADDRESSES\s+CONNECTIONS\s+AGE\s+RTT\s+STATUS$/);
   assert.match(lines[1]!, /^edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+READY$/);
   const wide = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'wide']);
-  assert.match(wide.output.split('\n')[1]!, /edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+READY\s+edge-1\s+127\.0\.0\.1:\d+\s+/);
+  // 3,577 bytes each way.
+  assert.match(wide.output.split('\n')[1]!, /edge-1\s+127\.0\.0\.1\s+1\s+\d+s\s+\S+\s+READY\s+edge-1\s+127\.0\.0\.1:\d+\s+3\.5KiB\s+3\.5KiB\s+/);
   const json = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${serverMeta}`, '-o', 'json']);
   assert.equal((JSON.parse(json.output) as unknown[]).length, 1);
   const down = await runProcess(h, SERVER_BIN, ['agents', '--meta-addr', `127.0.0.1:${await closedPort()}`]);
