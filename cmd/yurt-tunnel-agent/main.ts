@@ -10,6 +10,7 @@ import { createLogger } from '../../pkg/log/logger.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { rehearsalTiering } from '../common/v8-tiering.js';
 import { durationOption, packageVersion, parseIP, parsePort, parsePositiveInt, resumeWindowOption, addProcessOptions } from '../common/flags.js';
+import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
 interface AgentFlags {
@@ -102,6 +103,7 @@ const program = new Command('yurt-tunnel-agent')
   )
   .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266);
 
+wrapHelpToTerminal(program);
 addProcessOptions(program).action(async (flags: AgentFlags) => {
   holdProcessOpen();
   const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });

@@ -40,6 +40,7 @@ import {
   resumeWindowOption,
   addProcessOptions,
 } from '../common/flags.js';
+import { wrapHelpToTerminal } from '../common/help.js';
 import { InvalidArgumentError } from 'commander';
 import { errorMessage } from '../../pkg/protocol/errors.js';
 
@@ -294,6 +295,7 @@ const program = new Command('yurt-tunnel-server')
     10265,
   );
 
+wrapHelpToTerminal(program);
 addProcessOptions(program).action(async (flags: ServerFlags) => {
   holdProcessOpen();
   const logger = createLogger({ verbosity: flags.v, format: flags.logFormat });
