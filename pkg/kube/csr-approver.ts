@@ -11,10 +11,11 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
+import { KUBELET_SERVING_SIGNER } from '../certs/certificate-manager.js';
 import type { Logger } from '../log/logger.js';
 import { LogLimiter, type LogLimiterOptions } from '../log/log-limiter.js';
 import type { KubeClient } from './client.js';
-import { reviewTunnelCsr, isDecided } from './csr-review.js';
+import { reviewTunnelCsr, isDecided, type AllowedNames } from './csr-review.js';
 import { isNotFound } from './errors.js';
 import { Informer } from './informer.js';
 import { LeaderWork, type LeaseTimings } from './leader-work.js';
@@ -32,6 +33,11 @@ export interface CsrApproverOptions {
   client: KubeClient;
   /** The server's ServiceAccount (in kube-system): the only requester of the server's certificates. */
   serverServiceAccount: string;
+  /**
+   * The names the server's serving certificate may carry: what this server's own
+   * template would name now (cluster.ts). Call recheck() when they change.
+   */
+  servingNames(): Promise<AllowedNames>;
   /** This replica in the Lease; default `<hostname>_<uuid>`. */
   identity?: string;
   lease?: LeaseTimings;
@@ -100,6 +106,21 @@ export class CsrApprover {
     return this.work.isLeader();
   }
 
+  /**
+   * Reviews the server's pending serving CSRs again: the serving names changed,
+   * so one refused for a name this replica had not seen yet (another replica's
+   * informers were ahead) may pass now.
+   */
+  recheck(): void {
+    const leading = this.leading;
+    if (leading === undefined) return;
+    for (const csr of this.csrs.list()) {
+      if (csr.spec.signerName === KUBELET_SERVING_SIGNER && csr.spec.username === this.serverUser && !isDecided(csr)) {
+        leading.queue.add(csr.metadata?.name ?? '');
+      }
+    }
+  }
+
   /** Stops deciding, gives the lease up, ends the watch. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
@@ -145,7 +166,7 @@ export class CsrApprover {
           throw err;
         }
       };
-      const review = await reviewTunnelCsr(csr, { serverUser: this.serverUser, readNode });
+      const review = await reviewTunnelCsr(csr, { serverUser: this.serverUser, readNode, servingNames: () => this.opts.servingNames() });
       const fields = { csr: name, requester: csr.spec.username ?? '', signer: csr.spec.signerName };
       if (review.verdict === 'not-ours') {
         this.log.verbose(5, 'CSR not the tunnel’s; left to others', { ...fields, why: review.why });

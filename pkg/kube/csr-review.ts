@@ -7,9 +7,15 @@
 //     created with the kubelet's credentials, so the requester is
 //     system:node:<name> in system:nodes; DNS SAN exactly <name>; IP SANs only
 //     addresses of Node <name>;
-//   - server serving (system:node:tunnel-server / system:nodes, kubelet-serving)
-//     and proxy client (tunnel-proxy-client / openyurt:yurttunnel,
-//     kube-apiserver-client): requested by the server's ServiceAccount.
+//   - server serving (system:node:tunnel-server / system:nodes, kubelet-serving):
+//     requested by the server's ServiceAccount, naming only what our server
+//     names (servingNames in tunnel-addresses.ts, from the Services and Nodes
+//     the approver sees, with its --cert-ips/--cert-dns-names). A kubelet-serving
+//     certificate naming a node's address would let its holder pose as that
+//     node's kubelet to kube-apiserver; this way even a stolen ServiceAccount
+//     token gets no name the server does not hold anyway;
+//   - server proxy client (tunnel-proxy-client / openyurt:yurttunnel,
+//     kube-apiserver-client): requested by the server's ServiceAccount, no names.
 // Usages must be exactly those our certificate manager asks for.
 
 import type { V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
@@ -31,6 +37,13 @@ export interface CsrReviewContext {
   serverUser: string;
   /** Node `name` from the API, undefined when there is none. */
   readNode(name: string): Promise<V1Node | undefined>;
+  /** Every name and address our server's serving certificate may carry now. */
+  servingNames(): Promise<AllowedNames>;
+}
+
+export interface AllowedNames {
+  ips: readonly string[];
+  dnsNames: readonly string[];
 }
 
 const NODE_USER_PREFIX = 'system:node:';
@@ -99,7 +112,18 @@ export async function reviewTunnelCsr(csr: V1CertificateSigningRequest, ctx: Csr
     if (req.commonName === PROXY_CLIENT_COMMON_NAME && req.dnsNames.length + req.ips.length > 0) {
       return refuse(`names ${[...req.dnsNames, ...req.ips].join(',')}, want none`);
     }
-    if (req.commonName === SERVER_COMMON_NAME && req.dnsNames.length + req.ips.length === 0) return refuse('no DNS or IP names');
+    if (req.commonName === SERVER_COMMON_NAME) {
+      if (req.dnsNames.length + req.ips.length === 0) return refuse('no DNS or IP names');
+      const own = await ctx.servingNames();
+      const ownIPs = new Set(own.ips.map(normalizeIP));
+      const foreign = [...req.dnsNames.filter((n) => !own.dnsNames.includes(n)), ...req.ips.filter((ip) => !ownIPs.has(ip))];
+      if (foreign.length > 0) {
+        return refuse(
+          `names ${foreign.join(',')}, not among the server's own serving names ` +
+            '(the tunnel Services and their addresses, cloud nodes of a NodePort x-tunnel-server-svc, loopback, --cert-ips, --cert-dns-names)',
+        );
+      }
+    }
     return { verdict: 'approve', message: `${kind.what} certificate requested by the server's ServiceAccount ${user}` };
   }
 

@@ -142,9 +142,24 @@ export class ClusterServices {
       }),
       logger: log,
     });
+    // The approver lets through a serving CSR naming only what this template names (csr-review.ts).
+    const csrApprover =
+      opts.csrApprover === undefined
+        ? undefined
+        : new CsrApprover({
+            client,
+            serverServiceAccount: opts.csrApprover.serverServiceAccount ?? DEFAULT_SERVER_SERVICE_ACCOUNT,
+            servingNames: async () => {
+              await Promise.all([services.waitForSync(), nodes.waitForSync()]);
+              return servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
+            },
+            logger: kubeLog,
+          });
     // The wanted serving names follow the tunnel Services (and, for NodePort, the cloud nodes).
     const recheck = (): void => {
-      if (services.synced() && nodes.synced()) serving.check('tunnel Services or nodes changed');
+      if (!services.synced() || !nodes.synced()) return;
+      serving.check('tunnel Services or nodes changed');
+      csrApprover?.recheck();
     };
     services.addHandler({ add: recheck, update: recheck, delete: recheck });
     nodes.addHandler({ update: (old, now) => (old !== now ? recheck() : undefined) });
@@ -153,10 +168,6 @@ export class ClusterServices {
     services.start();
     config.start();
     // Before the certificates: the server's own CSRs are approved by it (or by the replica that leads).
-    const csrApprover =
-      opts.csrApprover === undefined
-        ? undefined
-        : new CsrApprover({ client, serverServiceAccount: opts.csrApprover.serverServiceAccount ?? DEFAULT_SERVER_SERVICE_ACCOUNT, logger: kubeLog });
     csrApprover?.start();
     await Promise.all([serving.start(), proxyClient.start()]);
     const resolver = new InformerNodeResolver(nodes, pods);

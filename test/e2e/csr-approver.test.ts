@@ -4,7 +4,9 @@
 // too, with no one approving by hand. Forgeries stay pending with one logged
 // reason each: a node asking for another node's certificate, extra DNS or IP
 // names, other usages, an unrelated user, the server's certificates asked by
-// someone other than its ServiceAccount.
+// someone other than its ServiceAccount, a serving CSR of the server's own
+// ServiceAccount naming what the server does not (a node's address, another
+// Service's name).
 
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
@@ -28,6 +30,7 @@ import { tempDir, waitFor } from '../support/tunnel.js';
 const skip = controlPlaneSkipReason();
 const SERVER_SA = 'system:serviceaccount:kube-system:yurt-tunnel-server';
 const NODE_GROUPS = ['system:nodes', 'system:authenticated'];
+const SERVER_SA_GROUPS = ['system:serviceaccounts', 'system:serviceaccounts:kube-system', 'system:authenticated'];
 
 interface Csr {
   name: string;
@@ -78,9 +81,19 @@ const agentCsr = (name: string, node: string, req: Partial<SigningRequest> = {},
   usages,
 });
 
+const servingCsr = (name: string, names: Pick<SigningRequest, 'dnsNames' | 'ips'>): Csr => ({
+  name,
+  as: { user: SERVER_SA, groups: SERVER_SA_GROUPS },
+  req: { commonName: SERVER_COMMON_NAME, organizations: [SERVER_ORGANIZATION], ...names },
+  signerName: KUBELET_SERVING_SIGNER,
+  usages: SERVING_USAGES,
+});
+
 describe('the CSR approver with a real kube-apiserver', { skip }, () => {
   let cp: ControlPlane;
   let approver: CsrApprover | undefined;
+  /** What the test's approver takes for the server's serving names (in the server, its certificate template's). */
+  let serverNames = { ips: ['127.0.0.1', '::1'], dnsNames: ['x-tunnel-server-svc'] };
   const log = new MemoryLogger(2);
 
   const conditions = async (name: string): Promise<{ type: string; reason?: string }[]> =>
@@ -116,6 +129,7 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
     approver = new CsrApprover({
       client: createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig }),
       serverServiceAccount: 'yurt-tunnel-server',
+      servingNames: () => Promise.resolve(serverNames),
       logLimit: { burst: 100 },
       logger: log,
     });
@@ -194,6 +208,15 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
         },
         reason: /server proxy client CSR: requested by system:serviceaccount:kube-system:default, not by the server's ServiceAccount/,
       },
+      {
+        // A kubelet-serving certificate for node-a's name and address would pose as its kubelet to kube-apiserver.
+        csr: servingCsr('forged-serving-node-address', { dnsNames: ['x-tunnel-server-svc', 'node-a'], ips: ['127.0.0.1', '127.0.0.11'] }),
+        reason: /server serving CSR: names node-a,127\.0\.0\.11, not among the server's own serving names/,
+      },
+      {
+        csr: servingCsr('forged-serving-other-service', { dnsNames: ['kubernetes.default.svc'], ips: [] }),
+        reason: /server serving CSR: names kubernetes\.default\.svc, not among the server's own serving names/,
+      },
     ];
     for (const f of forgeries) await createCsrAs(cp, f.csr);
     for (const f of forgeries) {
@@ -211,14 +234,29 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
     }
   });
 
+  test('a serving CSR naming what the approver has not seen yet passes once recheck() finds the name among the serving names', async () => {
+    await createCsrAs(cp, servingCsr('serving-ahead', { dnsNames: ['x-tunnel-server-svc'], ips: ['127.0.0.1', '127.0.0.42'] }));
+    await waitFor('serving-ahead to be left pending', () => leftPending('serving-ahead').length > 0, 15_000);
+    assert.match(leftPending('serving-ahead')[0]!.reason, /names 127\.0\.0\.42, not among/);
+    // Another replica's informers were ahead: this one's catch up (a cloud node 127.0.0.42) and its server rechecks.
+    serverNames = { ...serverNames, ips: [...serverNames.ips, '127.0.0.42'] };
+    approver!.recheck();
+    await waitFor('serving-ahead to be approved', () => approvedByUs('serving-ahead'), 15_000);
+    assert.deepEqual(await conditions('forged-serving-node-address'), [], 'the forgery is still pending');
+  });
+
   test("the server's own CSRs, made by its ServiceAccount with the manifests' RBAC, are approved by its approver", async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
     // Another approver holds the lease: let the server's own take it.
     await approver?.stop();
     approver = undefined;
-    const rbac = await cp.kubectl(['apply', '-f', join(process.cwd(), 'manifests/base/server-rbac.yaml')]);
-    assert.equal(rbac.code, 0, rbac.stderr);
+    for (const file of ['server-rbac.yaml', 'services.yaml']) {
+      const applied = await cp.kubectl(['apply', '-f', join(process.cwd(), 'manifests/base', file)]);
+      assert.equal(applied.code, 0, applied.stderr);
+    }
+    // A cloud node: agents reach the NodePort Service on its address, so the serving certificate names it.
+    assert.equal((await cp.kubectl(['label', 'node', 'node-b', 'openyurt.io/is-edge-worker=false'])).code, 0);
     const token = await cp.kubectl(['create', 'token', 'yurt-tunnel-server', '-n', 'kube-system']);
     assert.equal(token.code, 0, token.stderr);
     const kubeconfig = join(dir, 'server-sa.kubeconfig');
@@ -249,15 +287,30 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
     });
     h.defer(() => cluster.stop());
     await waitFor('the server certificates to be issued', () => cluster.serving.current() !== undefined && cluster.proxyClient.current() !== undefined, 20_000);
+    // The first serving certificate may predate the informers' sync (loopback only); the next names everything.
+    const sansOf = (pem: string): string[] => (new X509Certificate(pem).subjectAltName ?? '').split(', ');
+    await waitFor('a serving certificate naming the cloud node', () => sansOf(cluster.serving.current()!.cert).includes('IP Address:127.0.0.12'), 20_000);
     const serving = new X509Certificate(cluster.serving.current()!.cert);
     assert.match(serving.subject, /CN=system:node:tunnel-server/);
     assert.ok(serving.checkIssued(new X509Certificate(cp.pki.ca.cert)));
-    const fromServer = (await listCSRs(cp)).filter((c) => c.spec.username === SERVER_SA);
-    assert.equal(fromServer.length, 2, 'serving and proxy client');
+    // Everything the server names is its own by the approver's rule: the cloud node, the Services' names, loopback.
+    const sans = sansOf(serving.toString());
+    for (const san of ['IP Address:127.0.0.12', 'DNS:x-tunnel-server-svc.kube-system.svc', 'DNS:x-tunnel-server-internal-svc', 'IP Address:127.0.0.1']) {
+      assert.ok(sans.includes(san), `${san} in ${sans.join(', ')}`);
+    }
+    assert.ok(!sans.includes('IP Address:127.0.0.11'), 'not the edge node');
+    const fromServer = (await listCSRs(cp)).filter((c) => c.spec.username === SERVER_SA && c.metadata.name.startsWith('yurttunnel-server'));
+    assert.ok(fromServer.length >= 2, 'serving and proxy client');
     for (const c of fromServer) assert.ok(await approvedByUs(c.metadata.name), `${c.metadata.name} approved by the approver`);
     // The forgeries of the test before are still pending; the server's approver says so too.
     const refused = serverLog.find('CSR left pending').map((r) => String(r.fields.csr));
     assert.ok(refused.includes('forged-other-node'));
+    // Its rule for serving names, with the names its own template computes: an edge node's address stays pending, a
+    // request naming only the cloud node and a Service passes (the worker syncs in order: once it passes, the other was seen).
+    await createCsrAs(cp, servingCsr('forged-serving-edge-node', { dnsNames: [], ips: ['127.0.0.11'] }));
+    await createCsrAs(cp, servingCsr('serving-cloud-node', { dnsNames: ['x-tunnel-server-internal-svc.kube-system.svc'], ips: ['127.0.0.12'] }));
+    await waitFor('serving-cloud-node to be approved', () => approvedByUs('serving-cloud-node'), 15_000);
+    assert.deepEqual(await conditions('forged-serving-edge-node'), [], 'a serving CSR naming an edge node stays pending');
     assert.ok(!refused.some((name) => fromServer.some((c) => c.metadata.name === name)));
   });
 });
