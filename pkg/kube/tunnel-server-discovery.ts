@@ -39,7 +39,9 @@ async function readService(client: KubeClient, options: ConfigurationOptions): P
   const forbidden = (what: string, err: unknown): ServerAddressResult => ({
     problem:
       `the agent's identity (${describeSource(client.source)}) may not ${what} (${apiErrorMessage(err)}): ` +
-      "grant it (the manifests' yurt-tunnel-agent RBAC), or start the agent with --tunnelserver-addr=<host>:<port>",
+      "use the node's kubelet kubeconfig (--kube-config=/etc/kubernetes/kubelet.conf, as the manifests do: " +
+      'the Node authorizer lets every node get Services and list Nodes), grant that identity the read, ' +
+      'or start the agent with --tunnelserver-addr=<host>:<port>',
   });
   let svc: V1Service | undefined;
   try {
