@@ -9,6 +9,7 @@
 // decides, and its writes in flight are aborted when it loses the lease.
 
 import { randomUUID } from 'node:crypto';
+import { addAbortListener } from 'node:events';
 import { hostname } from 'node:os';
 import type { V1CertificateSigningRequest, V1Node } from '@kubernetes/client-node';
 import { KUBELET_SERVING_SIGNER } from '../certs/certificate-manager.js';
@@ -35,12 +36,15 @@ export interface CsrApproverOptions {
   serverServiceAccount: string;
   /**
    * The names the server's serving certificate may carry: what this server's own
-   * template would name now (cluster.ts). Call recheck() when they change.
+   * template would name now (cluster.ts), once its informers hold them. Waited
+   * for no longer than one sync's deadline. Call recheck() when they change.
    */
   servingNames(): Promise<AllowedNames>;
   /** This replica in the Lease; default `<hostname>_<uuid>`. */
   identity?: string;
   lease?: LeaseTimings;
+  /** How long one CSR's review may take, its API calls included (default 15 s). */
+  syncTimeoutMs?: number;
   /** How many "left pending" lines per interval (default 5 per 10 s; the rest are counted in a summary). */
   logLimit?: LogLimiterOptions;
   logger: Logger;
@@ -155,7 +159,7 @@ export class CsrApprover {
   private async sync(name: string, leading: Leading): Promise<void> {
     const csr = this.csrs.get(name);
     if (csr === undefined || isDecided(csr) || leading.abort.signal.aborted) return;
-    const deadline = requestDeadline(leading.abort.signal, SYNC_TIMEOUT_MS);
+    const deadline = requestDeadline(leading.abort.signal, this.opts.syncTimeoutMs ?? SYNC_TIMEOUT_MS);
     try {
       const options = abortable(deadline.signal);
       const readNode = async (node: string): Promise<V1Node | undefined> => {
@@ -166,7 +170,8 @@ export class CsrApprover {
           throw err;
         }
       };
-      const review = await reviewTunnelCsr(csr, { serverUser: this.serverUser, readNode, servingNames: () => this.opts.servingNames() });
+      const servingNames = (): Promise<AllowedNames> => beforeAbort(this.opts.servingNames(), deadline.signal);
+      const review = await reviewTunnelCsr(csr, { serverUser: this.serverUser, readNode, servingNames });
       const fields = { csr: name, requester: csr.spec.username ?? '', signer: csr.spec.signerName };
       if (review.verdict === 'not-ours') {
         this.log.verbose(5, 'CSR not the tunnel’s; left to others', { ...fields, why: review.why });
@@ -194,5 +199,19 @@ export class CsrApprover {
     } finally {
       deadline.dispose();
     }
+  }
+}
+
+/** `work`, or a rejection with the signal's reason once it aborts: a sync never waits past its deadline. */
+async function beforeAbort<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  signal.throwIfAborted();
+  let listener: Disposable | undefined;
+  const aborted = new Promise<never>((_resolve, reject) => {
+    listener = addAbortListener(signal, () => reject(signal.reason));
+  });
+  try {
+    return await Promise.race([work, aborted]);
+  } finally {
+    listener?.[Symbol.dispose]();
   }
 }

@@ -245,6 +245,24 @@ describe('the CSR approver with a real kube-apiserver', { skip }, () => {
     assert.deepEqual(await conditions('forged-serving-node-address'), [], 'the forgery is still pending');
   });
 
+  test("a review waiting for the server's names ends at its deadline: the CSRs behind it are still approved", async () => {
+    // The server's informers never sync (say, its RBAC is missing): its serving CSR must not hold up the agents'.
+    await approver?.stop();
+    approver = new CsrApprover({
+      client: createKubeClient({ kind: 'kubeconfig', path: cp.adminKubeconfig }),
+      serverServiceAccount: 'yurt-tunnel-server',
+      servingNames: () => new Promise(() => {}),
+      syncTimeoutMs: 300,
+      logLimit: { burst: 100 },
+      logger: log,
+    });
+    approver.start();
+    await createCsrAs(cp, servingCsr('serving-names-unknown', { dnsNames: ['x-tunnel-server-svc'], ips: [] }));
+    await createCsrAs(cp, agentCsr('agent-behind-unknown-names', 'node-a'));
+    await waitFor('the agent CSR behind it to be approved', () => approvedByUs('agent-behind-unknown-names'), 15_000);
+    assert.deepEqual(await conditions('serving-names-unknown'), [], 'the serving CSR stays pending');
+  });
+
   test("the server's own CSRs, made by its ServiceAccount with the manifests' RBAC, are approved by its approver", async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
