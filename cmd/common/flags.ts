@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { splitHostPort } from '../../pkg/net/host-port.js';
 import { MAX_RESUME_WINDOW_MS, MIN_RESUME_WINDOW_MS } from '../../pkg/protocol/resume.js';
 
 const UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
@@ -60,6 +61,23 @@ export function parseByteSize(text: string): number {
     throw new InvalidArgumentError(`not a positive size in bytes: use e.g. 268435456, 512Ki, 256Mi, 1Gi (got ${JSON.stringify(text)})`);
   }
   return n;
+}
+
+/** host:port or [IPv6]:port, port 1-65535 (what a dial needs: no default port is guessed). */
+export function parseHostPort(text: string): string {
+  if (splitHostPort(text) === undefined) {
+    throw new InvalidArgumentError(
+      `not host:port with a port 1-65535, e.g. 10.0.0.1:10262, [fd00::1]:10262, tunnel.example.com:10262 (got ${JSON.stringify(text)})`,
+    );
+  }
+  return text;
+}
+
+/** host:port, or an http(s) URL with a host (--apiserver-addr takes both). */
+export function parseHostPortOrURL(text: string): string {
+  if (/^https?:\/\//i.test(text) && URL.canParse(text) && new URL(text).hostname !== '') return text;
+  if (splitHostPort(text) !== undefined) return text;
+  throw new InvalidArgumentError(`not host:port or an https:// URL, e.g. 10.0.0.1:6443 or https://10.0.0.1:6443 (got ${JSON.stringify(text)})`);
 }
 
 export function parseIP(text: string): string {

@@ -9,7 +9,17 @@ import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { rehearsalTiering } from '../common/v8-tiering.js';
-import { durationOption, packageVersion, parseIP, parsePort, parsePositiveInt, resumeWindowOption, addProcessOptions } from '../common/flags.js';
+import {
+  durationOption,
+  packageVersion,
+  parseHostPort,
+  parseHostPortOrURL,
+  parseIP,
+  parsePort,
+  parsePositiveInt,
+  resumeWindowOption,
+  addProcessOptions,
+} from '../common/flags.js';
 import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 
@@ -54,6 +64,7 @@ const program = new Command('yurt-tunnel-agent')
     '--tunnelserver-addr <host:port>',
     "address of yurt-tunnel-server's agent port (10262) (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: " +
       'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
+    parseHostPort,
   )
   .option(
     '--cert-dir <dir>',
@@ -67,7 +78,11 @@ const program = new Command('yurt-tunnel-agent')
     '--kube-config <path>',
     "kubeconfig used to request the client certificate (default: --apiserver-addr, else the kubelet's /etc/kubernetes/kubelet.conf when present)",
   )
-  .option('--apiserver-addr <host:port>', "kube-apiserver address, used with this pod's service-account token when no kubeconfig is given")
+  .option(
+    '--apiserver-addr <host:port>',
+    "kube-apiserver address (host:port or https:// URL), used with this pod's service-account token when no kubeconfig is given",
+    parseHostPortOrURL,
+  )
   .option(
     '--agent-identifiers <query>',
     'what this agent serves, URL-query syntax with keys ipv4, ipv6, host, cidr, default-route (default: ipv4=<node-ip>&host=<node-name>)',

@@ -29,6 +29,7 @@ import {
   packageVersion,
   parseBool,
   durationOption,
+  parseHostPort,
   parseIP,
   parseIPList,
   parseList,
@@ -397,7 +398,7 @@ program
 program
   .command('agents')
   .description('list the agents connected to a running server, from its meta port')
-  .option('--meta-addr <host:port>', "the server's meta server", '127.0.0.1:10265')
+  .option('--meta-addr <host:port>', "the server's meta server", parseHostPort, '127.0.0.1:10265')
   .option('-o, --output <format>', 'table, wide or json', parseAgentsOutput, 'table' as AgentsOutput)
   .action(async (flags: { metaAddr: string; output: AgentsOutput }) => {
     process.stdout.write(formatAgents(await fetchAgents(flags.metaAddr), flags.output));

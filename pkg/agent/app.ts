@@ -3,7 +3,7 @@
 
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
-import { readPemFile } from '../certs/read-pem.js';
+import { readCertKeyPair, readPemFile } from '../certs/read-pem.js';
 import type { KubeConfigSource } from '../kube/config-source.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
@@ -91,6 +91,11 @@ export function checkIdentifiers(text: string): void {
   }
 }
 
+/** Who named a certificate file: its flag, or its flag's default in --cert-dir. */
+function fileFlag(flag: string, given: string | undefined, certDir: string): string {
+  return given !== undefined ? flag : `${flag} (default: in --cert-dir ${certDir})`;
+}
+
 export const DEFAULT_AGENT_CERT_DIR = '/var/lib/yurttunnel-agent/pki';
 
 /**
@@ -102,12 +107,15 @@ async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; ma
   const certDir = opts.certDir ?? DEFAULT_AGENT_CERT_DIR;
   const fileMode = opts.certFile !== undefined || opts.keyFile !== undefined || opts.kubeSource === undefined;
   if (fileMode) {
-    const [ca, cert, key] = await Promise.all([
-      readPemFile(opts.caFile ?? join(certDir, 'ca.crt')),
-      readPemFile(opts.certFile ?? join(certDir, 'tls.crt')),
-      readPemFile(opts.keyFile ?? join(certDir, 'tls.key')),
+    // Checked here, so a wrong file stops the start with its flag named, not every dial with OpenSSL's words.
+    const [ca, pair] = await Promise.all([
+      readPemFile(opts.caFile ?? join(certDir, 'ca.crt'), { namedBy: fileFlag('--ca-file', opts.caFile, certDir), kind: 'certificate' }),
+      readCertKeyPair({
+        cert: { path: opts.certFile ?? join(certDir, 'tls.crt'), namedBy: fileFlag('--cert-file', opts.certFile, certDir) },
+        key: { path: opts.keyFile ?? join(certDir, 'tls.key'), namedBy: fileFlag('--key-file', opts.keyFile, certDir) },
+      }),
     ]);
-    return { tls: { ca, cert, key } };
+    return { tls: { ca, ...pair } };
   }
   // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
   const { startClusterCertificate } = await import('./cluster-certificate.js');

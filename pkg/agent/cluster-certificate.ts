@@ -38,7 +38,10 @@ export async function startClusterCertificate(opts: ClusterCertificateOptions): 
   let ca: string;
   const caFile = opts.caFile ?? (cluster?.caData ? undefined : cluster?.caFile);
   if (caFile !== undefined && caFile !== '') {
-    ca = await readPemFile(caFile, { namedBy: 'the CA' });
+    ca = await readPemFile(caFile, {
+      namedBy: opts.caFile !== undefined ? '--ca-file' : `the cluster CA named by ${describeSource(opts.source)}`,
+      kind: 'certificate',
+    });
   } else if (cluster?.caData) {
     ca = Buffer.from(cluster.caData, 'base64').toString('utf8');
   } else {

@@ -7,6 +7,7 @@ import { isIP, Socket, type SocketConstructorOpts } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
 import type { Cancel } from '../mux/cancel.js';
 import { PooledReads } from '../mux/pooled-reads.js';
+import { splitHostPort } from '../net/host-port.js';
 import { withSocketDefaults } from '../net/socket-options.js';
 import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
@@ -15,15 +16,6 @@ export interface DialerOptions {
   allowList: AllowList;
   /** Default 5 s, as upstream agents. */
   timeoutMs?: number;
-}
-
-/** Splits `host:port` / `[v6]:port`; returns undefined when it is neither. */
-export function splitHostPort(address: string): { host: string; port: number } | undefined {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(address);
-  if (m === null) return undefined;
-  const port = Number(m[3]);
-  if (port < 1 || port > 65535) return undefined;
-  return { host: m[1] ?? m[2]!, port };
 }
 
 const ERRNO_TEXT: Record<string, string> = {

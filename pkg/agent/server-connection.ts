@@ -16,7 +16,8 @@ import { AgentLostError, ConnectionClosedError, type ResumeError } from '../prot
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { describePacket, unhandledPacketType, type KnownPacket, type Packet } from '../protocol/packet.js';
 import type { SessionClaim } from '../protocol/resume.js';
-import { splitHostPort, type Dialer } from './dialer.js';
+import type { Dialer } from './dialer.js';
+import { splitHostPort } from '../net/host-port.js';
 import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';

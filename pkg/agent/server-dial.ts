@@ -24,7 +24,7 @@ import {
   type SessionClaim,
   type SessionOffer,
 } from '../protocol/resume.js';
-import { splitHostPort } from './dialer.js';
+import { splitHostPort } from '../net/host-port.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;

@@ -4,7 +4,7 @@
 
 import { ensureLocalServerCertificates } from '../certs/local-store.js';
 import type { CertKeyPair } from '../certs/pki.js';
-import { readPemFile } from '../certs/read-pem.js';
+import { readCertKeyPair, readPemFile } from '../certs/read-pem.js';
 import type { ClusterServices } from './cluster.js';
 import type { ServerOptions } from './options.js';
 
@@ -28,13 +28,17 @@ export async function readServerFiles(opts: ServerOptions): Promise<ServerFiles>
   if (((opts.proxyClientCertFile ?? '') === '') !== ((opts.proxyClientKeyFile ?? '') === '')) {
     throw new TypeError('--proxy-client-cert-file and --proxy-client-key-file go together');
   }
-  const [clientCA, proxyCert, proxyKey, kubeletCA] = await Promise.all([
+  const proxyCertFile = opts.proxyClientCertFile ?? '';
+  const [clientCA, proxyClient, kubeletCA] = await Promise.all([
     readOptional('--client-ca-file', opts.clientCAFile, 'certificate'),
-    readOptional('--proxy-client-cert-file', opts.proxyClientCertFile, 'certificate'),
-    readOptional('--proxy-client-key-file', opts.proxyClientKeyFile, 'key'),
+    proxyCertFile === ''
+      ? undefined
+      : readCertKeyPair({
+          cert: { path: proxyCertFile, namedBy: '--proxy-client-cert-file' },
+          key: { path: opts.proxyClientKeyFile!, namedBy: '--proxy-client-key-file' },
+        }),
     readOptional('--kubelet-ca-file', opts.kubeletCAFile, 'certificate'),
   ]);
-  const proxyClient = proxyCert !== undefined && proxyKey !== undefined ? { cert: proxyCert, key: proxyKey } : undefined;
   return { clientCA, proxyClient, kubeletCA };
 }
 

@@ -48,7 +48,7 @@ test('a file that is not a certificate is refused naming its flag, before any ce
   await assert.rejects(readdir(certDir), { code: 'ENOENT' });
 });
 
-test('a missing file and a key that is not a key are refused naming their flags', async (t) => {
+test('a missing file, a key that is not a key and a key of another certificate are refused naming their flags', async (t) => {
   const h = harness(t);
   const dir = await tempDir(h);
   const certDir = join(dir, 'pki');
@@ -61,6 +61,13 @@ test('a missing file and a key that is not a key are refused naming their flags'
   });
   await assert.rejects(TunnelServer.start(localOptions(certDir, { proxyClientCertFile: certFile, proxyClientKeyFile: keyFile })), {
     message: new RegExp(`^--proxy-client-key-file: ${keyFile} does not hold a PEM key: `),
+  });
+  const otherKey = join(dir, 'other.key');
+  await writeFile(otherKey, testPKI().ca.key);
+  await assert.rejects(TunnelServer.start(localOptions(certDir, { proxyClientCertFile: certFile, proxyClientKeyFile: otherKey })), {
+    name: 'ConfigError',
+    code: 'YT_ERR_FILE_INVALID',
+    message: new RegExp(`^--proxy-client-key-file: ${otherKey} is not the private key of ${certFile} \\(--proxy-client-cert-file, which holds a certificate `),
   });
   await assert.rejects(TunnelServer.start(localOptions(certDir, { proxyClientCertFile: certFile })), {
     name: 'TypeError',

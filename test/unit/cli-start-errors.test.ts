@@ -1,0 +1,149 @@
+// Start-up mistakes an operator makes with the built CLIs (issue 35.4): each
+// is exit 1 with one line that names the flag, what was given and what to do,
+// before the process dials or listens. A run that does not exit by itself (the
+// old behaviour: retrying forever) is killed and fails its test.
+
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { harness, type Harness } from '../support/harness.js';
+import { testPKI, writePKIFiles } from '../support/pki.js';
+import { AGENT_BIN, SERVER_BIN, startProcess } from '../support/processes.js';
+
+const LIMIT = { timeout: 60_000 };
+const RUN_TIMEOUT_MS = 15_000;
+
+async function tempDir(h: Harness): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'yt-start-errors-'));
+  h.defer(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Runs a CLI until it exits (killed after RUN_TIMEOUT_MS); its output lines and exit code. */
+async function runToExit(h: Harness, bin: string, args: string[]): Promise<{ code: number | string; lines: string[] }> {
+  const p = startProcess(h, bin, args, { NODE_NAME: '', NODE_IP: '', NODE_OPTIONS: '' });
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), RUN_TIMEOUT_MS)));
+  const code = await Promise.race([p.exited, timedOut]);
+  clearTimeout(timer);
+  if (code === 'timeout') {
+    p.kill('SIGKILL');
+    await p.exited;
+    assert.fail(`${args.join(' ')}: still running after ${RUN_TIMEOUT_MS} ms; output:\n${p.lines.join('\n')}`);
+  }
+  return { code, lines: p.lines };
+}
+
+/** Exit 1 with exactly one line of output, which matches `re`. */
+async function assertRefused(h: Harness, bin: string, args: string[], re: RegExp): Promise<void> {
+  const r = await runToExit(h, bin, args);
+  assert.equal(r.lines.length, 1, `${args.join(' ')}: ${r.lines.join('\n')}`);
+  assert.match(r.lines[0]!, re);
+  assert.equal(r.code, 1, r.lines.join('\n'));
+}
+
+/** An agent's files from the test CA, written to a temp dir; the flags that name them, and the port nothing listens on. */
+async function agentFiles(h: Harness): Promise<{ dir: string; certFile: string; keyFile: string; caFile: string; flags: string[] }> {
+  const dir = await tempDir(h);
+  const files = await writePKIFiles(dir, testPKI().agent('edge-1'), testPKI().ca);
+  const flags = ['--node-name', 'edge-1', '--meta-port', '0', '--startup-rehearsal', 'false', '--tunnelserver-addr', '127.0.0.1:1'];
+  return { dir, ...files, flags };
+}
+
+function escaped(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+test('agent --key-file naming a certificate: exit 1 naming the flag, the file and what it holds', LIMIT, async (t) => {
+  const h = harness(t);
+  const f = await agentFiles(h);
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...f.flags, '--ca-file', f.caFile, '--cert-file', f.certFile, '--key-file', f.certFile],
+    new RegExp(
+      `^yurt-tunnel-agent: --key-file: ${escaped(f.certFile)} does not hold a PEM key: it holds a certificate \\(subject .*CN=tunnel-agent-client, issuer CN=yurt-tunnel-test-ca\\) \\(`,
+    ),
+  );
+});
+
+test('agent --cert-file naming a key, --ca-file naming garbage: exit 1 naming the flag and what the file holds', LIMIT, async (t) => {
+  const h = harness(t);
+  const f = await agentFiles(h);
+  const garbage = join(f.dir, 'garbage');
+  await writeFile(garbage, 'hello\n');
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...f.flags, '--ca-file', f.caFile, '--cert-file', f.keyFile, '--key-file', f.keyFile],
+    new RegExp(`^yurt-tunnel-agent: --cert-file: ${escaped(f.keyFile)} does not hold a PEM certificate: it holds a private key \\(`),
+  );
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...f.flags, '--ca-file', garbage, '--cert-file', f.certFile, '--key-file', f.keyFile],
+    new RegExp(`^yurt-tunnel-agent: --ca-file: ${escaped(garbage)} does not hold a PEM certificate: it holds no PEM block `),
+  );
+});
+
+test("agent --key-file that is another certificate's key: exit 1 naming both files", LIMIT, async (t) => {
+  const h = harness(t);
+  const f = await agentFiles(h);
+  const otherKey = join(f.dir, 'other.key');
+  await writeFile(otherKey, testPKI().server.key);
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...f.flags, '--ca-file', f.caFile, '--cert-file', f.certFile, '--key-file', otherKey],
+    new RegExp(
+      `^yurt-tunnel-agent: --key-file: ${escaped(otherKey)} is not the private key of ${escaped(f.certFile)} \\(--cert-file, which holds a certificate .*\\); ` +
+        'give the key the certificate was issued for$',
+    ),
+  );
+});
+
+test('agent with its files defaulted from --cert-dir: a wrong one is named by its flag and --cert-dir', LIMIT, async (t) => {
+  const h = harness(t);
+  const f = await agentFiles(h);
+  await writeFile(f.keyFile, testPKI().ca.cert);
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...f.flags, '--cert-dir', f.dir],
+    new RegExp(
+      `^yurt-tunnel-agent: --key-file \\(default: in --cert-dir ${escaped(f.dir)}\\): ${escaped(f.keyFile)} does not hold a PEM key: it holds a certificate`,
+    ),
+  );
+});
+
+test('agent --tunnelserver-addr without a port, --apiserver-addr without one: exit 1 naming the flag', LIMIT, async (t) => {
+  const h = harness(t);
+  const f = await agentFiles(h);
+  const files = ['--ca-file', f.caFile, '--cert-file', f.certFile, '--key-file', f.keyFile, '--node-name', 'edge-1', '--meta-port', '0'];
+  for (const addr of ['127.0.0.1', '127.0.0.1:0', '::1:10262', 'host:port']) {
+    await assertRefused(
+      h,
+      AGENT_BIN,
+      [...files, '--tunnelserver-addr', addr],
+      new RegExp(`^error: option '--tunnelserver-addr <host:port>' argument '${escaped(addr)}' is invalid\\. not host:port with a port 1-65535, e\\.g\\. `),
+    );
+  }
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...files, '--apiserver-addr', '10.0.0.1'],
+    /^error: option '--apiserver-addr <host:port>' argument '10\.0\.0\.1' is invalid\. not host:port or an https:\/\/ URL/,
+  );
+});
+
+test('server agents --meta-addr without a port: exit 1 naming the flag', LIMIT, async (t) => {
+  const h = harness(t);
+  await assertRefused(
+    h,
+    SERVER_BIN,
+    ['agents', '--meta-addr', '127.0.0.1'],
+    /^error: option '--meta-addr <host:port>' argument '127\.0\.0\.1' is invalid\. not host:port/,
+  );
+});
