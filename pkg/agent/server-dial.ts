@@ -25,6 +25,7 @@ import {
   type SessionOffer,
 } from '../protocol/resume.js';
 import { splitHostPort } from '../net/host-port.js';
+import { isUntrustedChain, opensslReason, presentedCertificate, untrustedChainHint, wrongPortHint } from './server-dial-hints.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
 const CERT_REFUSAL_WINDOW_MS = 1000;
@@ -113,11 +114,23 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
     let settled = false;
     /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
     let securedAt: number | undefined;
-    const onError = (err: Error): void => {
-      if (!settled) fail(errorMessage(err));
-    };
-    const onClose = (): void => {
+    /** A connection error, with what to do when it tells us the agent reached the wrong port or server. */
+    const failOn = (err: Error): void => {
       if (settled) return;
+      const hint = wrongPortHint(err);
+      if (hint !== undefined) return fail(`${hint} (${opensslReason(err)})`, err);
+      if (!isUntrustedChain(err)) return fail(errorMessage(err), err);
+      if (explaining) return;
+      // The close that follows is this error's; the timer and the signal still end the wait.
+      explaining = true;
+      void presentedCertificate({ ...target, servername: sniFor(t.verifyName) }, t.handshakeTimeoutMs, signal).then((presented) =>
+        fail(`${untrustedChainHint(presented)} (${errorMessage(err)})`, err),
+      );
+    };
+    const onError = (err: Error): void => failOn(err);
+    let explaining = false;
+    const onClose = (): void => {
+      if (settled || explaining) return;
       if (securedAt === undefined) fail('the connection closed during the TLS handshake');
       else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
         fail(
@@ -139,7 +152,8 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
         resolve(call!);
       }
     };
-    const fail = (text: string): void => settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`));
+    const fail = (text: string, cause?: Error): void =>
+      settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`, { cause }));
     const timer = setTimeout(
       () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`)),
       t.handshakeTimeoutMs,
@@ -162,7 +176,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
     }
     stream.on('error', (err: Error) => {
       // A call cancelled because its connection failed (ERR_HTTP2_STREAM_CANCEL) carries the connection's error as its cause: that is the news.
-      if (!settled) fail(errorMessage(err.cause instanceof Error ? err.cause : err));
+      failOn(err.cause instanceof Error ? err.cause : err);
     });
     stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
       const refusal = responseRefusal(h);
@@ -188,6 +202,10 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
       settle(undefined, { session, socket, stream, identity, offer });
     });
   });
+}
+
+function sniFor(verifyName: string): string {
+  return isIP(verifyName) === 0 ? verifyName : IP_TARGET_SNI;
 }
 
 function callMetadata(t: DialTarget): Record<string, string | string[]> {
