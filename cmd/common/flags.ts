@@ -122,36 +122,58 @@ export function packageVersion(): string {
   }
 }
 
-/** A duration above zero. */
-export function parsePositiveDuration(text: string): number {
-  const ms = parseDuration(text);
-  if (ms <= 0) throw new InvalidArgumentError(`must be longer than 0 (got ${JSON.stringify(text)})`);
-  return ms;
+/** How a duration flag is written, for --help. */
+export const DURATION_RULE = 'a duration such as 500ms, 10s, 1m30s, 2h; a bare number is seconds';
+
+/**
+ * What a duration flag accepts: `min` to `max` (written as durations), and 0
+ * only where it means something (`zero` says what). Outside the range a
+ * value could not work (a 0 dial timeout fails every dial) or is surely a
+ * slip (a timer of years; Node's timers also stop at 24.8 days).
+ */
+export interface DurationRange {
+  min: string;
+  max: string;
+  zero?: string;
 }
 
-/** A duration flag whose default is written as a duration ("10s") in --help; with `positive`, 0 is refused. */
-export function durationOption(flags: string, description: string, defaultText: string, opts: { positive?: boolean } = {}): Option {
-  const parse = opts.positive === true ? parsePositiveDuration : parseDuration;
-  return new Option(flags, description).argParser(parse).default(parse(defaultText), defaultText);
+/** The words for a range, in --help and errors: "100ms to 10m, or 0 (off)". */
+function rangeText(range: DurationRange): string {
+  return `${range.min} to ${range.max}${range.zero !== undefined ? `, or 0 (${range.zero})` : ''}`;
 }
+
+/** A parser for one duration flag: its value in milliseconds, refused outside `range` with the range said. */
+export function durationParser(range: DurationRange): (text: string) => number {
+  const min = parseDuration(range.min);
+  const max = parseDuration(range.max);
+  return (text) => {
+    if (text.startsWith('-')) throw new InvalidArgumentError(`cannot be negative: use ${rangeText(range)} (got ${JSON.stringify(text)})`);
+    const ms = parseDuration(text);
+    if (ms === 0 && range.zero !== undefined) return 0;
+    if (ms < min || ms > max) throw new InvalidArgumentError(`out of range: use ${rangeText(range)} (got ${JSON.stringify(text)})`);
+    return ms;
+  };
+}
+
+/** A duration flag: the unit rule and the range in --help after `description`, the default written as a duration ("10s"). */
+export function durationOption(flags: string, description: string, defaultText: string, range: DurationRange): Option {
+  const parse = durationParser(range);
+  return new Option(flags, `${description} (${DURATION_RULE}; ${rangeText(range)})`).argParser(parse).default(parse(defaultText), defaultText);
+}
+
+const RESUME_WINDOW_RANGE: DurationRange = { min: `${MIN_RESUME_WINDOW_MS}ms`, max: `${MAX_RESUME_WINDOW_MS / 60_000}m`, zero: 'off' };
 
 /** --resume-window: 0 (off) or a window the resume metadata can carry; anything else is refused, not quietly taken as off. */
-export function parseResumeWindow(text: string): number {
-  const ms = parseDuration(text);
-  if (ms !== 0 && (ms < MIN_RESUME_WINDOW_MS || ms > MAX_RESUME_WINDOW_MS)) {
-    throw new InvalidArgumentError(`use 0 (off) or a window from 100ms to 10m (got ${JSON.stringify(text)})`);
-  }
-  return ms;
-}
+export const parseResumeWindow = durationParser(RESUME_WINDOW_RANGE);
 
 /** The one --resume-window flag both binaries take. */
 export function resumeWindowOption(): Option {
-  return new Option(
+  return durationOption(
     '--resume-window <duration>',
-    'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used); 0 turns it off',
-  )
-    .argParser(parseResumeWindow)
-    .default(parseResumeWindow('10s'), '10s');
+    'how long a link that drops without a goodbye keeps its connections for the agent to come back (session resume, between our own server and agent; the shorter of both ends is used)',
+    '10s',
+    RESUME_WINDOW_RANGE,
+  );
 }
 
 /** The options both binaries take for the process itself (profiling, the start-up rehearsal, the log), after their own. */

@@ -91,20 +91,32 @@ const program = new Command('yurt-tunnel-agent')
     '--allowed-destinations <list>',
     'comma list of CIDR or CIDR:port the server may ask this agent to dial; * allows all (default: loopback and the node IP, any port)',
   )
-  .addOption(durationOption('--dial-timeout <duration>', 'how long to try to connect to a destination', '5s'))
-  .addOption(durationOption('--keepalive-time <duration>', 'ping the server when not heard from for this long (Go servers refuse < 30s)', '35s'))
-  .addOption(durationOption('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', '20s'))
-  .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s'))
-  .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s'))
+  .addOption(durationOption('--dial-timeout <duration>', 'how long to try to connect to a destination', '5s', { min: '1ms', max: '10m' }))
+  .addOption(
+    durationOption('--keepalive-time <duration>', 'ping the server when not heard from for this long (Go servers refuse < 30s)', '35s', {
+      min: '100ms',
+      max: '1h',
+    }),
+  )
+  .addOption(durationOption('--keepalive-timeout <duration>', 'reconnect when a ping is unanswered this long', '20s', { min: '100ms', max: '1h' }))
+  .addOption(durationOption('--sync-interval <duration>', 'first reconnect delay (grows ×1.5 per failure)', '1s', { min: '100ms', max: '10m' }))
+  .addOption(durationOption('--sync-interval-cap <duration>', 'longest reconnect delay', '10s', { min: '100ms', max: '1h' }))
   .addOption(
     durationOption(
       '--server-probe-interval <duration>',
-      'while holding servercount servers, dial the address this often anyway, to find replicas added behind it (0: never)',
+      'while holding servercount servers, dial the address this often anyway, to find replicas added behind it',
       '30s',
+      { min: '1s', max: '24h', zero: 'never' },
     ),
   )
   .addOption(resumeWindowOption())
-  .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s'))
+  .addOption(
+    durationOption('--drain-timeout <duration>', 'on SIGTERM, how long to wait for open connections after sending DRAIN', '30s', {
+      min: '1ms',
+      max: '1h',
+      zero: 'exit at once',
+    }),
+  )
   .option(
     '--max-concurrent-dials <n>',
     'dials to destinations running at once; a dial beyond this is refused at once (the client gets 502)',

@@ -150,13 +150,14 @@ const program = new Command('yurt-tunnel-server')
     strategies,
     ['destHost'],
   )
-  .addOption(durationOption('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', '10s'))
+  .addOption(durationOption('--dial-timeout <duration>', 'how long a dial waits for the agent to answer before 504', '10s', { min: '1ms', max: '10m' }))
   .addOption(
     durationOption(
       '--stalled-connection-timeout <duration>',
       'with agents that lack per-connection flow control (upstream Go agents): how long one connection whose reader stopped ' +
         "may hold the agent's whole stream paused before that connection is closed (YT_ERR_CONN_STALLED)",
       '5s',
+      { min: '1ms', max: '1h' },
     ),
   )
   .addOption(
@@ -165,6 +166,7 @@ const program = new Command('yurt-tunnel-server')
       'with agents that cannot half-close (upstream Go agents): how long a connection whose caller ended its side stays open ' +
         'for the answer without traffic before it is closed',
       '60s',
+      { min: '1ms', max: '24h', zero: 'closed when the caller ends its side, as upstream does' },
     ),
   )
   .addOption(
@@ -172,7 +174,7 @@ const program = new Command('yurt-tunnel-server')
       '--tls-handshake-timeout <duration>',
       'how long a caller on --secure-port or an agent on --tunnel-agent-connect-port may take to finish its TLS handshake ' + 'before its connection is closed',
       '10s',
-      { positive: true },
+      { min: '1ms', max: '1h' },
     ),
   )
   .addOption(
@@ -181,7 +183,7 @@ const program = new Command('yurt-tunnel-server')
       'how long a caller on the master ports (--secure-port, --insecure-port) or --meta-port may take to send a whole request head, counted ' +
         'from its connection (after its TLS handshake) or from the first byte of a later request; slower callers get 408 and are closed',
       '30s',
-      { positive: true },
+      { min: '1ms', max: '1h' },
     ),
   )
   .addOption(
@@ -190,7 +192,7 @@ const program = new Command('yurt-tunnel-server')
       'how long a client of --interceptor-proxier-uds or --egress-selector-uds may take to send its CONNECT head ' +
         '(in grpc mode: to open its first call) before it is closed',
       '10s',
-      { positive: true },
+      { min: '1ms', max: '1h' },
     ),
   )
   .option(
@@ -252,8 +254,9 @@ const program = new Command('yurt-tunnel-server')
   .addOption(
     durationOption(
       '--iptables-sync-period <duration>',
-      'how often the iptables rules are checked against the nat table (at least 15s; changes of nodes and the ConfigMap apply at once)',
+      'how often the iptables rules are checked against the nat table (changes of nodes and the ConfigMap apply at once)',
       '60s',
+      { min: '15s', max: '24h' },
     ),
   )
   .option(
@@ -264,7 +267,7 @@ const program = new Command('yurt-tunnel-server')
     parseBool,
     true,
   )
-  .addOption(durationOption('--dns-sync-period <duration>', "the DNS controller's full resync besides every change (at least 30s)", '1800s'))
+  .addOption(durationOption('--dns-sync-period <duration>', "the DNS controller's full resync besides every change", '1800s', { min: '30s', max: '24h' }))
   .option(
     '--enable-csr-approver [bool]',
     "approve the tunnel's CSRs (cluster mode only) when the requester is who the certificate names: an agent's from its node " +
@@ -279,14 +282,18 @@ const program = new Command('yurt-tunnel-server')
     'yurt-tunnel-server',
   )
   .addOption(
-    durationOption('--keepalive-time <duration>', 'ping an agent not heard from for this long (and every 6 of these anyway, for its round trip)', '10s'),
+    durationOption('--keepalive-time <duration>', 'ping an agent not heard from for this long (and every 6 of these anyway, for its round trip)', '10s', {
+      min: '100ms',
+      max: '1h',
+    }),
   )
-  .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s'))
+  .addOption(durationOption('--keepalive-timeout <duration>', 'drop an agent whose ping is unanswered this long', '20s', { min: '100ms', max: '1h' }))
   .addOption(
     durationOption(
       '--graceful-shutdown-timeout <duration>',
       'on SIGTERM: how long open connections may finish (no new clients or agents are taken meanwhile)',
       '25s',
+      { min: '1ms', max: '1h', zero: 'close them at once' },
     ),
   )
   .option(

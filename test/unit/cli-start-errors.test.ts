@@ -147,3 +147,74 @@ test('server agents --meta-addr without a port: exit 1 naming the flag', LIMIT, 
     /^error: option '--meta-addr <host:port>' argument '127\.0\.0\.1' is invalid\. not host:port/,
   );
 });
+
+// ----- duration flags: the unit rule in --help, 0 refused where it means nothing, and no absurd values
+
+/** Duration flags whose 0 means something (said in --help); every other duration flag refuses 0. */
+const MEANINGFUL_ZERO = new Set(['--resume-window', '--server-probe-interval', '--drain-timeout', '--half-closed-linger', '--graceful-shutdown-timeout']);
+
+/** The `<duration>` flags --help lists, each with its help text on one line. */
+async function durationFlags(h: Harness, bin: string): Promise<Array<{ flag: string; help: string }>> {
+  const r = await runToExit(h, bin, ['--help']);
+  assert.equal(r.code, 0);
+  const text = r.lines.join('\n');
+  // Each option starts on a line indented by two spaces with its flags; its description runs until the next one.
+  const parts = text.split(/\n(?= {2}(?:-\w, )?--)/);
+  return parts.flatMap((part) => {
+    const m = /^ {2}(?:-\w, )?(--[\w-]+) <duration>/.exec(part);
+    return m === null ? [] : [{ flag: m[1]!, help: part.replace(/\s+/g, ' ') }];
+  });
+}
+
+for (const [name, bin] of [
+  ['server', SERVER_BIN],
+  ['agent', AGENT_BIN],
+] as const) {
+  test(`${name}: every duration flag says the unit rule and its range in --help`, LIMIT, async (t) => {
+    const h = harness(t);
+    const flags = await durationFlags(h, bin);
+    assert.ok(flags.length >= (name === 'server' ? 12 : 8), flags.map((f) => f.flag).join(' '));
+    for (const { flag, help } of flags) {
+      assert.match(help, /a duration such as 500ms, 10s, 1m30s, 2h; a bare number is seconds; \d+(ms|s|m|h) to \d+(ms|s|m|h)/, flag);
+      assert.equal(help.includes(', or 0 ('), MEANINGFUL_ZERO.has(flag), `${flag}: 0 said to mean something exactly where it does`);
+    }
+  });
+
+  test(`${name}: every duration flag refuses 0 (where it means nothing), a negative and an absurd value, saying its range`, LIMIT, async (t) => {
+    const h = harness(t);
+    const dir = await tempDir(h);
+    // Whatever got past its flag would stop at the missing files, never listen or dial.
+    const base =
+      name === 'server'
+        ? [
+            '--bind-address',
+            '127.0.0.1',
+            '--cert-dir',
+            join(dir, 'pki'),
+            '--interceptor-proxier-uds',
+            join(dir, 'p.sock'),
+            '--client-ca-file',
+            join(dir, 'absent'),
+          ]
+        : ['--node-name', 'edge-1', '--tunnelserver-addr', '127.0.0.1:1', '--cert-dir', dir, '--meta-port', '0'];
+    for (const { flag } of await durationFlags(h, bin)) {
+      const values = ['1000h', ...(MEANINGFUL_ZERO.has(flag) ? [] : ['0'])];
+      for (const value of values) {
+        await assertRefused(
+          h,
+          bin,
+          [...base, flag, value],
+          new RegExp(
+            `^error: option '${flag} <duration>' argument '${value}' is invalid\\. out of range: use \\d+(ms|s|m|h) to \\d+(ms|s|m|h)(, or 0 \\([^)]+\\))? \\(got "${value}"\\)$`,
+          ),
+        );
+      }
+    }
+    await assertRefused(
+      h,
+      bin,
+      [...base, '--dial-timeout', '-1s'],
+      /^error: option '--dial-timeout <duration>' argument '-1s' is invalid\. cannot be negative: use 1ms to 10m \(got "-1s"\)$/,
+    );
+  });
+}

@@ -281,7 +281,7 @@ test('agent --dial-timeout soon, --resume-window 50ms and --node-ip node1: one l
   );
   assertRefused(
     await run(h, AGENT, [...base, '--resume-window', '50ms']),
-    `error: option '--resume-window <duration>' argument '50ms' is invalid. use 0 (off) or a window from 100ms to 10m (got "50ms")`,
+    `error: option '--resume-window <duration>' argument '50ms' is invalid. out of range: use 100ms to 10m, or 0 (off) (got "50ms")`,
   );
   assertRefused(
     await run(h, AGENT, [...base, '--node-ip', 'node1']),

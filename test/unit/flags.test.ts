@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { InvalidArgumentError } from 'commander';
 import {
+  durationParser,
   packageVersion,
   parseBool,
   parseByteSize,
@@ -62,9 +63,26 @@ test('parseResumeWindow takes 0 (off) or 100ms to 10m, and refuses what resume m
   assert.equal(parseResumeWindow('10s'), 10_000);
   assert.equal(parseResumeWindow('10m'), 600_000);
   for (const text of ['50ms', '10m1ms', '1h']) {
-    assert.throws(() => parseResumeWindow(text), invalid(`use 0 (off) or a window from 100ms to 10m (got ${JSON.stringify(text)})`), text);
+    assert.throws(() => parseResumeWindow(text), invalid(`out of range: use 100ms to 10m, or 0 (off) (got ${JSON.stringify(text)})`), text);
   }
   assert.throws(() => parseResumeWindow('soon'), invalid('not a duration: use e.g. 10s, 500ms, 1m (got "soon")'));
+});
+
+test('durationParser takes its range, 0 only where 0 means something, and says the range when it refuses', LIMIT, () => {
+  const timeout = durationParser({ min: '1ms', max: '10m' });
+  assert.equal(timeout('1ms'), 1);
+  assert.equal(timeout('10m'), 600_000);
+  assert.equal(timeout('5'), 5000);
+  for (const text of ['0', '0s', '0.5ms', '10m1ms', '1000h']) {
+    assert.throws(() => timeout(text), invalid(`out of range: use 1ms to 10m (got ${JSON.stringify(text)})`), text);
+  }
+  assert.throws(() => timeout('-1s'), invalid('cannot be negative: use 1ms to 10m (got "-1s")'));
+  assert.throws(() => timeout('soon'), invalid('not a duration: use e.g. 10s, 500ms, 1m (got "soon")'));
+  const probe = durationParser({ min: '1s', max: '24h', zero: 'never' });
+  assert.equal(probe('0'), 0);
+  assert.equal(probe('0s'), 0);
+  assert.throws(() => probe('500ms'), invalid('out of range: use 1s to 24h, or 0 (never) (got "500ms")'));
+  assert.throws(() => probe('-0s'), invalid('cannot be negative: use 1s to 24h, or 0 (never) (got "-0s")'));
 });
 
 test('parsePort accepts 0-65535', LIMIT, () => {
