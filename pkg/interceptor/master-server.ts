@@ -19,6 +19,7 @@ import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, type Registry } from '../metrics/prom.js';
 import { answerAndClose, errorResponse } from '../frontend/http-answer.js';
+import { controlCharacterReason } from '../frontend/request-head.js';
 import { LogLimiter } from '../log/log-limiter.js';
 import { abortsThrough } from '../mux/abort.js';
 import type { Logger } from '../log/logger.js';
@@ -210,7 +211,11 @@ export class MasterServer {
       status = 408;
       message = `no complete request head within ${this.requestHeadTimeoutMs} ms`;
     } else {
-      this.limited.verbose(2, 'malformed request on a master port', { port: name, error: errorMessage(err) });
+      // Node's parser says "Invalid header value char" but not where: say which header (or the request line) and which character.
+      const raw = (err as { rawPacket?: unknown }).rawPacket;
+      const control = Buffer.isBuffer(raw) ? controlCharacterReason(raw) : undefined;
+      if (control !== undefined) message = `malformed request: ${control}`;
+      this.limited.verbose(2, 'malformed request on a master port', { port: name, error: control ?? errorMessage(err) });
       if (code === 'HPE_HEADER_OVERFLOW') status = 431;
     }
     if (!socket.writable || this.responding.has(socket)) socket.destroy();

@@ -72,6 +72,11 @@ export interface DialOptions {
 
 /** Checks `host:port` (IPv6 in brackets) and returns an error message, or undefined if usable. */
 export function checkDialAddress(address: string): string | undefined {
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  const control = /[\x00-\x1f\x7f]/.exec(address);
+  if (control !== null) {
+    return `dial address ${JSON.stringify(address)} has a control character (0x${control[0].charCodeAt(0).toString(16).padStart(2, '0')}); a host name or address has none`;
+  }
   const m = /^(\[[0-9A-Fa-f:.%\w]+\]|[^\s:[\]/]+):(\d{1,5})$/.exec(address);
   if (m === null) return `dial address ${JSON.stringify(address)} is not host:port`;
   const port = Number(m[2]);

@@ -167,3 +167,35 @@ test('fed one byte at a time, a head is incomplete until its last byte', LIMIT, 
     assert.equal(whole.length, full.length);
   }
 });
+
+test('a control character in the request line (a NUL in the CONNECT host) is a 400 naming it, the line escaped', LIMIT, () => {
+  const cases: Array<[string, string, string]> = [
+    ['CONNECT 127.0.0.1\x00:8080 HTTP/1.1', '0x00', '"CONNECT 127.0.0.1\\x00:8080 HTTP/1.1"'],
+    ['CONNECT edge\x01-1:10250 HTTP/1.1', '0x01', '"CONNECT edge\\x01-1:10250 HTTP/1.1"'],
+    ['CONNECT a:1\tHTTP/1.1', '0x09', '"CONNECT a:1\\tHTTP/1.1"'],
+    ['CONNECT a\x7f:1 HTTP/1.1', '0x7f', '"CONNECT a\\x7f:1 HTTP/1.1"'],
+    ['CONNECT a\x1b[31m:1 HTTP/1.1', '0x1b', '"CONNECT a\\x1b[31m:1 HTTP/1.1"'],
+  ];
+  for (const [line, char, shown] of cases) {
+    assert.deepEqual(
+      parse(`${line}\r\nHost: a:1\r\n\r\n`),
+      { kind: 'error', status: 400, message: `control character ${char} in the request line ${shown}` },
+      JSON.stringify(line),
+    );
+  }
+});
+
+test('a control character in a header value (X-Tunnel-Proxy-Host) is a 400 naming the header; a tab is allowed', LIMIT, () => {
+  assert.deepEqual(parse('CONNECT a:1 HTTP/1.1\r\nX-Tunnel-Proxy-Host: ed\x00ge\r\n\r\n'), {
+    kind: 'error',
+    status: 400,
+    message: 'control character 0x00 in the value of header X-Tunnel-Proxy-Host: "ed\\x00ge"',
+  });
+  assert.deepEqual(parse('CONNECT a:1 HTTP/1.1\r\nHost: a\rb:1\r\n\r\n'), {
+    kind: 'error',
+    status: 400,
+    message: 'control character 0x0d in the value of header Host: "a\\rb:1"',
+  });
+  const { head } = complete(parse('CONNECT a:1 HTTP/1.1\r\nX-Note: a\tb\r\n\r\n'));
+  assert.equal(headerValue(head, 'x-note'), 'a\tb');
+});
