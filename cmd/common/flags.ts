@@ -73,10 +73,16 @@ export function parseHostPort(text: string): string {
   return text;
 }
 
-/** host:port, or an http(s) URL with a host (--apiserver-addr takes both). */
+/**
+ * host:port, or an http(s) URL with a host (--apiserver-addr takes both). A
+ * bare IPv6 address and port ("fd00::1:443") passes as before: the manifests
+ * build this flag from KUBERNETES_SERVICE_HOST and _PORT.
+ */
 export function parseHostPortOrURL(text: string): string {
   if (/^https?:\/\//i.test(text) && URL.canParse(text) && new URL(text).hostname !== '') return text;
   if (splitHostPort(text) !== undefined) return text;
+  const lastColon = text.lastIndexOf(':');
+  if (isIP(text.slice(0, lastColon)) === 6 && splitHostPort(`[${text.slice(0, lastColon)}]${text.slice(lastColon)}`) !== undefined) return text;
   throw new InvalidArgumentError(`not host:port or an https:// URL, e.g. 10.0.0.1:6443 or https://10.0.0.1:6443 (got ${JSON.stringify(text)})`);
 }
 

@@ -12,6 +12,8 @@ import {
   parseBool,
   parseByteSize,
   parseDuration,
+  parseHostPort,
+  parseHostPortOrURL,
   parseIP,
   parseIPList,
   parseList,
@@ -83,6 +85,30 @@ test('durationParser takes its range, 0 only where 0 means something, and says t
   assert.equal(probe('0s'), 0);
   assert.throws(() => probe('500ms'), invalid('out of range: use 1s to 24h, or 0 (never) (got "500ms")'));
   assert.throws(() => probe('-0s'), invalid('cannot be negative: use 1s to 24h, or 0 (never) (got "-0s")'));
+});
+
+test('parseHostPort takes host:port and [IPv6]:port with a port 1-65535, nothing else', LIMIT, () => {
+  for (const text of ['10.0.0.1:10262', '[fd00::1]:10262', 'tunnel.example.com:443']) assert.equal(parseHostPort(text), text);
+  for (const text of ['127.0.0.1', '127.0.0.1:0', '127.0.0.1:65536', '::1:80', 'host:port', ':10262', '']) {
+    assert.throws(
+      () => parseHostPort(text),
+      (err: Error) => err.message.startsWith('not host:port with a port 1-65535, e.g. '),
+      JSON.stringify(text),
+    );
+  }
+});
+
+test('parseHostPortOrURL also takes an http(s) URL, and a bare IPv6 address with its port as the manifests build it', LIMIT, () => {
+  for (const text of ['10.0.0.1:6443', 'https://10.0.0.1:6443', 'https://kubernetes.default.svc', 'fd00::1:443', '[fd00::1]:443']) {
+    assert.equal(parseHostPortOrURL(text), text);
+  }
+  for (const text of ['10.0.0.1', 'kubernetes', 'https://', 'ftp://10.0.0.1:21']) {
+    assert.throws(
+      () => parseHostPortOrURL(text),
+      invalid(`not host:port or an https:// URL, e.g. 10.0.0.1:6443 or https://10.0.0.1:6443 (got ${JSON.stringify(text)})`),
+      text,
+    );
+  }
 });
 
 test('parsePort accepts 0-65535', LIMIT, () => {
