@@ -21,13 +21,15 @@ import type { Tunnel } from '../tunnel/tunnel.js';
 import type { DirectDialer } from './direct-dial.js';
 import { EgressStream } from './grpc-proxy-stream.js';
 import { DEFAULT_CONNECT_HEAD_TIMEOUT_MS } from './http-connect.js';
-import { listenUnix } from '../net/unix-listener.js';
+import { listenUnix, type OwnedSocketFile } from '../net/unix-listener.js';
 
 /** What the HTTP/2 server announces (node:http2's defaults, spelled out): the authority filter in front enforces the same. */
 const HTTP2_LIMITS: Required<AuthorityFilterLimits> = { maxFrameSize: 16_384, maxHeaderListSize: 65_535 };
 
 export interface GrpcProxyServerOptions {
   path: string;
+  /** The flag that set `path`, named when the path cannot be had. */
+  flag?: string;
   /** File mode of the socket. Default 0o660. */
   mode?: number;
   nodeNameOf?: (host: string) => string | undefined;
@@ -56,6 +58,8 @@ export class GrpcProxyServer {
   /** Clients closed before their first call, by why. */
   private readonly refusedCallers: CallerRefusals;
   private closing: Promise<void> | undefined;
+  /** The socket file start() made. */
+  private socketFile: OwnedSocketFile | undefined;
 
   constructor(
     private readonly tunnel: Tunnel,
@@ -87,7 +91,11 @@ export class GrpcProxyServer {
   }
 
   async start(): Promise<void> {
-    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, { name: 'egress gRPC socket', logger: this.log });
+    this.socketFile = await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, {
+      name: 'egress gRPC socket',
+      flag: this.opts.flag,
+      logger: this.log,
+    });
     this.log.info('GRPC egress frontend listening', { path: this.opts.path });
   }
 
@@ -134,6 +142,11 @@ export class GrpcProxyServer {
     }).start();
   }
 
+  /** Why callers of the socket path no longer reach this server (readiness), or undefined. */
+  socketProblem(): string | undefined {
+    return this.socketFile?.problem();
+  }
+
   /** Takes no new clients; open streams go on. */
   stopAccepting(): void {
     if (this.server.listening) this.server.close();
@@ -143,7 +156,7 @@ export class GrpcProxyServer {
   close(): Promise<void> {
     if (this.closing === undefined) {
       this.limited.flush();
-      this.closing = stopListening(this.server);
+      this.closing = stopListening(this.server).then(() => this.socketFile?.release());
       this.sessions.destroyAll();
       this.sockets.destroyAll();
     }

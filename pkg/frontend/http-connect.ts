@@ -23,7 +23,7 @@ import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import type { DirectDialer } from './direct-dial.js';
 import { splice } from '../mux/splice.js';
 import { headerValue, parseRequestHead, type RequestHead } from './request-head.js';
-import { listenUnix } from '../net/unix-listener.js';
+import { listenUnix, type OwnedSocketFile } from '../net/unix-listener.js';
 
 export const PROXY_HOST_HEADER = 'x-tunnel-proxy-host';
 /** Default time a client has to send its CONNECT head (kube-apiserver sends it at once). */
@@ -32,6 +32,8 @@ export const DEFAULT_CONNECT_HEAD_TIMEOUT_MS = 10_000;
 export interface HttpConnectServerOptions {
   /** Unix socket path. */
   path: string;
+  /** The flag that set `path`, named when the path cannot be had. */
+  flag?: string;
   /** File mode of the socket. Default 0o660. */
   mode?: number;
   /** Largest request head accepted. Default 64 KiB. */
@@ -59,6 +61,8 @@ export class HttpConnectServer {
   /** Clients closed before their request, by why. */
   private readonly refusedCallers: CallerRefusals;
   private closing: Promise<void> | undefined;
+  /** The socket file start() made. */
+  private socketFile: OwnedSocketFile | undefined;
 
   constructor(
     private readonly tunnel: Tunnel,
@@ -74,7 +78,11 @@ export class HttpConnectServer {
   }
 
   async start(): Promise<void> {
-    await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, { name: `${this.opts.name ?? 'proxier'} CONNECT socket`, logger: this.log });
+    this.socketFile = await listenUnix(this.server, this.opts.path, this.opts.mode ?? 0o660, {
+      name: `${this.opts.name ?? 'proxier'} CONNECT socket`,
+      flag: this.opts.flag,
+      logger: this.log,
+    });
     this.log.info('HTTP CONNECT proxier listening', { socket: this.opts.path });
   }
 
@@ -264,6 +272,11 @@ export class HttpConnectServer {
     socket.destroy();
   }
 
+  /** Why callers of the socket path no longer reach this server (readiness), or undefined. */
+  socketProblem(): string | undefined {
+    return this.socketFile?.problem();
+  }
+
   /** Takes no new clients; open connections go on. */
   stopAccepting(): void {
     if (this.server.listening) this.server.close();
@@ -273,7 +286,7 @@ export class HttpConnectServer {
   close(): Promise<void> {
     if (this.closing === undefined) {
       this.limited.flush();
-      this.closing = stopListening(this.server);
+      this.closing = stopListening(this.server).then(() => this.socketFile?.release());
       this.sockets.destroyAll();
     }
     return this.closing;

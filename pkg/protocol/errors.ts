@@ -185,7 +185,9 @@ export type ConfigErrorCode =
   /** The certificate directory holds half a pair, no CA, or a CA the Go peers cannot read. */
   | 'YT_ERR_CERT_DIR'
   /** A Unix socket path is taken by a file that is not a socket. */
-  | 'YT_ERR_SOCKET_PATH';
+  | 'YT_ERR_SOCKET_PATH'
+  /** A Unix socket path is a socket a live process answers on. */
+  | 'YT_ERR_SOCKET_IN_USE';
 
 /** A process cannot start with what it was given: the message names the flag or file and what to do. */
 export class ConfigError extends CodedError<ConfigErrorCode> {

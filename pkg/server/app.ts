@@ -193,7 +193,8 @@ export class TunnelServer {
       serverID,
       cluster,
       {
-        listeners: () => (server?.listening === true ? undefined : 'not listening yet'),
+        // A socket file removed or taken over since: callers no longer reach this server through it.
+        listeners: () => (server?.listening === true ? (server.proxier.socketProblem() ?? server.egress?.socketProblem()) : 'not listening yet'),
         shutdown: () => (server?.shuttingDown !== true && server?.stopping === undefined ? undefined : 'shutting down'),
       },
       opts,

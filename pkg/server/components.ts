@@ -32,6 +32,8 @@ import type { ServerCertificates, ServerFiles } from './startup.js';
 export interface EgressFrontend {
   readonly connectionCount: number;
   start(): Promise<void>;
+  /** Why its socket path no longer reaches it (readiness), or undefined. */
+  socketProblem(): string | undefined;
   stopAccepting(): void;
   close(): Promise<void>;
 }
@@ -82,7 +84,7 @@ export function frontendsFor(
   isEdgeNode: EdgeNodeTest | undefined,
 ): { proxier: HttpConnectServer; egress: EgressFrontend | undefined; direct: DirectDialer | undefined } {
   const common = { nodeNameOf, headTimeoutMs: opts.connectHeadTimeoutMs, logger: opts.logger, metricsRegistry: opts.metricsRegistry };
-  const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, name: 'proxier', ...common });
+  const proxier = new HttpConnectServer(tunnel, { path: opts.interceptorProxierUDS, flag: '--interceptor-proxier-uds', name: 'proxier', ...common });
   const e = opts.egressSelector;
   if (e === undefined) return { proxier, egress: undefined, direct: undefined };
   const direct =
@@ -91,8 +93,8 @@ export function frontendsFor(
       : undefined;
   const egress =
     e.mode === 'grpc'
-      ? new GrpcProxyServer(tunnel, { path: e.uds, direct, ...common })
-      : new HttpConnectServer(tunnel, { path: e.uds, name: 'egress', direct, ...common });
+      ? new GrpcProxyServer(tunnel, { path: e.uds, flag: '--egress-selector-uds', direct, ...common })
+      : new HttpConnectServer(tunnel, { path: e.uds, flag: '--egress-selector-uds', name: 'egress', direct, ...common });
   return { proxier, egress, direct };
 }
 
