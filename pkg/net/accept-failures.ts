@@ -21,6 +21,8 @@ export interface ListenerName {
   /** What the operator calls it: `agent port`, `meta port`, `proxier CONNECT socket`. */
   name: string;
   logger: Logger;
+  /** The address to name in its lines, when not the one it is bound to (a Unix socket renamed into place). */
+  address?: string;
 }
 
 /** How often the probe looks for a free descriptor. */
@@ -45,7 +47,7 @@ let descriptorLimit: number | undefined;
  * probe) or an accept error Node emits. Call once it is listening.
  */
 export function reportAcceptFailures(server: Server, who: ListenerName): void {
-  const entry: Watched = { name: who.name, address: addressText(server), limited: new LogLimiter(who.logger, { burst: 1 }) };
+  const entry: Watched = { name: who.name, address: who.address ?? addressText(server), limited: new LogLimiter(who.logger, { burst: 1 }) };
   watched.add(entry);
   descriptorLimit ??= readDescriptorLimit();
   probe ??= setInterval(probeDescriptors, PROBE_INTERVAL_MS).unref();

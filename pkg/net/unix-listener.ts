@@ -76,7 +76,7 @@ export async function listenUnix(server: Server, path: string, mode: number, who
   if (Buffer.byteLength(temporary) > Buffer.byteLength(path) && Buffer.byteLength(temporary) > 107) {
     throw new ConfigError('YT_ERR_SOCKET_PATH', `${named}: the directory's path is too long for a Unix socket; choose a shorter one`);
   }
-  await listen(server, { path: temporary, backlog: 1024 }, who);
+  await listen(server, { path: temporary, backlog: 1024 }, { ...who, address: path });
   try {
     await chmod(temporary, mode);
     const stale = await checkTakeover(path, named);
