@@ -380,7 +380,8 @@ export class AgentEndpoint {
     let backend: Backend;
     const found = claims?.found;
     const resume = found === undefined ? undefined : this.tunnel.prepareResume(found.session, found.claim);
-    if (found !== undefined && resume !== undefined) {
+    const resumed = found !== undefined && resume !== undefined;
+    if (resumed) {
       if (resume.superseded instanceof AgentCall) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
       responseMetadata[RESUME_HEADER] = String(found.session.windowMs);
       responseMetadata[SESSION_HEADER] = found.claim.token;
@@ -415,6 +416,8 @@ export class AgentEndpoint {
       this.tunnel.linkEnded(backend, link, { kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
+    // A new link that took back none of the agent's suspended sessions: a new process; those sessions are over.
+    if (!resumed) this.tunnel.endSessionsLeftBehind(backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
     // The agent's packets go into the tunnel until the call ends.

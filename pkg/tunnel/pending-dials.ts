@@ -61,6 +61,18 @@ export class PendingDials {
       .map((d) => this.take(d.random)!);
   }
 
+  /** Hands every dial pending on `from` to `to`, deadlines and cancellation unchanged; returns them. */
+  moveAll(from: Backend, to: Backend): PendingDial[] {
+    if (from.pendingDialCount === 0) return [];
+    const moved = this.dials.values().filter((d) => d.backend === from);
+    for (const d of moved) {
+      d.backend = to;
+      from.pendingDialCount--;
+      to.pendingDialCount++;
+    }
+    return moved;
+  }
+
   takeAll(): PendingDial[] {
     return this.dials.values().map((d) => this.take(d.random)!);
   }

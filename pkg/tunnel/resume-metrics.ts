@@ -13,9 +13,18 @@ export interface ResumeSizes {
   budget(): { used: number; limit: number; waits: number };
 }
 
-/** Why a suspended session ended without being resumed. */
+/**
+ * Why a suspended session ended without being resumed. `agent_restarted`: a new
+ * link of the same agent claimed none of its sessions (a new process).
+ */
 export type SessionExpiry =
-  'window' | 'superseded_limit' | 'YT_ERR_RESUME_BAD_COUNT' | 'YT_ERR_RESUME_ACK_AHEAD' | 'YT_ERR_RESUME_BUFFER_FULL' | 'YT_ERR_RESUME_BUDGET';
+  | 'window'
+  | 'superseded_limit'
+  | 'agent_restarted'
+  | 'YT_ERR_RESUME_BAD_COUNT'
+  | 'YT_ERR_RESUME_ACK_AHEAD'
+  | 'YT_ERR_RESUME_BUFFER_FULL'
+  | 'YT_ERR_RESUME_BUDGET';
 
 /**
  * Why a session claim was not honoured: another certificate, a late attempt,
@@ -52,7 +61,7 @@ export class ResumeMetrics {
     });
     this.expired = new Counter({
       name: 'yurttunnel_server_agent_sessions_expired_total',
-      help: 'Suspended agent sessions that ended without a resume, by reason (window, superseded_limit, or a YT_ERR_RESUME_* code; YT_ERR_RESUME_BUDGET: expired early for --resume-memory-budget).',
+      help: 'Suspended agent sessions that ended without a resume, by reason (window, superseded_limit, agent_restarted: a new process of the agent connected without claiming it, or a YT_ERR_RESUME_* code; YT_ERR_RESUME_BUDGET: expired early for --resume-memory-budget).',
       labelNames: ['reason'],
       registers: [registry],
     });

@@ -267,6 +267,11 @@ export class SessionTable<V> {
     return true;
   }
 
+  /** The suspended sessions of one agent, oldest first (a copy). */
+  suspendedOf(agentID: string): Session<V>[] {
+    return [...(this.suspendedByAgent.get(agentID) ?? [])];
+  }
+
   /** The sessions of one agent, for logs and /debug. */
   sessionsOf(agentID: string): Session<V>[] {
     return [...this.sessions.values()].filter((s) => s.owner.agentID === agentID);

@@ -8,7 +8,7 @@ import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { classifyAgentDialError } from '../protocol/dial-errors.js';
 import { AgentLostError, ConnectionClosedError, DialError, type DialFailureReason, type ResumeError } from '../protocol/errors.js';
-import type { SessionClaim } from '../protocol/resume.js';
+import { parseSessionToken, type SessionClaim } from '../protocol/resume.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
 import { newDialID } from '../protocol/ids.js';
 import { describePacket, unhandledPacketType, type Packet } from '../protocol/packet.js';
@@ -26,7 +26,7 @@ import { checkDialAddress, DEFAULT_MAX_PENDING_DIALS_PER_AGENT, type DialOptions
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from './unknown-packets.js';
 import { ResumeMetrics, type SessionExpiry } from './resume-metrics.js';
 import { SessionLink } from './session-link.js';
-import { SessionTable, type Session, type SessionOwner } from './session-table.js';
+import { sameOwner, SessionTable, type Session, type SessionOwner } from './session-table.js';
 
 const TOMBSTONE_SWEEP_MS = 10_000;
 
@@ -326,6 +326,39 @@ export class Tunnel {
   }
 
   /**
+   * `backend`, a new link of `owner`, took back none of the agent's sessions
+   * suspended here (`claims`, what its call presented, names none of them).
+   * A live agent presents a claim for every session it waits to resume
+   * (pkg/agent/client-set.ts), so the process that held them is gone (killed
+   * and started again): none can come back. Each ends now as one whose window
+   * passed does (its connections fail with YT_ERR_AGENT_LOST), instead of
+   * holding its callers for the rest of the window; the dials waiting in it,
+   * which the old process never answered and for which nothing was sent to
+   * the target yet, go to `backend` (the same node) instead of failing.
+   * (A live agent that probes before it notices its link dropped would lose
+   * the session too; its liveness watch notices within about half the window,
+   * a probe comes every 30 s.)
+   */
+  endSessionsLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
+    const suspended = this.sessions.suspendedOf(owner.agentID);
+    if (suspended.length === 0 || backend.closed) return;
+    const claimed = new Set(claims.map((c) => parseSessionToken(c.token)?.id));
+    for (const session of suspended) {
+      if (claimed.has(session.id) || !sameOwner(session.owner, owner)) continue;
+      const dials = this.pending.moveAll(session.value, backend);
+      this.sessions.expireEarly(session, 'agent_restarted');
+      for (const d of dials) {
+        if (!backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address: d.address, random: d.random })) {
+          this.failDial(d.random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${d.address} could be sent`, false);
+        }
+      }
+      if (dials.length > 0) {
+        this.log.info('dials waiting for the agent sent to its new link', { agentID: backend.agentID, stream: backend.serial, dials: dials.length });
+      }
+    }
+  }
+
+  /**
    * The first half of a resume, before the answer goes out: the claim's count
    * is checked (a session that cannot resume from it ends, and undefined is
    * returned: the call is a fresh link), and a call still carrying the
@@ -406,6 +439,10 @@ export class Tunnel {
         `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and its session was expired early: ` +
         `the server's resume memory (--resume-memory-budget, ${this.resumeBudget.limit} bytes) was spent, and this was the oldest ` +
         `suspended session holding some (${heldBytes} bytes)`;
+    } else if (reason === 'agent_restarted') {
+      message =
+        `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and a new agent process ` +
+        'connected without claiming its session: the old process is gone, and its connections with it';
     } else {
       message = `agent ${backend.agentID}'s session cannot be resumed (${reason})`;
     }
