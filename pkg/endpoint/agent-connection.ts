@@ -75,8 +75,7 @@ export class AgentConnection {
       timeoutMs,
       onTimeout: () => {
         opts.log.warn('agent connection did not answer a keepalive ping; closing it', { remoteAddress: this.remoteAddress, timeoutMs });
-        for (const call of this.calls) call.abort(`no answer to a keepalive ping within ${timeoutMs} ms`);
-        session.destroy();
+        this.drop(`no answer to a keepalive ping within ${timeoutMs} ms`);
       },
     });
     this.keepalive.start();
@@ -90,6 +89,35 @@ export class AgentConnection {
   /** The smallest round trip measured: what flow control sizes the connections' windows by. */
   get minRoundTripMs(): number | undefined {
     return this.keepalive.minRoundTripMs;
+  }
+
+  /**
+   * Whether the agent still answers on this connection: a PING goes out, and
+   * anything heard within `timeoutMs` proves it (the answer, or any frame: on
+   * a busy link the answer may queue behind data).
+   */
+  answers(timeoutMs: number): Promise<boolean> {
+    const session = this.session;
+    if (session.destroyed) return Promise.resolve(false);
+    const heard = transportBytesRead(session);
+    const before = heard();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(!session.destroyed && heard() !== before), timeoutMs);
+      timer.unref();
+      const answered = (err: Error | null): void => {
+        if (err !== null) return;
+        clearTimeout(timer);
+        resolve(true);
+      };
+      // Pings already outstanding (keepalive's) make node:http2 refuse one more: the bytes heard decide then.
+      if (!session.ping(answered)) this.opts.log.verbose(2, 'liveness ping not sent: pings outstanding', { remoteAddress: this.remoteAddress });
+    });
+  }
+
+  /** Ends every call on the connection as failed, for `reason`, and destroys it: the agent is gone. */
+  drop(reason: string): void {
+    for (const call of this.calls) call.abort(reason);
+    this.session.destroy();
   }
 
   /** A stream the agent opened: GOAWAY must let it finish. */

@@ -26,9 +26,9 @@ import { listen, stopListening } from '../net/listen.js';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
-import { DEFAULT_RESUME_WINDOW_MS, RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER } from '../protocol/resume.js';
+import { DEFAULT_RESUME_WINDOW_MS, RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from '../protocol/resume.js';
 import type { Backend } from '../tunnel/backend.js';
-import type { ClaimResolution, SessionOwner } from '../tunnel/session-table.js';
+import { sameOwner, type ClaimResolution, type SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentMetadata, type Refusal } from './admission.js';
 import { AgentCall, carryAgentPackets, openAgentCall } from './agent-call.js';
@@ -111,6 +111,9 @@ const MAX_CONCURRENT_STREAMS = 16;
 /** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
 const RESUME_MIN_PING_INTERVAL_MS = 1000;
 
+/** How long, at least, an older link of a reconnected agent has to show a sign of life (replaceLinksLeftBehind). */
+const LIVENESS_CHECK_MS = 1000;
+
 /** How often, at most, the connect rate limit's summary line is logged. */
 const RATE_LOG_INTERVAL_MS = 5000;
 
@@ -138,6 +141,8 @@ export class AgentEndpoint {
   private readonly log: Logger;
   private readonly server: http2.Http2SecureServer;
   private readonly connections = new Map<Http2Session, AgentConnection>();
+  /** The connection each admitted call rides on. */
+  private readonly connectionOf = new WeakMap<AgentCall, AgentConnection>();
   private readonly sockets = new ConnectionSet();
   /** Peer address of each raw connection, still known after its TLS socket is gone. */
   private readonly remoteAddresses = new WeakMap<object, string>();
@@ -416,17 +421,52 @@ export class AgentEndpoint {
       this.tunnel.linkEnded(backend, link, { kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
-    // A new link that took back none of the agent's suspended sessions: a new process; those sessions are over.
-    if (!resumed) this.tunnel.endSessionsLeftBehind(backend, ownerOf(meta), meta.claims);
+    if (!resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
     // The agent's packets go into the tunnel until the call ends.
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
+    this.connectionOf.set(link, connection);
     carryAgentPackets(this.tunnel, backend, link, () => {
       connection.calls.delete(link);
       this.admission.release(meta.identityKeys);
     });
+  }
+
+  /**
+   * `backend`, a new link of `owner`, resumed none of the agent's sessions: a
+   * new process (an agent killed and started again), or a live agent's probe.
+   * The sessions it left suspended cannot come back: they end now
+   * (Tunnel.endSessionsLeftBehind). An older link of the same owner that still
+   * looks alive may be the killed process's too: node:http2 does not always
+   * report the reset of a connection whose peer died until keepalive gives up
+   * (~30 s), and meanwhile new dials would go to it (of an agent's links the
+   * oldest serves). A live agent keeps one link per server and closes a
+   * duplicate at once, so such a link is asked for a sign of life; with none,
+   * and the new link still there, it is dropped and its session ends.
+   */
+  private replaceLinksLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
+    this.tunnel.endSessionsLeftBehind(backend, owner, claims);
+    for (const old of [...this.tunnel.registry.streamsOf(owner.agentID)]) {
+      const call = old.sessionLink?.transport;
+      if (old === backend || old.session === undefined || !(call instanceof AgentCall) || !sameOwner(old.session.owner, owner)) continue;
+      const connection = this.connectionOf.get(call);
+      if (connection === undefined) continue;
+      const timeoutMs = Math.max(LIVENESS_CHECK_MS, 4 * (connection.roundTripMs ?? 0));
+      void connection.answers(timeoutMs).then((alive) => {
+        if (alive || backend.closed || old.closed || old.sessionLink?.transport !== call) return;
+        this.limited.warn('an older link of a reconnected agent gave no sign of life; dropping it', {
+          agentID: owner.agentID,
+          stream: old.serial,
+          newStream: backend.serial,
+          remoteAddress: connection.remoteAddress,
+          timeoutMs,
+        });
+        this.tunnel.endReplaced(old, backend);
+        connection.drop(`no sign of life within ${timeoutMs} ms after a new link of agent ${owner.agentID} connected`);
+      });
+    }
   }
 
   /**

@@ -330,31 +330,41 @@ export class Tunnel {
    * suspended here (`claims`, what its call presented, names none of them).
    * A live agent presents a claim for every session it waits to resume
    * (pkg/agent/client-set.ts), so the process that held them is gone (killed
-   * and started again): none can come back. Each ends now as one whose window
-   * passed does (its connections fail with YT_ERR_AGENT_LOST), instead of
-   * holding its callers for the rest of the window; the dials waiting in it,
-   * which the old process never answered and for which nothing was sent to
-   * the target yet, go to `backend` (the same node) instead of failing.
+   * and started again): none can come back, and each ends now (endReplaced).
    * (A live agent that probes before it notices its link dropped would lose
    * the session too; its liveness watch notices within about half the window,
    * a probe comes every 30 s.)
    */
   endSessionsLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
     const suspended = this.sessions.suspendedOf(owner.agentID);
-    if (suspended.length === 0 || backend.closed) return;
+    if (suspended.length === 0) return;
     const claimed = new Set(claims.map((c) => parseSessionToken(c.token)?.id));
     for (const session of suspended) {
-      if (claimed.has(session.id) || !sameOwner(session.owner, owner)) continue;
-      const dials = this.pending.moveAll(session.value, backend);
-      this.sessions.expireEarly(session, 'agent_restarted');
-      for (const d of dials) {
-        if (!backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address: d.address, random: d.random })) {
-          this.failDial(d.random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${d.address} could be sent`, false);
-        }
+      if (!claimed.has(session.id) && sameOwner(session.owner, owner)) this.endReplaced(session.value, backend);
+    }
+  }
+
+  /**
+   * `old`, a link of the same agent as `backend` that carries a session, will
+   * not come back: its process is gone and `backend` is its successor's. Its
+   * session ends as one whose window passed does (its connections fail with
+   * YT_ERR_AGENT_LOST) instead of holding its callers for the rest of the
+   * window; the dials waiting in it, which the old process never answered and
+   * for which nothing reached the target yet, go to `backend` (the same node),
+   * deadlines unchanged.
+   */
+  endReplaced(old: Backend, backend: Backend): void {
+    const session = old.session;
+    if (old.closed || backend.closed || session === undefined || old === backend) return;
+    const dials = this.pending.moveAll(old, backend);
+    if (!this.sessions.expireEarly(session, 'agent_restarted')) this.expireSession(old, 'agent_restarted');
+    for (const d of dials) {
+      if (!backend.send({ type: 'DIAL_REQ', protocol: 'tcp', address: d.address, random: d.random })) {
+        this.failDial(d.random, 'YT_ERR_AGENT_GONE', `agent ${backend.agentID} disconnected before the dial to ${d.address} could be sent`, false);
       }
-      if (dials.length > 0) {
-        this.log.info('dials waiting for the agent sent to its new link', { agentID: backend.agentID, stream: backend.serial, dials: dials.length });
-      }
+    }
+    if (dials.length > 0) {
+      this.log.info('dials waiting for the agent sent to its new link', { agentID: backend.agentID, stream: backend.serial, dials: dials.length });
     }
   }
 
@@ -440,9 +450,10 @@ export class Tunnel {
         `the server's resume memory (--resume-memory-budget, ${this.resumeBudget.limit} bytes) was spent, and this was the oldest ` +
         `suspended session holding some (${heldBytes} bytes)`;
     } else if (reason === 'agent_restarted') {
+      const link = backend.suspendReason === undefined ? 'link gave no sign of life' : `link dropped (${backend.suspendReason})`;
       message =
-        `agent ${backend.agentID}'s link dropped (${backend.suspendReason ?? 'no reason known'}) and a new agent process ` +
-        'connected without claiming its session: the old process is gone, and its connections with it';
+        `agent ${backend.agentID}'s ${link} and a new agent process connected without claiming its session: ` +
+        'the old process is gone, and its connections with it';
     } else {
       message = `agent ${backend.agentID}'s session cannot be resumed (${reason})`;
     }

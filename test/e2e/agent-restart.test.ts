@@ -6,11 +6,12 @@
 // the new agent as soon as it connects. The real agent CLI, as a child process.
 
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
 import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
-import { connectVia, readExactly, startEchoServer, startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startAgent, startEchoServer, startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
 /**
@@ -61,14 +62,16 @@ test(
 
     first.kill('SIGKILL');
     const killedAt = performance.now();
-    await waitFor('the server to keep the session', () => server.log.find('agent link dropped; keeping its connections for the resume window').length === 1);
-    // A caller while the agent is down: the dial waits in the suspended session.
+    await first.exited;
+    // A caller while the agent is down: the dial waits, in the suspended session or (when the server has not
+    // heard of the reset yet: see AgentEndpoint.replaceLinksLeftBehind) on the dead link.
     const waiting = connectVia(server.udsPath, `127.0.0.1:${echo.port}`).then((res) => ({ res, at: performance.now() }));
     await waitFor('the dial to wait', () => server.tunnel.pendingDialCount === 1);
 
     const second = startAgentProcess(h, server.agentAddress, files);
     await waitFor('the new agent to register', () => server.log.find('agent connected').length === 2, 20_000);
     const connectedAt = server.log.find('agent connected')[1]!.at;
+    const heardOfReset = server.log.find('agent link dropped; keeping its connections for the resume window').some((r) => r.at < connectedAt);
     await waitFor('the old download to end', () => ended !== undefined, 15_000);
     const { res, at: answeredAt } = await waiting;
     h.defer(() => res.socket.destroy());
@@ -79,7 +82,7 @@ test(
       `restart: the new agent connected ${Math.round(connectedAt - killedAt)} ms after the kill (its start-up rehearsal: ` +
         `${rehearsal === undefined ? 'not run' : `${msOf(rehearsal)} ms`}); after it connected, the old download ended in ${endedAfter} ms ` +
         `(${ended!.how}${ended!.err !== undefined ? ` ${(ended!.err as { code?: string }).code}` : ''}), the waiting dial was answered in ` +
-        `${answeredAfter} ms (${res.status})`,
+        `${answeredAfter} ms (${res.status}); the server had ${heardOfReset ? '' : 'not '}heard of the old link's reset before`,
     );
 
     assert.equal(ended!.how, 'error', 'the old download ended as a failure, not a clean end');
@@ -94,3 +97,23 @@ test(
     second.kill('SIGKILL');
   },
 );
+
+test("a live agent's probes (a second link it closes at once) leave its session and connections alone", { timeout: 30_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h);
+  const agent = startAgent(h, server.agentAddress, { nodeName: 'edge-1', probeIntervalMs: 200, connection: { resumeWindowMs: 10_000 } });
+  await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+  const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
+  h.defer(() => conn.destroy());
+  await waitFor('five probes', () => agent.log.find('already connected to this server').length >= 5, 10_000);
+  // The last probe's liveness check has had its time.
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.deepEqual(server.log.find('an older link of a reconnected agent gave no sign of life; dropping it'), []);
+  assert.deepEqual(server.log.find('agent session expired; closing its connections'), []);
+  conn.write('still the same session');
+  const [echoed] = (await once(conn, 'data')) as [Buffer];
+  assert.equal(echoed.toString(), 'still the same session');
+  assert.equal(server.tunnel.sessions.size, 1);
+});
