@@ -4,6 +4,9 @@
 // once (YT_ERR_AGENT_LOST, as when the window passes) instead of when the
 // resume window does, and a dial made while the agent was down is served by
 // the new agent as soon as it connects. The real agent CLI, as a child process.
+// Which way the old link goes varies from run to run: the server has heard of
+// its reset and suspended it (ended at once), or not yet (ended after the
+// liveness check, ~1 s); both must meet the bounds.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
