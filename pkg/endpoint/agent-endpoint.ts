@@ -247,7 +247,7 @@ export class AgentEndpoint {
   }
 
   async start(): Promise<void> {
-    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'agent port', logger: this.log });
+    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'agent port', logger: this.log, flag: '--tunnel-agent-connect-port' });
     this.listening = true;
     const a = this.address;
     this.log.info('listening for agents', { address: `${a.address}:${a.port}`, serverID: this.opts.serverID });

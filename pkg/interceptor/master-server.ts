@@ -232,7 +232,15 @@ export class MasterServer {
 
   async start(): Promise<void> {
     for (const s of this.servers) {
-      await listen(s.server, { port: s.port, host: s.host }, { name: `${s.name} master port`, logger: this.opts.logger });
+      await listen(
+        s.server,
+        { port: s.port, host: s.host },
+        {
+          name: `${s.name} master port`,
+          logger: this.opts.logger,
+          flag: s.name === 'secure' ? '--secure-port' : '--insecure-port',
+        },
+      );
       this.opts.logger.info(`master server listening (${s.name})`, { address: this.addressText(s.server) });
     }
   }

@@ -75,7 +75,7 @@ export class MetaServer {
   }
 
   async start(): Promise<void> {
-    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'meta port', logger: this.opts.logger });
+    await listen(this.server, { port: this.opts.port, host: this.opts.host }, { name: 'meta port', logger: this.opts.logger, flag: '--meta-port' });
   }
 
   /** Connections open now. */

@@ -23,6 +23,8 @@ export interface ListenerName {
   logger: Logger;
   /** The address to name in its lines, when not the one it is bound to (a Unix socket renamed into place). */
   address?: string;
+  /** The flag that sets its port (`--secure-port`), named when it cannot listen. */
+  flag?: string;
 }
 
 /** How often the probe looks for a free descriptor. */

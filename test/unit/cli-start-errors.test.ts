@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -218,3 +219,45 @@ for (const [name, bin] of [
     );
   });
 }
+
+/** A loopback TCP port something else already listens on, for the run of the test. */
+async function busyPort(h: Harness): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  h.defer(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return (server.address() as AddressInfo).port;
+}
+
+test('a port another process holds: exit 1 naming the flag, the address and what to do', LIMIT, async (t) => {
+  const h = harness(t);
+  const port = await busyPort(h);
+  const inUse = (flag: string): RegExp => new RegExp(`${escaped(`${flag} 127.0.0.1:${port}`)}: address already in use: .*choose another port`);
+
+  const a = await agentFiles(h);
+  const agentArgs = [...a.flags.filter((f, i, all) => f !== '--meta-port' && all[i - 1] !== '--meta-port'), '--meta-port', String(port)];
+  const agent = await runToExit(h, AGENT_BIN, [...agentArgs, '--ca-file', a.caFile, '--cert-file', a.certFile, '--key-file', a.keyFile]);
+  assert.equal(agent.code, 1, agent.lines.join('\n'));
+  assert.match(agent.lines.at(-1)!, inUse('--meta-port'));
+
+  const certDir = await tempDir(h);
+  const server = await runToExit(h, SERVER_BIN, [
+    '--cert-dir',
+    certDir,
+    '--bind-address',
+    '127.0.0.1',
+    '--startup-rehearsal',
+    'false',
+    '--tunnel-agent-connect-port',
+    '0',
+    '--insecure-port',
+    '0',
+    '--meta-port',
+    '0',
+    '--interceptor-proxier-uds',
+    join(certDir, 'yt.sock'),
+    '--secure-port',
+    String(port),
+  ]);
+  assert.equal(server.code, 1, server.lines.join('\n'));
+  assert.match(server.lines.at(-1)!, inUse('--secure-port'));
+});
