@@ -90,7 +90,7 @@ const textFormat = winston.format.printf((info) => {
   const stamp = `${pad(d.getMonth() + 1)}${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
   const { level, message, ...rest } = info;
   const fields = Object.entries(rest)
-    .filter(([k]) => typeof k === 'string')
+    .filter(([k, v]) => typeof k === 'string' && v !== undefined)
     .map(([k, v]) => `${escapeControls(k)}=${renderValue(v)}`)
     .join(' ');
   return `${LEVEL_LETTER[level] ?? 'I'}${stamp} ${escapeControls(String(message))}${fields ? ' ' + fields : ''}`;

@@ -35,6 +35,13 @@ test('text format: a value holding a literal backslash is quoted, so it never re
   assert.match(log.lines()[0]!, / literal="\\\\x1b" real="\\x1b" inList=\["\\\\u001b","\\x1b"\]$/);
 });
 
+test('text format: a field whose value is undefined is left out, as the JSON format leaves it', LIMIT, async () => {
+  const log = captureLog('text');
+  log.logger.warn('request to kubelet failed', { node: undefined, dialAddress: '127.0.0.1:10263', status: 508 });
+  await waitFor('the line', () => log.lines().length === 1);
+  assert.match(log.lines()[0]!, / request to kubelet failed dialAddress=127\.0\.0\.1:10263 status=508$/);
+});
+
 test('json format: no raw control byte, and every value parses back exactly', LIMIT, async () => {
   const log = captureLog('json');
   log.logger.warn(HOSTILE, { key: HOSTILE, keys: [HOSTILE] });
