@@ -21,7 +21,7 @@ RUN npx tsc -p tsconfig.json && npm prune --omit=dev --ignore-scripts
 FROM ${BASE_IMAGE}
 # The server's iptables manager needs iptables and conntrack (and root with NET_ADMIN); the agent needs neither.
 # jemalloc: glibc's malloc keeps the memory a flood of connections freed, jemalloc gives it back
-# (README, "Memory after a flood"); linked to one path whatever the architecture.
+# (docs/operating.md, "Memory after a flood"); linked to one path whatever the architecture.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends iptables conntrack libjemalloc2 \
  && ln -s "$(find /usr/lib -name libjemalloc.so.2 | head -n 1)" /usr/local/lib/libjemalloc.so.2 \

@@ -5,8 +5,8 @@
 //
 // --max-semi-space-size=1 (MB): V8's young generation stays at 2 × 1 MB instead
 // of growing to 2 × 16 MB under traffic or while many connections open, and
-// scavenges, which free dead Buffers' memory, come sooner (README, "The agent's
-// memory"; bench/README.md, "Memory"). 1 rather than 2: 2 MB less RSS idle and
+// scavenges, which free dead Buffers' memory, come sooner (docs/operating.md,
+// "Node and V8 options"; bench/README.md, "Memory"). 1 rather than 2: 2 MB less RSS idle and
 // with 1,000 idle connections, and no agent CPU per GiB lost.
 //
 // --v8-pool-size=1: one V8 worker thread instead of Node's four. Each thread

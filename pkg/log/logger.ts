@@ -1,6 +1,6 @@
 // Structured logging on winston with klog-style verbosity: 0 errors and
 // lifecycle, 1 failed dials, 2 one line per tunnelled connection when it ends,
-// 3 connection details, 4 every packet (the README's "Logs"). Fields are one
+// 3 connection details, 4 every packet (docs/operating.md, "Logs"). Fields are one
 // key per idea (agentID, dialID, connectID, dialAddress); never payloads or keys.
 
 import { Writable } from 'node:stream';

@@ -1,10 +1,10 @@
-// The manifests (manifests/), as the README's "Deploying" section uses them,
+// The manifests (manifests/), as docs/deploying.md's "Steps" use them,
 // against a real kube-apiserver: kustomize builds the base and every overlay;
 // everything applies with --dry-run=server and then for real; the rendered
 // objects have what they promise (host network, probes on the meta ports,
 // resources, NET_ADMIN only for iptables, the CoreDNS hosts setup, the
 // EgressSelectorConfiguration matching the server's socket); every flag they
-// pass exists; the README's kustomization (hack/deploy-kustomization.ts) puts
+// pass exists; the deploying steps' kustomization (hack/deploy-kustomization.ts) puts
 // the image in place on every route, by tag or digest; the HA component on
 // one node keeps one server; the server runs with the Deployment's arguments
 // as its ServiceAccount (a TokenRequest token) and is refused nothing; the
@@ -339,10 +339,10 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     }
   });
 
-  test('Deploying, as the README says: your kustomization, the server as its ServiceAccount, the agent as its node, nothing approved by hand', async (t) => {
+  test('Deploying, as docs/deploying.md says: your kustomization, the server as its ServiceAccount, the agent as its node, nothing approved by hand', async (t) => {
     const h = harness(t, { leakCheck: false });
     const dir = await tempDir(h);
-    // The README's kustomization, beside the repository.
+    // The kustomization of docs/deploying.md, beside the repository.
     const mine = await writeDeployKustomization({
       manifests: MANIFESTS,
       dir: join(dir, 'my-tunnel'),
@@ -359,7 +359,7 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     assert.equal(envOf(deployment.spec.template.spec.containers[0]!).SERVER_COUNT, '2');
     assert.ok(deployment.spec.template.spec.topologySpreadConstraints !== undefined);
     await kubectl(['get', 'pdb', '-n', 'kube-system', 'yurt-tunnel-server']);
-    // The nodes: one cloud node, one edge node (the README's labels).
+    // The nodes: one cloud node, one edge node (docs/deploying.md's labels).
     await putNode(cp, 'cloud-m', { internalIP: '127.0.0.1', kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'false' } });
     await putNode(cp, 'edge-m', { internalIP: '127.0.0.1', kubeletPort: 10250, labels: { 'openyurt.io/is-edge-worker': 'true' } });
 

@@ -1,6 +1,6 @@
 // The rules of the house that the compiler does not check, read from the
 // sources under pkg/: no circle between rooms (folders) or between files, no
-// import of a room that stands higher (README, Layout), the
+// import of a room that stands higher (docs/architecture.md, Rooms), the
 // packet switch (pkg/tunnel) free of HTTP/2 and gRPC, only pkg/kube talking
 // to the Kubernetes client, nothing in pkg/ reaching into cmd/, test/, bench/
 // or hack/, and every error thrown in pkg/ one of ours (with a code), never a
@@ -116,7 +116,7 @@ test('no room imports a room that imports it back (no folder circle)', () => {
   assert.deepEqual(found, []);
 });
 
-/** How high each room stands (README, Layout): a room imports rooms at its level or below, never above. */
+/** How high each room stands (docs/architecture.md, Rooms): a room imports rooms at its level or below, never above. */
 const LEVELS: Record<string, number> = {
   protocol: 0,
   log: 0,
@@ -144,7 +144,7 @@ test('every room has its level, and no room imports a room above it', () => {
   assert.deepEqual(
     rooms.filter((r) => LEVELS[r] === undefined),
     [],
-    'a new room under pkg/: give it a level here and a line in the README',
+    'a new room under pkg/: give it a level here and a line in docs/architecture.md',
   );
   const found = sources.flatMap((s) =>
     ours(s)
