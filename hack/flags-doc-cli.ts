@@ -4,9 +4,10 @@
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { HELP_COMMANDS, renderFlagsDoc, startHelp } from './flags-doc.js';
 
-const root = new URL('../..', import.meta.url).pathname;
+const root = fileURLToPath(new URL('../..', import.meta.url));
 const helps: string[] = [];
 for (const command of HELP_COMMANDS) helps.push(await startHelp(root, command).output);
 const path = join(root, 'docs', 'flags.md');

@@ -58,6 +58,6 @@ export function renderFlagsDoc(helps: readonly string[]): string {
     'Every flag of both commands, as `--help` prints it. Durations take `500ms`, `10s`, `1m30s`; a bare number',
     'is seconds. A `[bool]` flag alone means true; it also takes `true`, `false`, `1`, `0`, `t`, `f`.',
     '',
-    ...sections.flatMap((s) => [s]),
+    ...sections,
   ].join('\n');
 }
