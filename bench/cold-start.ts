@@ -1,4 +1,4 @@
-// npm run bench:cold-start -- [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
+// npm run bench -- cold-start [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
 //
 // The cold figures of fresh pairs, configurations alternated round by round
 // (e.g. 'off||--startup-rehearsal=false' 'on||'): for each pair, the time to
@@ -6,7 +6,7 @@
 // (CONNECT → 200 → echo); the first 2,000 round trips (p50, p99, max, and how
 // many took over 1 ms in each 500, in order); the CPU server and agent spent
 // on each (/proc, 10 ms ticks); their RSS after. The client and target are
-// warmed on the direct path first, as npm run bench does. With --log PREFIX,
+// warmed on the direct path first, as the compare scenario does. With --log PREFIX,
 // what server and agent print goes to PREFIX.<label>.{server,agent}, each line
 // stamped with ms since the pair started, and `@@ <ms> first-conn|rtt-start|
 // rtt-end` marks the windows: run with node args '--trace-opt --trace-deopt
@@ -26,7 +26,8 @@ import { ClientProcess } from './client-process.js';
 import { startPair, type Pair } from './pairs.js';
 import { percentile } from './stats.js';
 import { cpuSeconds, loadAverage, rssBytes } from './proc.js';
-import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
+import { prepareOnePair, stopOnePair } from './one-pair.js';
+import { flag, num, text, UsageError, words, type Scenario } from './options.js';
 
 const MiB = 1024 * 1024;
 
@@ -38,10 +39,9 @@ interface Config {
   warm: number;
 }
 
-const words = (s: string | undefined): string[] => (s ?? '').split(' ').filter((x) => x !== '');
 const mb = (pid: number): string => (rssBytes(pid) / 1e6).toFixed(1);
 
-async function one(c: Config, log: string | undefined, warmClient: boolean): Promise<void> {
+async function one(c: Config, log: string | undefined, warmClient: boolean): Promise<Record<string, unknown>> {
   const dir = mkdtempSync(join(tmpdir(), 'yurt-cold-start-'));
   const children: ChildProcess[] = [];
   let client: ClientProcess | undefined;
@@ -124,30 +124,45 @@ async function one(c: Config, log: string | undefined, warmClient: boolean): Pro
         `first ${first!.toFixed(1)} ms (CPU s/a ${spent(atReady, afterFirst)}) | RTT p50 ${percentile(r, 50).toFixed(0)} p99 ${percentile(r, 99).toFixed(0)} ` +
         `max ${Math.max(...r).toFixed(0)} µs, >1 ms per 500 ${slow.join('/')} (CPU s/a ${spent(afterFirst, afterRtt)}) | RSS after ${mb(p.serverPid)}/${mb(p.agentPid)} MB | load ${load.toFixed(1)}`,
     );
+    return {
+      label: c.label,
+      readyMs,
+      cpuAtReadyMs: atReady,
+      firstConnMs: first,
+      rttP50: percentile(r, 50),
+      rttP99: percentile(r, 99),
+      rttMax: Math.max(...r),
+      over1msPer500: slow,
+      load,
+    };
   } finally {
     await stopOnePair(pair, client, children, dir);
   }
 }
 
-async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  let rounds = 3;
-  let log: string | undefined;
-  let warmClient = false;
-  const configs: Config[] = [];
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a === '--rounds') rounds = Number(args[++i]);
-    else if (a === '--log') log = args[++i];
-    else if (a === '--warm-client') warmClient = true;
-    else {
+export const coldStartScenario: Scenario = {
+  name: 'cold-start',
+  summary: "the cold figures of fresh pairs of ours, configurations alternated (default: the rehearsal 'off' and 'on')",
+  usage: "[--rounds N] [--log PREFIX] [--warm-client] ['label|node args|server+agent flags[|warm round trips]' ...]",
+  options: { rounds: { type: 'string' }, log: { type: 'string' }, 'warm-client': { type: 'boolean' } },
+  positionals: true,
+  prepare(v, positionals) {
+    const rounds = num(v, 'rounds', 3, 1, 100);
+    const configs: Config[] = positionals.map((a) => {
       const [label, nodeArgs, flags, warm] = a.split('|');
-      configs.push({ label: label!, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) });
-    }
-  }
-  if (configs.length === 0)
-    configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'], warm: 0 }, { label: 'on', nodeArgs: [], flags: [], warm: 0 });
-  for (let i = 0; i < rounds; i++) for (const c of configs) await one(c, log, warmClient);
-}
-
-runBench('cold-start', main);
+      if (label === undefined || label === '' || !(Number(warm ?? 0) >= 0)) {
+        throw new UsageError(`a configuration is 'label|node args|server+agent flags[|warm round trips]', not ${a}`);
+      }
+      return { label, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) };
+    });
+    if (configs.length === 0)
+      configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'], warm: 0 }, { label: 'on', nodeArgs: [], flags: [], warm: 0 });
+    const log = text(v, 'log');
+    const warmClient = flag(v, 'warm-client');
+    return async () => {
+      const runs: Array<Record<string, unknown>> = [];
+      for (let i = 0; i < rounds; i++) for (const c of configs) runs.push(await one(c, log, warmClient));
+      return { rounds, runs };
+    };
+  },
+};

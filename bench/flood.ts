@@ -1,26 +1,26 @@
-// node dist/bench/flood.js — the server's memory and descriptors under a flood
+// npm run bench -- flood: the server's memory and descriptors under a flood
 // of callers that never finish their handshake or their request head, and
 // after they are gone (issue 14).
 //
 // The real server and agent CLIs (the server loaded with bench/memory-probe),
 // and this process as the attacker, on loopback only. Phases:
 //   before  the tunnel warmed up (requests through both master ports), idle;
-//   during  the flood held open: FLOOD_SECURE_SILENT TCP callers on the secure
-//           master port that send nothing, FLOOD_SECURE_SLOW TLS callers (with
-//           a client certificate) that send half a request head,
-//           FLOOD_INSECURE_SLOW the same on the insecure port, and
-//           FLOOD_AGENT_HALF_OPEN callers on the agent port that send a
+//   during  the flood held open for --hold-ms: --secure-silent TCP callers on
+//           the secure master port that send nothing, --secure-slow TLS
+//           callers (with a client certificate) that send half a request
+//           head, --insecure-slow the same on the insecure port, and
+//           --agent-half-open callers on the agent port that send a
 //           ClientHello and never finish the handshake;
 //   after   every flood socket closed by us; RSS, heap and descriptors every
-//           AFTER_STEP_MS for AFTER_MS.
-// FLOOD_ROUNDS repeats the flood and the after phase (does a second flood
-// reuse what the first left, or take more?); FLOOD_MALLOC_TRIM=1 asks the
-// server's glibc, through gdb, to give back what it keeps free, to tell
-// memory kept by the allocator from memory in use.
+//           --after-step-ms for --after-ms.
+// --flood-rounds repeats the flood and the after phase (does a second flood
+// reuse what the first left, or take more?); --malloc-trim asks the server's
+// glibc, through gdb, to give back what it keeps free, to tell memory kept by
+// the allocator from memory in use.
 // By default the server's handshake and head timeouts are raised above the
-// hold time so that the flood is held, not cut short (FLOOD_SERVER_ARGS
-// replaces those flags). SERVER_NODE_ARGS passes Node/V8 options to the server,
-// SERVER_ENV="K=V K=V" its environment (e.g. MALLOC_ARENA_MAX=2).
+// hold time so that the flood is held, not cut short (--server-args replaces
+// those flags). --node-args passes Node/V8 options to the server, --env "K=V
+// K=V" its environment (e.g. MALLOC_ARENA_MAX=2).
 
 import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
@@ -31,22 +31,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { startLocalTunnel } from '../hack/local-tunnel.js';
 import { KEYS, Probe, vmHWM, type Sample } from './memory-samples.js';
-import { runBench } from './bench-main.js';
+import { envOption, flag, num, text, words, type Scenario } from './options.js';
+import { formatTable } from './report.js';
 
-const env = (name: string, dflt: number): number => Number(process.env[name] ?? dflt);
-const SECURE_SILENT = env('FLOOD_SECURE_SILENT', 1500);
-const SECURE_SLOW = env('FLOOD_SECURE_SLOW', 1500);
-const INSECURE_SLOW = env('FLOOD_INSECURE_SLOW', 2000);
-const AGENT_HALF_OPEN = env('FLOOD_AGENT_HALF_OPEN', 1500);
-const HOLD_MS = env('FLOOD_HOLD_MS', 10_000);
-const AFTER_MS = env('AFTER_MS', 60_000);
-const AFTER_STEP_MS = env('AFTER_STEP_MS', 10_000);
-const ROUNDS = env('FLOOD_ROUNDS', 1);
 const BATCH = 100;
 const MB = 1024 * 1024;
 const HALF_HEAD = 'GET /containerLogs/ns/pod/c?follow=true HTTP/1.1\r\nHost: edge-1:10250\r\nX-Slow: ';
-
-const words = (text: string | undefined): string[] => (text ?? '').split(' ').filter((a) => a !== '');
 
 function descriptors(pid: number): number {
   try {
@@ -132,16 +122,72 @@ function rssByKind(pid: number): string {
   return `brk heap ${fmt(kb.heap * 1024)}, anonymous ${fmt(kb.anon * 1024)}, files ${fmt(kb.file * 1024)}`;
 }
 
-async function main(): Promise<void> {
+interface FloodOptions {
+  secureSilent: number;
+  secureSlow: number;
+  insecureSlow: number;
+  agentHalfOpen: number;
+  holdMs: number;
+  afterMs: number;
+  afterStepMs: number;
+  rounds: number;
+  mallocTrim: boolean;
+  /** Replaces the server flags that hold the flood open; undefined: those flags. */
+  serverArgs: string[] | undefined;
+  nodeArgs: string[];
+  env: NodeJS.ProcessEnv;
+}
+
+export const floodScenario: Scenario = {
+  name: 'flood',
+  summary: "the server's memory and descriptors under a flood of callers that never finish their handshake or head, and after",
+  usage:
+    '[--secure-silent N] [--secure-slow N] [--insecure-slow N] [--agent-half-open N] [--hold-ms MS] [--after-ms MS] [--after-step-ms MS] ' +
+    '[--flood-rounds N] [--malloc-trim] [--server-args "..."] [--node-args "..."] [--env "K=V ..."]',
+  options: {
+    'secure-silent': { type: 'string' },
+    'secure-slow': { type: 'string' },
+    'insecure-slow': { type: 'string' },
+    'agent-half-open': { type: 'string' },
+    'hold-ms': { type: 'string' },
+    'after-ms': { type: 'string' },
+    'after-step-ms': { type: 'string' },
+    'flood-rounds': { type: 'string' },
+    'malloc-trim': { type: 'boolean' },
+    'server-args': { type: 'string' },
+    'node-args': { type: 'string' },
+    env: { type: 'string' },
+  },
+  prepare(v) {
+    const serverArgs = text(v, 'server-args');
+    const o: FloodOptions = {
+      secureSilent: num(v, 'secure-silent', 1500, 0, 100_000),
+      secureSlow: num(v, 'secure-slow', 1500, 0, 100_000),
+      insecureSlow: num(v, 'insecure-slow', 2000, 0, 100_000),
+      agentHalfOpen: num(v, 'agent-half-open', 1500, 0, 100_000),
+      holdMs: num(v, 'hold-ms', 10_000, 0, 3_600_000),
+      afterMs: num(v, 'after-ms', 60_000, 0, 3_600_000),
+      afterStepMs: num(v, 'after-step-ms', 10_000, 100, 3_600_000),
+      rounds: num(v, 'flood-rounds', 1, 1, 100),
+      mallocTrim: flag(v, 'malloc-trim'),
+      serverArgs: serverArgs === undefined ? undefined : words(serverArgs),
+      nodeArgs: words(text(v, 'node-args')),
+      env: envOption(v, 'env'),
+    };
+    return () => runFlood(o);
+  },
+};
+
+async function runFlood(o: FloodOptions): Promise<unknown> {
   const probe = new Probe((line) => {
     if (process.env.BENCH_VERBOSE === '1') process.stderr.write(`[server] ${line}\n`);
   });
   const holdFlags = ['--tls-handshake-timeout', '10m', '--request-head-timeout', '10m'];
   const local = await startLocalTunnel({
     nodeName: 'edge-1',
-    serverArgs: [...(process.env.FLOOD_SERVER_ARGS === undefined ? holdFlags : words(process.env.FLOOD_SERVER_ARGS))],
-    serverNodeArgs: ['--import', new URL('./memory-probe.js', import.meta.url).href, ...words(process.env.SERVER_NODE_ARGS)],
-    serverEnv: Object.fromEntries(words(process.env.SERVER_ENV).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
+    serverArgs: o.serverArgs ?? holdFlags,
+    serverNodeArgs: ['--import', new URL('./memory-probe.js', import.meta.url).href, ...o.nodeArgs],
+    serverEnv: o.env,
     onOutput: (who, text) => who === 'server' && probe.onText(text),
   });
   const pid = local.children[0]!.pid!;
@@ -171,56 +217,60 @@ async function main(): Promise<void> {
     const rows: Array<[string, Sample, number]> = [['before', before, fdBefore]];
     const where = [`before: ${whereBefore}`];
     let openSeconds = 0;
-    for (let round = 1; round <= ROUNDS; round++) {
-      const label = (what: string): string => (ROUNDS > 1 ? `${round}: ${what}` : what);
+    for (let round = 1; round <= o.rounds; round++) {
+      const label = (what: string): string => (o.rounds > 1 ? `${round}: ${what}` : what);
       probe.resetPeak();
       const started = performance.now();
-      flood.push(...(await inBatches(SECURE_SILENT, () => tcp(local.securePort))));
+      flood.push(...(await inBatches(o.secureSilent, () => tcp(local.securePort))));
       flood.push(
-        ...(await inBatches(SECURE_SLOW, async () => {
+        ...(await inBatches(o.secureSlow, async () => {
           const s = await secureCaller();
           s.write(HALF_HEAD);
           return s;
         })),
       );
-      flood.push(...(await inBatches(INSECURE_SLOW, () => tcp(local.insecurePort, HALF_HEAD))));
-      flood.push(...(await inBatches(AGENT_HALF_OPEN, () => tcp(local.agentPort, hello))));
+      flood.push(...(await inBatches(o.insecureSlow, () => tcp(local.insecurePort, HALF_HEAD))));
+      flood.push(...(await inBatches(o.agentHalfOpen, () => tcp(local.agentPort, hello))));
       openSeconds = (performance.now() - started) / 1000;
-      await sleep(HOLD_MS);
+      await sleep(o.holdMs);
       rows.push([label('during'), await probe.next(), descriptors(pid)]);
       where.push(`${label('during')}: ${rssByKind(pid)}`);
       rows.push([label('peak'), { ...probe.peak }, -1]);
       for (const s of flood.splice(0)) s.destroy();
-      for (let t = AFTER_STEP_MS; t <= AFTER_MS; t += AFTER_STEP_MS) {
-        await sleep(AFTER_STEP_MS);
+      for (let t = o.afterStepMs; t <= o.afterMs; t += o.afterStepMs) {
+        await sleep(o.afterStepMs);
         rows.push([label(`after ${t / 1000} s`), await probe.next(), descriptors(pid)]);
       }
-      where.push(`${label(`after ${AFTER_MS / 1000} s`)}: ${rssByKind(pid)}`);
+      where.push(`${label(`after ${o.afterMs / 1000} s`)}: ${rssByKind(pid)}`);
     }
     const last = rows[rows.length - 1]![1];
-    const trimmed = process.env.FLOOD_MALLOC_TRIM === '1' ? mallocTrim(pid) : undefined;
+    const trimmed = o.mallocTrim ? mallocTrim(pid) : undefined;
 
-    const callers = SECURE_SILENT + SECURE_SLOW + INSECURE_SLOW + AGENT_HALF_OPEN;
+    const callers = o.secureSilent + o.secureSlow + o.insecureSlow + o.agentHalfOpen;
     console.log(
-      `server memory, ${ROUNDS > 1 ? `${ROUNDS} floods` : 'a flood'} of ${callers} callers (${SECURE_SILENT} silent TCP on the secure port, ${SECURE_SLOW} slow heads over TLS, ` +
-        `${INSECURE_SLOW} slow heads on the insecure port, ${AGENT_HALF_OPEN} half-open TLS on the agent port), opened in ${openSeconds.toFixed(1)} s, ` +
-        `held ${HOLD_MS / 1000} s` +
-        `${process.env.SERVER_NODE_ARGS ? `; server node args: ${process.env.SERVER_NODE_ARGS}` : ''}` +
-        `${process.env.SERVER_ENV ? `; server env: ${process.env.SERVER_ENV}` : ''}`,
+      `server memory, ${o.rounds > 1 ? `${o.rounds} floods` : 'a flood'} of ${callers} callers (${o.secureSilent} silent TCP on the secure port, ${o.secureSlow} slow heads over TLS, ` +
+        `${o.insecureSlow} slow heads on the insecure port, ${o.agentHalfOpen} half-open TLS on the agent port), opened in ${openSeconds.toFixed(1)} s, ` +
+        `held ${o.holdMs / 1000} s` +
+        `${o.nodeArgs.length > 0 ? `; server node args: ${o.nodeArgs.join(' ')}` : ''}` +
+        `${
+          Object.keys(o.env).length > 0
+            ? `; server env: ${Object.entries(o.env)
+                .map(([k, v]) => `${k}=${v}`)
+                .join(' ')}`
+            : ''
+        }`,
     );
     const header = ['', ...KEYS, 'fds'];
     const table = rows.map(([name, s, fds]) => [name, ...KEYS.map((k) => fmt(s[k])), fds < 0 ? '' : String(fds)]);
-    const widths = header.map((_, i) => Math.max(...[header, ...table].map((r) => r[i]!.length)));
-    for (const r of [header, ...table]) console.log(r.map((c, i) => c.padEnd(widths[i]!)).join('  '));
+    console.log(formatTable(header, table));
     const hwm = vmHWM(pid);
     if (hwm !== undefined) console.log(`kernel RSS high-water mark (VmHWM): ${fmt(hwm)}`);
     console.log(`RSS by kind of mapping: ${where.join('; ')}`);
-    console.log(`after ${AFTER_MS / 1000} s: RSS ${((last.rss / before.rss - 1) * 100).toFixed(0)} % over its level before the flood`);
+    console.log(`after ${o.afterMs / 1000} s: RSS ${((last.rss / before.rss - 1) * 100).toFixed(0)} % over its level before the flood`);
     if (trimmed !== undefined) console.log(trimmed);
+    return { options: o, rows: rows.map(([phase, sample, fds]) => ({ phase, ...sample, fds })), vmHWM: hwm, rssByKind: where, mallocTrim: trimmed };
   } finally {
     for (const s of flood) s.destroy();
     await local.stop();
   }
 }
-
-runBench('bench', main);

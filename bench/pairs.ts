@@ -16,8 +16,31 @@ import { findKonnectivity, goAgentArgs, goServerArgs, type KonnectivityBinaries 
 import { freeLowPort } from '../hack/ports.js';
 import { issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js';
 import type { BenchPath } from './lean-conn.js';
+import { UsageError } from './options.js';
 
 export type PairName = 'yurt-tunnel' | 'yurt-tunnel, resume off' | 'Konnectivity' | 'Go agent, our server';
+
+/** The pairs by the names the options take (--only, --pair). */
+export const PAIR_OPTION_NAMES: Readonly<Record<string, PairName>> = {
+  ours: 'yurt-tunnel',
+  'ours-noresume': 'yurt-tunnel, resume off',
+  konnectivity: 'Konnectivity',
+  'go-agent': 'Go agent, our server',
+};
+
+/** "ours,konnectivity" as pair names; an unknown name is a UsageError. */
+export function parsePairNames(list: string): PairName[] {
+  return list.split(',').map((n) => {
+    const p = PAIR_OPTION_NAMES[n];
+    if (p === undefined) throw new UsageError(`unknown pair ${n} (${Object.keys(PAIR_OPTION_NAMES).join(', ')})`);
+    return p;
+  });
+}
+
+/** The order of round `round` (from 0): ABC, BCA, CAB, … so that no pair always runs first or last. */
+export function rotation<T>(items: readonly T[], round: number): T[] {
+  return items.map((_, i) => items[(i + round) % items.length]!);
+}
 
 export interface Pair {
   name: PairName;

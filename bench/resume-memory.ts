@@ -5,7 +5,7 @@
 // link) and how much the process's Buffer memory grew (approximate: server,
 // agent, relay, callers and targets share this process).
 //
-//   npm run bench:resume-memory -- [connections]   (node --expose-gc dist/bench/resume-memory.js)
+//   npm run bench -- resume-memory [--connections N]   (the npm script runs node with --expose-gc)
 //
 // Phases: linked and busy (the highest count sampled every 10 ms over 2 s);
 // the path frozen (a silent blip: writers go on until flow control and the
@@ -14,7 +14,6 @@
 // what was in flight stays kept, and each held writer adds at most the packet
 // it was sending).
 
-import { once } from 'node:events';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ServerConnection } from '../pkg/agent/server-connection.js';
@@ -24,6 +23,8 @@ import { DEFAULT_CONN_WINDOW } from '../pkg/protocol/flow-control.js';
 import { startBlipRelay } from '../test/support/blip-relay.js';
 import { suiteHarness } from '../test/support/harness.js';
 import { connectVia, startAgent, startServer, startTCPServer, waitFor, waitForSteady } from '../test/support/tunnel.js';
+import { num, type Scenario } from './options.js';
+import { formatTable } from './report.js';
 
 const MiB = 1024 * 1024;
 const CHUNK = 64 * 1024;
@@ -53,8 +54,19 @@ function buffersMiB(): number {
 
 const mib = (n: number): string => (n / MiB).toFixed(1);
 
-async function main(): Promise<void> {
-  const n = Number(process.argv[2] ?? 100);
+export const resumeMemoryScenario: Scenario = {
+  name: 'resume-memory',
+  summary: 'what session resume keeps per agent link with 100 busy connections whose path goes dark, then resets',
+  usage: '[--connections N]',
+  options: { connections: { type: 'string' } },
+  needsGc: true,
+  prepare(v) {
+    const n = num(v, 'connections', 100, 1, 10_000);
+    return () => runResumeMemory(n);
+  },
+};
+
+async function runResumeMemory(n: number): Promise<unknown> {
   const h = suiteHarness();
   try {
     const server = await startServer(h, { endpoint: { resumeWindowMs: WINDOW_MS } });
@@ -118,18 +130,15 @@ async function main(): Promise<void> {
       `session resume, worst case: one agent link, ${n} connections streaming both ways (64 KiB writes, ${mib(DEFAULT_CONN_WINDOW)} MiB flow-control window each)`,
     );
     console.log(`(peak while linked: server ${mib(peak.server)} MiB, agent ${mib(peak.agent)} MiB unacknowledged)`);
-    console.log('phase'.padEnd(38) + 'server kept'.padStart(13) + 'agent kept'.padStart(13) + 'Buffers in process'.padStart(22));
-    for (const [phase, s, a, buffers] of rows) {
-      console.log(phase.padEnd(38) + `${mib(s)} MiB`.padStart(13) + `${mib(a)} MiB`.padStart(13) + `${(buffers - idleBuffers).toFixed(1)} MiB`.padStart(22));
-    }
+    const table = rows.map(([phase, s, a, buffers]) => [phase, `${mib(s)} MiB`, `${mib(a)} MiB`, `${(buffers - idleBuffers).toFixed(1)} MiB`]);
+    console.log(formatTable(['phase', 'server kept', 'agent kept', 'Buffers in process'], table));
     console.log(`cap per link: ${mib(DEFAULT_MAX_DATA_BYTES)} MiB; sum of the connections' windows: ${mib(n * DEFAULT_CONN_WINDOW)} MiB`);
+    return {
+      connections: n,
+      peakWhileLinked: peak,
+      phases: rows.map(([phase, server, agent, buffers]) => ({ phase, serverKept: server, agentKept: agent, buffersGrowthMiB: buffers - idleBuffers })),
+    };
   } finally {
     await h.close();
   }
-  await once(process, 'beforeExit');
 }
-
-void main().catch((err: unknown) => {
-  console.error(err);
-  process.exitCode = 1;
-});

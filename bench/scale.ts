@@ -1,4 +1,4 @@
-// npm run bench -- --scale: one server with many agents.
+// npm run bench -- scale: one server with many agents.
 //
 // For 10, 100 and 1,000 agents (--agents), each server in turn (ours, then
 // Konnectivity's Go proxy-server, one at a time): the agents connect (links
@@ -17,7 +17,7 @@
 // Then the same with real Go proxy-agents behind each server (--go-agents, a
 // list of counts, one process each; what they cost the machine, by PSS, is
 // printed with each row, so a run also says how many this machine holds).
-// Writes bench/results/scale.json and scale.svg.
+// Writes bench/results/scale.json and scale.svg (--out DIR elsewhere).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -36,6 +36,8 @@ import { preparePairs, type PairContext } from './pairs.js';
 import { cpuSeconds, loadAverage, memAvailableBytes, pssBytes, rssBytes } from './proc.js';
 import { percentile } from './stats.js';
 import { svgCharts, type Chart } from './svg-plot.js';
+import { num, numList, text, type Scenario } from './options.js';
+import { formatTable } from './report.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
 
 const MiB = 1024 * 1024;
@@ -93,43 +95,34 @@ interface ScaleRow {
   memAvailableMB?: number;
 }
 
-function parseScaleArgs(argv: string[]): ScaleOptions {
-  const o: ScaleOptions = {
-    agents: [10, 100, 1000],
-    goAgents: [100, 1000],
-    connsPerAgent: 10,
-    linksPerProcess: 250,
-    rate: 200,
-    seconds: 10,
-    idleSeconds: 10,
-    out: join(REPO_ROOT, 'bench/results'),
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const v = (): string => {
-      const x = argv[++i];
-      if (x === undefined) throw new Error(`${a} needs a value`);
-      return x;
+export const scaleScenario: Scenario = {
+  name: 'scale',
+  summary: 'one server with 10, 100, 1,000 agent links, then 100 and 1,000 Go agents; writes bench/results/scale.json, scale.svg (~8 min)',
+  usage: '[--agents 10,100,1000] [--go-agents 100,1000] [--conns-per-agent N] [--links-per-process N] [--rate N] [--seconds N] [--idle N] [--out DIR]',
+  options: {
+    agents: { type: 'string' },
+    'go-agents': { type: 'string' },
+    'conns-per-agent': { type: 'string' },
+    'links-per-process': { type: 'string' },
+    rate: { type: 'string' },
+    seconds: { type: 'string' },
+    idle: { type: 'string' },
+    out: { type: 'string' },
+  },
+  prepare(v) {
+    const o: ScaleOptions = {
+      agents: numList(v, 'agents', [10, 100, 1000], 1, 100_000),
+      goAgents: numList(v, 'go-agents', [100, 1000], 0, 10_000).filter((g) => g > 0),
+      connsPerAgent: num(v, 'conns-per-agent', 10, 0, 1000),
+      linksPerProcess: num(v, 'links-per-process', 250, 1, 10_000),
+      rate: num(v, 'rate', 200, 1, 100_000),
+      seconds: num(v, 'seconds', 10, 1, 3600),
+      idleSeconds: num(v, 'idle', 10, 0, 3600),
+      out: text(v, 'out') ?? join(REPO_ROOT, 'bench/results'),
     };
-    if (a === '--agents') o.agents = v().split(',').map(Number);
-    else if (a === '--go-agents')
-      o.goAgents = v()
-        .split(',')
-        .map(Number)
-        .filter((g) => g > 0);
-    else if (a === '--conns-per-agent') o.connsPerAgent = Number(v());
-    else if (a === '--links-per-process') o.linksPerProcess = Number(v());
-    else if (a === '--rate') o.rate = Number(v());
-    else if (a === '--seconds') o.seconds = Number(v());
-    else if (a === '--idle') o.idleSeconds = Number(v());
-    else if (a === '--out') o.out = v();
-    else
-      throw new Error(
-        `unknown option ${a} (--agents 10,100,1000 --go-agents 100,1000 --conns-per-agent N --links-per-process N --rate N --seconds N --idle N --out DIR)`,
-      );
-  }
-  return o;
-}
+    return () => runScale(o);
+  },
+};
 
 export interface RunningServer {
   pid: number;
@@ -382,12 +375,7 @@ function printRows(rows: ScaleRow[]): void {
     r.cpuLoadPct.toFixed(0),
     r.rssLoadMB.toFixed(0),
   ]);
-  const all = [header, ...body];
-  const widths = header.map((_, i) => Math.max(...all.map((x) => x[i]!.length)));
-  const line = (x: string[]): string => x.map((c, i) => c.padEnd(widths[i]!)).join('  ');
-  console.log('\n' + line(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const b of body) console.log(line(b));
+  console.log('\n' + formatTable(header, body));
   for (const r of rows) {
     if (r.agentsPssMB === undefined) continue;
     console.log(
@@ -456,8 +444,7 @@ function plot(rows: ScaleRow[], o: ScaleOptions, caption: string): string {
   return svgCharts(charts, caption);
 }
 
-export async function runScale(argv: string[]): Promise<void> {
-  const o = parseScaleArgs(argv);
+async function runScale(o: ScaleOptions): Promise<unknown> {
   const dir = mkdtempSync(join(tmpdir(), 'yurt-scale-'));
   const children: ChildProcess[] = [];
   let client: ClientProcess | undefined;
@@ -519,11 +506,13 @@ export async function runScale(argv: string[]): Promise<void> {
     printRows(rows);
     const caption = `nproc ${availableParallelism()}, ${m.cpuModel}, Node ${m.node}, Konnectivity ${m.goServer.split(' ')[0]}; load average ${load0.toFixed(1)} → ${loadAverage().toFixed(1)}; ${new Date().toISOString().slice(0, 10)}`;
     mkdirSync(o.out, { recursive: true });
-    writeFileSync(join(o.out, 'scale.json'), JSON.stringify({ machine: m, options: o, rows }, null, 1));
+    const figures = { machine: m, options: o, rows };
+    writeFileSync(join(o.out, 'scale.json'), JSON.stringify(figures, null, 1));
     writeFileSync(join(o.out, 'scale.svg'), plot(rows, o, caption));
     console.log(
       `\nload average: ${load0.toFixed(2)} at start, ${loadAverage().toFixed(2)} at the end; written: ${join(o.out, 'scale.json')}, ${join(o.out, 'scale.svg')}`,
     );
+    return figures;
   } finally {
     await client?.stop();
     for (const c of children) c.kill('SIGTERM');

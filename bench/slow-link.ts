@@ -1,4 +1,4 @@
-// npm run bench:slow-link -- [--rate KIB_PER_S] [--seconds S] [--rounds N] [--only ours|konnectivity]
+// npm run bench -- slow-link [--rate KIB_PER_S] [--seconds S] [--rounds N] [--only PAIRS]
 //
 // A slow edge uplink shared by a download and an interactive session: every
 // pair's agent dials its server through a relay in this process that carries
@@ -20,10 +20,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { suiteHarness } from '../test/support/harness.js';
 import { startSlowRelay } from '../test/support/slow-relay.js';
 import { ClientProcess } from './client-process.js';
-import { startPair, type Pair, type PairName } from './pairs.js';
+import { parsePairNames, rotation, startPair, type Pair, type PairName } from './pairs.js';
 import { loadAverage } from './proc.js';
 import { formatSpread, median, percentile, spread } from './stats.js';
-import { prepareOnePair, runBench, stopOnePair } from './bench-main.js';
+import { prepareOnePair, stopOnePair } from './one-pair.js';
+import { num, text, type Scenario } from './options.js';
+import { formatTable } from './report.js';
 import { machineInfo } from './machine.js';
 
 interface Row {
@@ -34,23 +36,22 @@ interface Row {
   share: number[];
 }
 
-async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  let kibPerSecond = 256;
-  let seconds = 12;
-  let rounds = 3;
-  let only: PairName[] | undefined;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i]!;
-    if (a === '--rate') kibPerSecond = Number(args[++i]);
-    else if (a === '--seconds') seconds = Number(args[++i]);
-    else if (a === '--rounds') rounds = Number(args[++i]);
-    else if (a === '--only') only = (args[++i] ?? '').split(',').map((n) => (n === 'konnectivity' ? 'Konnectivity' : 'yurt-tunnel'));
-    else throw new Error(`unknown argument ${a}: --rate KIB_PER_S, --seconds S, --rounds N, --only ours,konnectivity`);
-  }
-  if (!(kibPerSecond >= 16 && kibPerSecond <= 100_000) || !(seconds >= 2 && seconds <= 120) || !(rounds >= 1 && rounds <= 20)) {
-    throw new Error('--rate takes 16..100000 KiB/s, --seconds 2..120, --rounds 1..20');
-  }
+export const slowLinkScenario: Scenario = {
+  name: 'slow-link',
+  summary: 'an echo beside a download over a 2 Mbit/s edge uplink, ours against Konnectivity (~2 min)',
+  usage: '[--rate KIB_PER_S] [--seconds S] [--rounds N] [--only ours,konnectivity]',
+  options: { rate: { type: 'string' }, seconds: { type: 'string' }, rounds: { type: 'string' }, only: { type: 'string' } },
+  prepare(v) {
+    const kibPerSecond = num(v, 'rate', 256, 16, 100_000);
+    const seconds = num(v, 'seconds', 12, 2, 120);
+    const rounds = num(v, 'rounds', 3, 1, 20);
+    const only = text(v, 'only');
+    const names = only === undefined ? undefined : parsePairNames(only);
+    return () => runSlowLink(kibPerSecond, seconds, rounds, names);
+  },
+};
+
+async function runSlowLink(kibPerSecond: number, seconds: number, rounds: number, only: PairName[] | undefined): Promise<unknown> {
   const rate = kibPerSecond * 1024;
   const bytes = Math.round(rate * seconds);
   const dir = mkdtempSync(join(tmpdir(), 'yurt-slow-link-'));
@@ -72,7 +73,7 @@ async function main(): Promise<void> {
     client = await ClientProcess.start();
     const rows = new Map<PairName, Row>(names.map((n) => [n, { p50: [], p99: [], max: [], share: [] }]));
     for (let round = 0; round < rounds; round++) {
-      const order = names.map((_, i) => names[(i + round) % names.length]!);
+      const order = rotation(names, round);
       console.log(`round ${round + 1}/${rounds}: ${order.join(', ')}`);
       for (const name of order) {
         pair = await startPair(name, ctx);
@@ -90,6 +91,7 @@ async function main(): Promise<void> {
     }
     print(rows);
     console.log(`load average at the end ${loadAverage().toFixed(2)}`);
+    return { machine: m, kibPerSecond, seconds, rounds, figures: Object.fromEntries(rows) };
   } finally {
     await stopOnePair(pair, client, children, dir);
     await h.close();
@@ -99,17 +101,18 @@ async function main(): Promise<void> {
 function print(rows: Map<PairName, Row>): void {
   const ours = rows.get('yurt-tunnel');
   const konn = rows.get('Konnectivity');
-  const line = (label: string, pick: (r: Row) => number[], digits: number): void => {
-    const cells = [...rows.values()].map((r) => formatSpread(spread(pick(r)), digits).padEnd(22));
-    const ratio = ours !== undefined && konn !== undefined ? `${(median(pick(ours)) / median(pick(konn))).toFixed(2)}×` : '';
-    console.log(`${label.padEnd(44)}${cells.join('')}${ratio}`);
-  };
-  console.log(`\n${''.padEnd(44)}${[...rows.keys()].map((n) => n.padEnd(22)).join('')}${ours !== undefined && konn !== undefined ? 'ours ÷ Konn.' : ''}`);
-  line('echo beside the download, p50, ms', (r) => r.p50, 1);
-  line('echo beside the download, p99, ms', (r) => r.p99, 0);
-  line('echo beside the download, max, ms', (r) => r.max, 0);
-  line("download, % of the link's rate", (r) => r.share, 0);
+  const both = ours !== undefined && konn !== undefined;
+  const line = (label: string, pick: (r: Row) => number[], digits: number): string[] => [
+    label,
+    ...[...rows.values()].map((r) => formatSpread(spread(pick(r)), digits)),
+    both ? `${(median(pick(ours)) / median(pick(konn))).toFixed(2)}×` : '',
+  ];
+  const body = [
+    line('echo beside the download, p50, ms', (r) => r.p50, 1),
+    line('echo beside the download, p99, ms', (r) => r.p99, 0),
+    line('echo beside the download, max, ms', (r) => r.max, 0),
+    line("download, % of the link's rate", (r) => r.share, 0),
+  ];
+  console.log('\n' + formatTable(['', ...rows.keys(), both ? 'ours ÷ Konn.' : ''], body));
   console.log('median of the rounds (range in brackets)');
 }
-
-runBench('bench:slow-link', main);

@@ -1,6 +1,6 @@
-// What every bench script does around its work: report a failure and exit 1,
-// and, for the scripts that drive one pair, stop it, its client and its
-// helper processes and remove its folder whatever happened.
+// What the scenarios that drive one pair at a time do around their work:
+// start the target and prepare the pairs, and stop the pair, its client and
+// its helper processes and remove its folder whatever happened.
 
 import type { ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
@@ -9,15 +9,7 @@ import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import type { ClientProcess } from './client-process.js';
 import { preparePairs, type Pair, type PairContext } from './pairs.js';
 
-/** Runs a bench script's main; a failure is printed with its stack and the process exits 1. */
-export function runBench(name: string, main: () => Promise<void>): void {
-  main().catch((err: unknown) => {
-    console.error(`${name} failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-    process.exit(1);
-  });
-}
-
-/** Stops what a one-pair script started: the pair, the client, the other processes (the target), and its folder. */
+/** Stops what a one-pair scenario started: the pair, the client, the other processes (the target), and its folder. */
 export async function stopOnePair(pair: Pair | undefined, client: ClientProcess | undefined, children: readonly ChildProcess[], dir: string): Promise<void> {
   await pair?.stop();
   await client?.stop();

@@ -1,4 +1,4 @@
-// npm run bench: our server and agent beside Konnectivity's Go pair (and the
+// npm run bench [-- compare]: our server and agent beside Konnectivity's Go pair (and the
 // Go agent behind our server), measured the same way, one pair at a time.
 //
 //   direct:  client ──TCP──► target
@@ -15,10 +15,8 @@
 // of the rounds with their range. bench/README.md says how to read every row.
 // --memory-only runs just the memory rows (one memory run per pair, repeated
 // --rounds times), to compare memory changes in minutes.
-//
-// npm run bench -- --scale runs bench/scale.ts instead.
 
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,12 +25,13 @@ import { REPO_ROOT, startProcess } from '../hack/local-tunnel.js';
 import { ClientProcess } from './client-process.js';
 import type { BenchPath } from './lean-conn.js';
 import { machineInfo } from './machine.js';
-import { pairNames, preparePairs, startPair, type Pair, type PairContext, type PairName } from './pairs.js';
+import { pairNames, parsePairNames, preparePairs, rotation, startPair, type Pair, type PairContext, type PairName } from './pairs.js';
 import { cpuSeconds, loadAverage, machineBusySeconds, rssBytes } from './proc.js';
 import { startGoServer, startOurServer, startSwarm, type RunningServer } from './scale.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../pkg/protocol/resume.js';
 import { formatSpread, percentile, spread, type Spread } from './stats.js';
-import { runBench } from './bench-main.js';
+import { envOption, flag, num, text, words, type Scenario } from './options.js';
+import { formatTable } from './report.js';
 
 const MiB = 1024 * 1024;
 const GiB = 1024 * MiB;
@@ -116,7 +115,6 @@ interface Options {
   only: PairName[] | undefined;
   nodeArgs: string[];
   env: NodeJS.ProcessEnv;
-  json: string | undefined;
   verbose: boolean;
   memory: boolean;
   memoryOnly: boolean;
@@ -127,73 +125,48 @@ interface Options {
   connSeries: number;
 }
 
-function parseArgs(argv: string[]): Options {
-  const opts: Options = {
-    rounds: 3,
-    sizes: FULL,
-    only: undefined,
-    nodeArgs: [],
-    env: {},
-    json: undefined,
-    verbose: process.env.BENCH_VERBOSE === '1',
-    memory: true,
-    memoryOnly: false,
-    rttOnly: false,
-    parallelOnly: false,
-    connOnly: false,
-    connSamples: undefined,
-    connSeries: 1,
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const value = (): string => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
+/** The default scenario: every pair beside the direct path, rounds rotating. */
+export const compareScenario: Scenario = {
+  name: 'compare',
+  summary: 'the side-by-side table: ours beside Konnectivity and a direct connection (the default; ~13 min on 2 cores)',
+  usage:
+    '[--rounds N] [--quick] [--only PAIRS] [--no-memory | --memory-only | --rtt-only | --parallel-only | --conn-only] ' +
+    '[--conn-series N] [--conn-samples FILE] [--node-args "..."] [--env "K=V ..."] [--verbose]',
+  options: {
+    rounds: { type: 'string' },
+    quick: { type: 'boolean' },
+    only: { type: 'string' },
+    'no-memory': { type: 'boolean' },
+    'memory-only': { type: 'boolean' },
+    'rtt-only': { type: 'boolean' },
+    'parallel-only': { type: 'boolean' },
+    'conn-only': { type: 'boolean' },
+    'conn-series': { type: 'string' },
+    'conn-samples': { type: 'string' },
+    'node-args': { type: 'string' },
+    env: { type: 'string' },
+    verbose: { type: 'boolean' },
+  },
+  prepare(v) {
+    const only = text(v, 'only');
+    const opts: Options = {
+      rounds: num(v, 'rounds', 3, 1, 100),
+      sizes: flag(v, 'quick') ? QUICK : FULL,
+      only: only === undefined ? undefined : parsePairNames(only),
+      nodeArgs: words(text(v, 'node-args')),
+      env: envOption(v, 'env'),
+      verbose: flag(v, 'verbose') || process.env.BENCH_VERBOSE === '1',
+      memory: !flag(v, 'no-memory'),
+      memoryOnly: flag(v, 'memory-only'),
+      rttOnly: flag(v, 'rtt-only'),
+      parallelOnly: flag(v, 'parallel-only'),
+      connOnly: flag(v, 'conn-only'),
+      connSamples: text(v, 'conn-samples'),
+      connSeries: num(v, 'conn-series', 1, 1, 100),
     };
-    if (a === '--rounds') opts.rounds = Math.max(1, Number(value()));
-    else if (a === '--quick') opts.sizes = QUICK;
-    else if (a === '--no-memory') opts.memory = false;
-    else if (a === '--memory-only') opts.memoryOnly = true;
-    else if (a === '--rtt-only') opts.rttOnly = true;
-    else if (a === '--parallel-only') opts.parallelOnly = true;
-    else if (a === '--conn-only') opts.connOnly = true;
-    else if (a === '--conn-samples') opts.connSamples = value();
-    else if (a === '--conn-series') opts.connSeries = Math.max(1, Number(value()));
-    else if (a === '--only') {
-      const names: Record<string, PairName> = {
-        ours: 'yurt-tunnel',
-        'ours-noresume': 'yurt-tunnel, resume off',
-        konnectivity: 'Konnectivity',
-        'go-agent': 'Go agent, our server',
-      };
-      opts.only = value()
-        .split(',')
-        .map((n) => {
-          const p = names[n];
-          if (p === undefined) throw new Error(`--only: unknown pair ${n} (ours, ours-noresume, konnectivity, go-agent)`);
-          return p;
-        });
-    } else if (a === '--node-args')
-      opts.nodeArgs = value()
-        .split(' ')
-        .filter((x) => x !== '');
-    else if (a === '--env')
-      opts.env = Object.fromEntries(
-        value()
-          .split(' ')
-          .filter((x) => x !== '')
-          .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-      );
-    else if (a === '--json') opts.json = value();
-    else if (a === '--verbose') opts.verbose = true;
-    else
-      throw new Error(
-        `unknown option ${a} (--rounds N, --quick, --no-memory, --memory-only, --rtt-only, --parallel-only, --conn-only, --conn-samples FILE, --conn-series N, --only ours,ours-noresume,konnectivity,go-agent, --node-args "...", --env "K=V ...", --json FILE, --verbose, --scale)`,
-      );
-  }
-  return opts;
-}
+    return () => runCompare(opts);
+  },
+};
 
 /** CPU seconds of the listed processes between `start()` and `stop()`, and what every other process on the machine used meanwhile. */
 class CpuWindow {
@@ -585,16 +558,7 @@ function printTable(f: Figures, columns: Who[], sizes: Sizes): void {
       body.push([row.label, ...cells, ratio, row.goal ?? '', verdict, ...resumeCells]);
     }
   }
-  const all = [header, ...body];
-  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]): string =>
-    r
-      .map((c, i) => c.padEnd(widths[i]!))
-      .join('  ')
-      .trimEnd();
-  console.log('\n' + line(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const r of body) console.log(line(r));
+  console.log('\n' + formatTable(header, body));
   console.log(
     `\nmedian of the runs (range in brackets). bulk ${sizes.bulkBytes / MiB} MiB × ${sizes.bulkRuns} per run (direct: 4×), ` +
       `4 flows × ${sizes.parallelBytes / MiB} MiB, ${sizes.rttRounds} round trips, ${sizes.connRounds} connections one by one, ` +
@@ -630,14 +594,7 @@ function printClientCheck(f: Figures, pairs: PairName[]): void {
   );
 }
 
-async function main(): Promise<void> {
-  const argv = process.argv.slice(2);
-  if (argv.includes('--scale')) {
-    const { runScale } = await import('./scale.js');
-    await runScale(argv.filter((a) => a !== '--scale'));
-    return;
-  }
-  const opts = parseArgs(argv);
+async function runCompare(opts: Options): Promise<unknown> {
   const dir = mkdtempSync(join(tmpdir(), 'yurt-bench-'));
   const children: ChildProcess[] = [];
   let client: ClientProcess | undefined;
@@ -671,7 +628,7 @@ async function main(): Promise<void> {
     const direct: Subject = { who: 'direct', path: { kind: 'tcp', port: targetPort } };
     if (!opts.memoryOnly) await warmUp(b, direct);
     for (let round = 0; round < (opts.memoryOnly ? 0 : opts.rounds); round++) {
-      const order = pairs.map((_, i) => pairs[(i + round) % pairs.length]!);
+      const order = rotation(pairs, round);
       console.log(`round ${round + 1}/${opts.rounds}: direct, ${order.join(', ')}`);
       await measureWarm(b, direct);
       for (const name of order) {
@@ -709,15 +666,10 @@ async function main(): Promise<void> {
     printTable(b.figures, ['direct', ...pairs], opts.sizes);
     printClientCheck(b.figures, pairs);
     console.log(`load average: ${load0.toFixed(2)} at start, ${loadAverage().toFixed(2)} at the end`);
-    if (opts.json !== undefined) {
-      writeFileSync(opts.json, JSON.stringify({ machine: m, rounds: opts.rounds, sizes: opts.sizes, figures: b.figures.toJSON() }, null, 1));
-      console.log(`raw figures: ${opts.json}`);
-    }
+    return { machine: m, rounds: opts.rounds, sizes: opts.sizes, figures: b.figures.toJSON() };
   } finally {
     await client?.stop();
     for (const c of children) c.kill('SIGTERM');
     rmSync(dir, { recursive: true, force: true });
   }
 }
-
-runBench('bench', main);
