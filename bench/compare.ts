@@ -349,12 +349,12 @@ async function measureMemory(b: Bench, pair: Pair): Promise<void> {
   f.add(who, 'slowAgentPeak', peak.agent / MiB);
 }
 
-/** Agent links per swarm process, as `--scale` holds them. */
+/** Agent links per swarm process, as the scale scenario holds them. */
 const LINKS_PER_SWARM = 250;
 
 /**
  * The server alone with `sizes.agentLinks` agent links connected and idle (no
- * connection tunnelled): its RSS 2 s after the last connected, as `--scale`'s
+ * connection tunnelled): its RSS 2 s after the last connected, as the scale scenario's
  * "RSS agents only". The links are `bench/agent-swarm.ts`'s, a few processes
  * of real `pkg/agent` ServerConnections; towards our server they announce
  * session resume as the agent CLI does (not for the pair with resume off, nor

@@ -24,7 +24,7 @@ import type { AgentMetrics } from './metrics.js';
  * Default of connSendHighWaterMark: two socket reads (128 KiB). Whatever the
  * target sends beyond it waits in the kernel's socket buffer rather than in
  * the agent's memory, and is not read at all if the connection closes first.
- * Under churn (bench/agent-memory) 64 KiB took the peak of live and garbage
+ * Under churn (bench/agent-memory.ts, since removed; in git) 64 KiB took the peak of live and garbage
  * Buffers from ~44 to ~25 MB against 256 KiB; but at exactly one read every
  * 64 KiB write returns false and the target socket is paused and resumed per
  * read even when the link takes it at once, so one read of slack is left.

@@ -6,7 +6,8 @@
 // per packet fails here, not in a benchmark nobody reran. The transport hands
 // bytes on in pieces of its own (as TLS records do), so a few messages are cut
 // and joined whatever the sender does: budgets allow 2 % of them.
-// (The CPU these cost is in npm run bench:packet-path.)
+// (The CPU these cost was measured with bench/packet-path.ts, a one-off tool
+// since removed: it is in git.)
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

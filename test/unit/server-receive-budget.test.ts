@@ -8,7 +8,8 @@
 // buffer; a change that brings back a Buffer per join (16 per MiB) fails
 // here. The pool poisons what comes back and the caller checks every byte, so
 // a slab released while a socket write still holds it shows as corrupt data.
-// (The CPU and the GC it saves are in npm run bench:profile -- bulk.)
+// (The CPU and the GC it saves were measured with bench/profile.ts bulk, a
+// one-off tool since removed: it is in git.)
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
