@@ -20,6 +20,18 @@ export interface Logger {
   enabled(level: number): boolean;
   /** A logger that adds `fields` to every line. */
   child(fields: LogFields): Logger;
+  /** The verbosity now: one level shared by this logger, the one it came from and every child. */
+  getVerbosity(): number;
+  /** Sets the verbosity for this logger, the one it came from and every child at once (PUT /debug/flags/v). */
+  setVerbosity(level: number): void;
+}
+
+/**
+ * The one changeable level of a logger and all its children: an object they
+ * share, so `enabled()` stays a plain number read on the hot paths.
+ */
+export interface SharedVerbosity {
+  level: number;
 }
 
 export interface LoggerOptions {
@@ -110,7 +122,7 @@ const jsonFormat = winston.format.combine(
 class WinstonLogger implements Logger {
   constructor(
     private readonly w: winston.Logger,
-    private readonly verbosity: number,
+    private readonly verbosity: SharedVerbosity,
     private readonly fields: LogFields,
   ) {}
 
@@ -124,13 +136,19 @@ class WinstonLogger implements Logger {
     this.w.info(message, { ...this.fields, ...fields });
   }
   verbose(level: number, message: string, fields?: LogFields): void {
-    if (level <= this.verbosity) this.w.info(message, { ...this.fields, ...fields });
+    if (level <= this.verbosity.level) this.w.info(message, { ...this.fields, ...fields });
   }
   enabled(level: number): boolean {
-    return level <= this.verbosity;
+    return level <= this.verbosity.level;
   }
   child(fields: LogFields): Logger {
     return new WinstonLogger(this.w, this.verbosity, { ...this.fields, ...fields });
+  }
+  getVerbosity(): number {
+    return this.verbosity.level;
+  }
+  setVerbosity(level: number): void {
+    this.verbosity.level = level;
   }
 }
 
@@ -140,7 +158,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     format: opts.format === 'json' ? jsonFormat : textFormat,
     transports: [new winston.transports.Stream({ stream: opts.stream ?? process.stderr })],
   });
-  return new WinstonLogger(w, opts.verbosity ?? 0, opts.fields ?? {});
+  return new WinstonLogger(w, { level: opts.verbosity ?? 0 }, opts.fields ?? {});
 }
 
 /** A logger that drops everything. */

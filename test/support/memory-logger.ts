@@ -1,6 +1,6 @@
 // A logger that keeps records in memory, for tests that check what was logged.
 
-import type { LogFields, Logger } from '../../pkg/log/logger.js';
+import type { LogFields, Logger, SharedVerbosity } from '../../pkg/log/logger.js';
 
 export interface LogRecord {
   level: 'error' | 'warn' | 'info';
@@ -12,12 +12,14 @@ export interface LogRecord {
 
 export class MemoryLogger implements Logger {
   readonly records: LogRecord[];
+  private readonly verbosity: SharedVerbosity;
   constructor(
-    private readonly verbosity = 10,
+    verbosity: number | SharedVerbosity = 10,
     private readonly fields: LogFields = {},
     sink: LogRecord[] = [],
   ) {
     this.records = sink;
+    this.verbosity = typeof verbosity === 'number' ? { level: verbosity } : verbosity;
   }
   private add(level: LogRecord['level'], message: string, fields?: LogFields): void {
     this.records.push({ level, message, fields: { ...this.fields, ...fields }, at: performance.now() });
@@ -32,10 +34,16 @@ export class MemoryLogger implements Logger {
     this.add('info', message, fields);
   }
   verbose(level: number, message: string, fields?: LogFields): void {
-    if (level <= this.verbosity) this.add('info', message, fields);
+    if (level <= this.verbosity.level) this.add('info', message, fields);
   }
   enabled(level: number): boolean {
-    return level <= this.verbosity;
+    return level <= this.verbosity.level;
+  }
+  getVerbosity(): number {
+    return this.verbosity.level;
+  }
+  setVerbosity(level: number): void {
+    this.verbosity.level = level;
   }
   child(fields: LogFields): Logger {
     return new MemoryLogger(this.verbosity, { ...this.fields, ...fields }, this.records);

@@ -53,3 +53,27 @@ test('json format: no raw control byte, and every value parses back exactly', LI
   assert.equal(parsed.key, HOSTILE);
   assert.deepEqual(parsed.keys, [HOSTILE]);
 });
+
+test('verbosity: one level for a logger and every child, set from any of them, seen by all at once', LIMIT, async () => {
+  const log = captureLog('text', 0);
+  const child = log.logger.child({ component: 'server' });
+  const grandchild = child.child({ agentID: 'edge-1' });
+  grandchild.verbose(2, 'hidden at 0');
+  assert.equal(log.logger.enabled(2), false);
+  grandchild.setVerbosity(2);
+  for (const l of [log.logger, child, grandchild]) {
+    assert.equal(l.getVerbosity(), 2);
+    assert.equal(l.enabled(2), true);
+    assert.equal(l.enabled(3), false);
+  }
+  log.logger.verbose(2, 'root at 2');
+  grandchild.verbose(2, 'grandchild at 2');
+  log.logger.setVerbosity(0);
+  child.verbose(2, 'hidden again');
+  assert.equal(grandchild.enabled(1), false);
+  await waitFor('the two lines', () => log.lines().length === 2);
+  assert.deepEqual(
+    log.lines().map((l) => l.replace(/^I\d{4} [\d:.]+ /, '')),
+    ['root at 2', 'grandchild at 2 component=server agentID=edge-1'],
+  );
+});
