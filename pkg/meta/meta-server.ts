@@ -1,6 +1,7 @@
 // The meta server: /healthz (the process answers), /readyz (Kubernetes-style
 // named checks, `?verbose` lists each), /metrics (Prometheus text from one
-// registry), and JSON /debug/* routes its owner adds. Loopback by default:
+// registry), /debug/flags/v (the log verbosity; set with PUT from loopback),
+// and JSON /debug/* routes its owner adds. Loopback by default:
 // it says a lot about the tunnel and has no authentication of its own.
 // A caller has the head timeout for each request head (then 408 and closed,
 // even if it never closes its end) and at most maxConnections connections are
@@ -17,6 +18,7 @@ import { ConnectionSet } from '../net/connection-set.js';
 import { DEFAULT_REQUEST_HEAD_TIMEOUT_MS, httpTimeouts } from '../net/http-timeouts.js';
 import { listen, stopListening } from '../net/listen.js';
 import { asError, errorCode, errorMessage } from '../protocol/errors.js';
+import { FLAGS_V_PATH, serveFlagsV } from './flags-v.js';
 
 /** A readiness check: undefined when ready, else why not. */
 export type ReadyCheck = () => string | undefined;
@@ -109,6 +111,10 @@ export class MetaServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://meta');
     const path = url.pathname;
+    if (path === FLAGS_V_PATH) {
+      await serveFlagsV(req, res, this.opts.logger, this.limited);
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       text(res, 405, `${req.method} is not allowed; the meta server answers GET\n`, { Allow: 'GET, HEAD' });
       return;
@@ -137,7 +143,7 @@ export class MetaServer {
       text(res, 200, `${JSON.stringify(body, jsonValue, 2)}\n`, { 'Content-Type': 'application/json' });
       return;
     }
-    const known = ['/healthz', '/readyz', '/metrics', ...Object.keys(this.opts.debug ?? {}), ...Object.keys(this.opts.raw ?? {})];
+    const known = ['/healthz', '/readyz', '/metrics', FLAGS_V_PATH, ...Object.keys(this.opts.debug ?? {}), ...Object.keys(this.opts.raw ?? {})];
     text(res, 404, `not found: ${path}; this server answers ${known.join(', ')}\n`);
   }
 
