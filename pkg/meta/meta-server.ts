@@ -143,7 +143,7 @@ export class MetaServer {
       text(res, 200, `${JSON.stringify(body, jsonValue, 2)}\n`, { 'Content-Type': 'application/json' });
       return;
     }
-    const known = ['/healthz', '/readyz', '/metrics', FLAGS_V_PATH, ...Object.keys(this.opts.debug ?? {}), ...Object.keys(this.opts.raw ?? {})];
+    const known = ['/healthz', '/readyz', '/metrics', ...Object.keys(this.opts.debug ?? {}), FLAGS_V_PATH, ...Object.keys(this.opts.raw ?? {})];
     text(res, 404, `not found: ${path}; this server answers ${known.join(', ')}\n`);
   }
 
