@@ -1,0 +1,90 @@
+// `npm run cluster -- down`: every process of the cluster ended (SIGTERM, then
+// SIGKILL: containers and shims too), which takes each node's mount namespace
+// and its mounts with it; the network namespaces deleted (their veths and
+// iptables rules go with them); the cgroups, mount points and state folder
+// removed. Then it checks that nothing is left and says what is, if anything.
+// With nothing up it does nothing and succeeds.
+
+import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
+import { run } from '../image.js';
+import { removeCgroup } from './cgroups.js';
+import { clusterPids, mountsUnder, stopAll } from './procs.js';
+import { readState, STATE_DIR, type ClusterState } from './state.js';
+import { ALL_NETNS } from './topology.js';
+
+export interface DownResult {
+  /** False when there was nothing to take down. */
+  wasUp: boolean;
+  /** What is left behind (empty when all is gone). */
+  left: string[];
+}
+
+async function ourNetns(): Promise<string[]> {
+  return (await run('ip', ['netns', 'list']))
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => ALL_NETNS.includes(n));
+}
+
+/** Processes whose command line names the state folder (etcd, kube-apiserver, a kubelet, ...). */
+function processesNamingState(): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    if (Number(pid) === process.pid) continue;
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+    } catch {
+      continue;
+    }
+    if (cmdline.includes(STATE_DIR) && !cmdline.includes('cluster-cli')) found.push(`process ${pid}: ${cmdline.slice(0, 120)}`);
+  }
+  return found;
+}
+
+/** What of the cluster is still there. */
+export async function leftovers(state: ClusterState | undefined): Promise<string[]> {
+  const left: string[] = [];
+  if (state !== undefined) for (const pid of clusterPids(state)) left.push(`process ${pid}`);
+  left.push(...processesNamingState());
+  for (const ns of await ourNetns()) left.push(`network namespace ${ns}`);
+  const folders = [STATE_DIR, ...(state?.mountPoints ?? [])];
+  for (const m of mountsUnder(folders)) left.push(`mount ${m.split(' ')[4]}`);
+  for (const dir of state?.cgroups ?? []) if (existsSync(dir)) left.push(`cgroup ${dir}`);
+  for (const dir of state?.mountPoints ?? []) if (existsSync(dir)) left.push(`folder ${dir}`);
+  if (existsSync(STATE_DIR)) left.push(`folder ${STATE_DIR}`);
+  return left;
+}
+
+export async function down(progress: (line: string) => void = () => undefined): Promise<DownResult> {
+  const state = readState();
+  const netns = await ourNetns();
+  if (state === undefined && netns.length === 0 && !existsSync(STATE_DIR)) return { wasUp: false, left: [] };
+  if (state !== undefined) {
+    const stuck = await stopAll(state);
+    progress(stuck.length === 0 ? 'processes ended' : `processes still running after SIGKILL: ${stuck.join(', ')}`);
+  }
+  for (const ns of netns) await run('ip', ['netns', 'del', ns]);
+  progress(`network namespaces deleted: ${netns.join(', ') || 'none'}`);
+  for (const dir of state?.cgroups ?? []) {
+    try {
+      removeCgroup(dir);
+    } catch (err: unknown) {
+      progress(`cgroup ${dir} not removed: ${(err as Error).message}`);
+    }
+  }
+  // Nothing of ours should be mounted in the root namespace; if something is, unmount it before removing folders.
+  for (const m of mountsUnder([STATE_DIR, ...(state?.mountPoints ?? [])]).reverse()) {
+    await run('umount', ['-l', m.split(' ')[4]!]).catch((err: unknown) => progress((err as Error).message));
+  }
+  if (mountsUnder([STATE_DIR]).length === 0) rmSync(STATE_DIR, { recursive: true, force: true });
+  for (const dir of [...(state?.mountPoints ?? [])].reverse()) {
+    try {
+      rmdirSync(dir, { recursive: false });
+    } catch (err: unknown) {
+      progress(`${dir} not removed: ${(err as Error).message}`);
+    }
+  }
+  const left = await leftovers(state);
+  return { wasUp: true, left };
+}

@@ -1,0 +1,79 @@
+// Finding the cluster's processes: those `up` started (state.json), every
+// process in a node's mount or network namespace (containerd's shims), and
+// every process in the kubelets' cgroups (the containers, which have
+// namespaces of their own).
+
+import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { cgroupPids } from './cgroups.js';
+import type { ClusterState } from './state.js';
+
+/** True while `pid` runs (a zombie has ended: only its parent's wait is missing). */
+export function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+function link(pid: string, kind: string): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/${kind}`);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every running process that belongs to the cluster `state` describes. */
+export function clusterPids(state: ClusterState): number[] {
+  const pids = new Set<number>();
+  for (const node of state.nodes) {
+    pids.add(node.holderPid);
+    for (const p of node.processes) pids.add(p.pid);
+  }
+  for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) pids.add(pid);
+  const namespaces = new Set(state.nodes.flatMap((n) => [n.mntNS, n.netNS]));
+  if (namespaces.size > 0 && existsSync('/proc')) {
+    for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+      const mnt = link(pid, 'mnt');
+      const net = link(pid, 'net');
+      if ((mnt !== undefined && namespaces.has(mnt)) || (net !== undefined && namespaces.has(net))) pids.add(Number(pid));
+    }
+  }
+  pids.delete(process.pid);
+  return [...pids].filter(alive).sort((a, b) => a - b);
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // Ended meanwhile.
+  }
+}
+
+/** SIGTERM to every process of the cluster, SIGKILL after `graceMs` to what is left; resolves the pids still running after that (none, normally). */
+export async function stopAll(state: ClusterState, graceMs = 5000): Promise<number[]> {
+  for (const pid of clusterPids(state)) signal(pid, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (clusterPids(state).length > 0 && Date.now() < deadline) await sleep(100);
+  // Kill until nothing is left: a shim may start a process while we kill (bounded: 50 rounds).
+  for (let round = 0; round < 50; round++) {
+    const left = clusterPids(state);
+    if (left.length === 0) return [];
+    for (const pid of left) signal(pid, 'SIGKILL');
+    await sleep(100);
+  }
+  return clusterPids(state);
+}
+
+/** The lines of /proc/self/mountinfo whose mount point is `dir` or below it. */
+export function mountsUnder(dirs: string[]): string[] {
+  const lines = readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+  return lines.filter((line) => {
+    const mountPoint = line.split(' ')[4];
+    return mountPoint !== undefined && dirs.some((d) => mountPoint === d || mountPoint.startsWith(`${d}/`));
+  });
+}
