@@ -5,7 +5,7 @@
 //
 // Then it checks the skips. A test may skip only because an external binary
 // is missing, with the reason that says how to provide it (the forms below,
-// made by hack/konnectivity.ts and test/support/envtest/binaries.ts); any
+// made by hack/konnectivity.ts, hack/cluster/binaries.ts and hack/cluster/requirements.ts); any
 // other skip, and any todo, fails the run. `--skips=none` (CI's main run,
 // which has every binary) fails on any skip at all. With extra arguments the
 // check is off, since a name filter skips tests on purpose.
@@ -28,12 +28,12 @@ const ALLOWED = [
   {
     kind: 'system tools',
     reason:
-      /^((iptables-nft-save|iptables-legacy-save|conntrack|setpriv|dnsmasq|mmdebstrap|buildah) is|mmdebstrap and buildah are) not installed \(apt-get install [a-z -]+\)$/,
+      /^((iptables-nft-save|iptables-legacy-save|iptables|conntrack|setpriv|nsenter|dnsmasq|mmdebstrap|buildah|containerd|runc|umoci|containernetworking-plugins|busybox-static) is|mmdebstrap and buildah are) not installed \(apt-get install [a-z -]+\)$/,
   },
   {
     kind: 'control plane',
     reason:
-      /^needs a real control plane, not found here: (kube-apiserver|kube-controller-manager|etcd|kubectl)\b.* \((set KUBEBUILDER_ASSETS to their folder|apt-get install etcd-server|put it on PATH or in KUBEBUILDER_ASSETS)\)$/,
+      /^needs a real control plane, not found here: (kube-apiserver|kube-controller-manager|etcd|kubectl|kube-scheduler|kubelet|kube-proxy)\b.* \((set KUBEBUILDER_ASSETS to their folder|apt-get install etcd-server|put it on PATH or in KUBEBUILDER_ASSETS)\)$/,
   },
 ];
 

@@ -1,21 +1,22 @@
-// The kubelets' cgroupRoot (`/ytc-<node>`), made beforehand in every cgroup v1
-// hierarchy (these machines have no systemd; the kubelet uses cgroupfs), with
-// cpuset's cpus and mems copied from the parent, which a new cpuset lacks.
+// The kubelets' cgroupRoot (`/ytc-<node>`), made beforehand in every cgroup
+// hierarchy (these machines have no systemd; the kubelet uses cgroupfs): the
+// v1 ones, with cpuset's cpus and mems copied from the parent, which a new
+// cpuset lacks, and the unified one, where runc puts the pods as well.
 // `down` removes them deepest first, once no process is left in them.
 
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PREFIX } from './topology.js';
 import { writeState, type ClusterState } from './state.js';
 
 const CGROUP_FS = '/sys/fs/cgroup';
 
-/** The mounted v1 hierarchies (cpu, memory, ..., name=systemd), not the unified one. */
+/** The mounted hierarchies: v1 (cpu, memory, ..., name=systemd) and the unified one, where runc puts pods too. */
 function hierarchies(): string[] {
   if (!existsSync(CGROUP_FS)) return [];
   return readdirSync(CGROUP_FS)
     .map((name) => join(CGROUP_FS, name))
-    .filter((dir) => !dir.endsWith('/unified') && existsSync(join(dir, 'cgroup.procs')));
+    .filter((dir) => existsSync(join(dir, 'cgroup.procs')));
 }
 
 export function cgroupRoot(node: string): string {
@@ -36,26 +37,29 @@ export function makeCgroupRoot(state: ClusterState, node: string): void {
   }
 }
 
-/** Every process in `dir` and the cgroups below it. */
+/** Every process in `dir` and the cgroups below it (the kubelet may remove a cgroup while we read). */
 export function cgroupPids(dir: string): number[] {
-  if (!existsSync(dir)) return [];
-  const pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map(Number);
-  for (const name of readdirSync(dir)) {
-    const sub = join(dir, name);
-    if (statSync(sub).isDirectory()) pids.push(...cgroupPids(sub));
+  let pids: number[];
+  let subs: string[];
+  try {
+    pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8')
+      .split('\n')
+      .filter((l) => l !== '')
+      .map(Number);
+    subs = readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => join(dir, e.name));
+  } catch (err: unknown) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
   }
+  for (const sub of subs) pids.push(...cgroupPids(sub));
   return pids;
 }
 
 /** Removes `dir` and the cgroups below it, deepest first; they must hold no process. */
 export function removeCgroup(dir: string): void {
   if (!existsSync(dir)) return;
-  for (const name of readdirSync(dir)) {
-    const sub = join(dir, name);
-    if (statSync(sub).isDirectory()) removeCgroup(sub);
-  }
+  for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) removeCgroup(join(dir, e.name));
   rmdirSync(dir);
 }

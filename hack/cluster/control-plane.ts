@@ -48,7 +48,9 @@ export async function startControlPlane(state: ClusterState, cloud: NodeState, b
     '--initial-cluster=default=http://127.0.0.1:2380',
   ]);
   startInNode(state, cloud, 'kube-apiserver', bins.kubeAPIServer, apiserverArgs());
-  await waitFor('kube-apiserver /readyz', 90_000, async () => ((await kubectl(['get', '--raw', '/readyz'], { timeoutMs: 10_000 })).code === 0 ? true : undefined));
+  await waitFor('kube-apiserver /readyz', 90_000, async () =>
+    (await kubectl(['get', '--raw', '/readyz'], { timeoutMs: 10_000 })).code === 0 ? true : undefined,
+  );
   const kubeconfig = (path: string): string[] => [`--kubeconfig=${path}`, `--authentication-kubeconfig=${path}`, `--authorization-kubeconfig=${path}`];
   startInNode(state, cloud, 'kube-controller-manager', bins.kubeControllerManager, [
     ...kubeconfig(F.controllerManagerKubeconfig),

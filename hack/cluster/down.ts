@@ -60,12 +60,15 @@ export async function down(progress: (line: string) => void = () => undefined): 
   const state = readState();
   const netns = await ourNetns();
   if (state === undefined && netns.length === 0 && !existsSync(STATE_DIR)) return { wasUp: false, left: [] };
+  const t0 = Date.now();
+  const since = (): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
   if (state !== undefined) {
-    const stuck = await stopAll(state);
-    progress(stuck.length === 0 ? 'processes ended' : `processes still running after SIGKILL: ${stuck.join(', ')}`);
+    const { killed, stuck } = await stopAll(state);
+    const note = killed.length === 0 ? '' : `; SIGKILL after the SIGTERM grace: ${killed.join(', ')}`;
+    progress(stuck.length === 0 ? `processes ended (${since()}${note})` : `processes still running after SIGKILL: ${stuck.join(', ')}`);
   }
   for (const ns of netns) await run('ip', ['netns', 'del', ns]);
-  progress(`network namespaces deleted: ${netns.join(', ') || 'none'}`);
+  progress(`network namespaces deleted: ${netns.join(', ') || 'none'} (${since()})`);
   for (const dir of state?.cgroups ?? []) {
     try {
       removeCgroup(dir);
@@ -78,6 +81,7 @@ export async function down(progress: (line: string) => void = () => undefined): 
     await run('umount', ['-l', m.split(' ')[4]!]).catch((err: unknown) => progress((err as Error).message));
   }
   if (mountsUnder([STATE_DIR]).length === 0) rmSync(STATE_DIR, { recursive: true, force: true });
+  progress(`files removed (${since()})`);
   for (const dir of [...(state?.mountPoints ?? [])].reverse()) {
     try {
       rmdirSync(dir, { recursive: false });

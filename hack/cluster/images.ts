@@ -52,7 +52,19 @@ export async function busyboxArchive(options: RunOptions = {}): Promise<string> 
     // The sandbox: sleeps until TERM.
     await run(
       'umoci',
-      ['config', '--image', `${layout}:sh`, '--tag', 'pause', '--config.cmd', 'sh', '--config.cmd', '-c', '--config.cmd', "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"],
+      [
+        'config',
+        '--image',
+        `${layout}:sh`,
+        '--tag',
+        'pause',
+        '--config.cmd',
+        'sh',
+        '--config.cmd',
+        '-c',
+        '--config.cmd',
+        "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done",
+      ],
       options,
     );
     await run('tar', ['-C', layout, '-cf', `${archive}.tmp`, '.'], options);

@@ -37,8 +37,14 @@ export async function makeNetworks(state: ClusterState): Promise<void> {
   for (const [i, r] of ROUTERS.entries()) {
     await addNetns(state, r.netns);
     await addNetns(state, r.edge.netns);
-    await veth({ netns: CLOUD.netns, name: `to-router-${i + 1}`, cidr: `${r.uplink.cloud}/30` }, { netns: r.netns, name: 'uplink', cidr: `${r.uplink.router}/30` });
-    await veth({ netns: r.netns, name: 'lan', cidr: `${r.lan.router}/${r.lan.prefix}` }, { netns: r.edge.netns, name: 'eth0', cidr: `${r.lan.edge}/${r.lan.prefix}` });
+    await veth(
+      { netns: CLOUD.netns, name: `to-router-${i + 1}`, cidr: `${r.uplink.cloud}/30` },
+      { netns: r.netns, name: 'uplink', cidr: `${r.uplink.router}/30` },
+    );
+    await veth(
+      { netns: r.netns, name: 'lan', cidr: `${r.lan.router}/${r.lan.prefix}` },
+      { netns: r.edge.netns, name: 'eth0', cidr: `${r.lan.edge}/${r.lan.prefix}` },
+    );
     await ip(r.netns, 'route', 'add', 'default', 'via', r.uplink.cloud);
     await ip(r.edge.netns, 'route', 'add', 'default', 'via', r.lan.router);
     await inNetns(r.netns, 'iptables', ['-t', 'nat', '-A', 'POSTROUTING', '-o', 'uplink', '-j', 'MASQUERADE']);

@@ -54,19 +54,40 @@ function signal(pid: number, sig: NodeJS.Signals): void {
   }
 }
 
-/** SIGTERM to every process of the cluster, SIGKILL after `graceMs` to what is left; resolves the pids still running after that (none, normally). */
-export async function stopAll(state: ClusterState, graceMs = 5000): Promise<number[]> {
+function commandName(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return '?';
+  }
+}
+
+export interface StopResult {
+  /** Processes that outlived the SIGTERM grace period (`name:pid`), killed then. */
+  killed: string[];
+  /** Pids still running after SIGKILL (none, normally). */
+  stuck: number[];
+}
+
+/**
+ * SIGKILL to the pods' processes (a container's pid 1 often ignores SIGTERM,
+ * and nothing in them needs a goodbye), SIGTERM to the cluster's own, SIGKILL
+ * after `graceMs` to what is left.
+ */
+export async function stopAll(state: ClusterState, graceMs = 5000): Promise<StopResult> {
+  for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) signal(pid, 'SIGKILL');
   for (const pid of clusterPids(state)) signal(pid, 'SIGTERM');
   const deadline = Date.now() + graceMs;
   while (clusterPids(state).length > 0 && Date.now() < deadline) await sleep(100);
+  const killed = clusterPids(state).map((pid) => `${commandName(pid)}:${pid}`);
   // Kill until nothing is left: a shim may start a process while we kill (bounded: 50 rounds).
   for (let round = 0; round < 50; round++) {
     const left = clusterPids(state);
-    if (left.length === 0) return [];
+    if (left.length === 0) return { killed, stuck: [] };
     for (const pid of left) signal(pid, 'SIGKILL');
     await sleep(100);
   }
-  return clusterPids(state);
+  return { killed, stuck: clusterPids(state) };
 }
 
 /** The lines of /proc/self/mountinfo whose mount point is `dir` or below it. */

@@ -41,8 +41,12 @@ export async function up(opts: UpOptions = {}): Promise<void> {
   if (readState() !== undefined || existsSync(STATE_FILE)) {
     throw new AlreadyUpError(`the cluster is already up (${STATE_FILE}); run \`npm run cluster -- down\` first`);
   }
-  const leftover = (await run('ip', ['netns', 'list'])).split('\n').map((l) => l.split(' ')[0]!).filter((n) => ALL_NETNS.includes(n));
-  if (leftover.length > 0) throw new AlreadyUpError(`network namespaces ${leftover.join(', ')} exist without ${STATE_FILE}; run \`npm run cluster -- down\` first`);
+  const leftover = (await run('ip', ['netns', 'list']))
+    .split('\n')
+    .map((l) => l.split(' ')[0]!)
+    .filter((n) => ALL_NETNS.includes(n));
+  if (leftover.length > 0)
+    throw new AlreadyUpError(`network namespaces ${leftover.join(', ')} exist without ${STATE_FILE}; run \`npm run cluster -- down\` first`);
 
   const started = Date.now();
   const step = async <T>(what: string, fn: () => Promise<T> | T): Promise<T> => {

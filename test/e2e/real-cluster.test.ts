@@ -1,0 +1,165 @@
+// The local cluster of real parts (hack/cluster, what `npm run cluster -- up`
+// makes), brought up by the same code: three real kubelets Ready with their
+// labels and InternalIPs, a busybox pod Running on each, our image running on
+// a node, edge nodes behind NAT (kube-apiserver reaches the cloud node's
+// kubelet, never an edge node's: the gap the tunnel fills); then `down`, and
+// a check, independent of down's own, that nothing is left.
+//
+// Root only (network namespaces, mounts, cgroups). About 60 s with our image's
+// archive cached (CACHE_DIR), 2 min when the image is built first.
+
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { down } from '../../hack/cluster/down.js';
+import { BUSYBOX_IMAGE, LOCAL_IMAGE } from '../../hack/cluster/images.js';
+import { kubectl, mustKubectl, waitFor } from '../../hack/cluster/kubectl.js';
+import { listNodes } from '../../hack/cluster/nodes.js';
+import { clusterSkipReason } from '../../hack/cluster/requirements.js';
+import { readState, STATE_DIR } from '../../hack/cluster/state.js';
+import { CLOUD, EDGE_LABEL, NODES, PREFIX, ROUTERS } from '../../hack/cluster/topology.js';
+import { up } from '../../hack/cluster/up.js';
+import { run } from '../../hack/image.js';
+import { NETNS_TOOL, type ProbeResult } from '../support/netns/index.js';
+
+const skip = clusterSkipReason();
+
+function pod(name: string, node: string, image: string, command: string[], restartPolicy = 'Always'): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: { nodeName: node, restartPolicy, containers: [{ name: 'c', image, imagePullPolicy: 'Never', command }] },
+  };
+}
+
+interface PodStatus {
+  phase?: string;
+  containerStatuses?: { state?: { terminated?: { exitCode: number } } }[];
+}
+
+async function podStatus(name: string): Promise<PodStatus> {
+  const r = await kubectl(['get', 'pod', name, '-o', 'jsonpath={.status}']);
+  return r.code === 0 && r.stdout !== '' ? (JSON.parse(r.stdout) as PodStatus) : {};
+}
+
+/** A TCP connection from inside the network namespace `netns` (the netns tests' probe). */
+async function probeFrom(netns: string, host: string, port: number): Promise<ProbeResult> {
+  const out = await run('nsenter', [`--net=/run/netns/${netns}`, '--', process.execPath, NETNS_TOOL, 'probe', host, String(port)]);
+  return JSON.parse(out) as ProbeResult;
+}
+
+/** What of the cluster is left on this machine, looked up afresh (not through down's own check). */
+function leftOnMachine(pidsBefore: Set<string>): string[] {
+  const left: string[] = [];
+  for (const ns of readdirSync('/run/netns')) if (ns.startsWith(PREFIX)) left.push(`netns ${ns}`);
+  const ours = ['kubelet', 'kube-proxy', 'kube-scheduler', 'containerd', 'containerd-shim-runc-v2'];
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p) && !pidsBefore.has(p))) {
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+    } catch {
+      continue;
+    }
+    const exe = cmdline.split(' ')[0]!.split('/').pop()!;
+    if (cmdline.includes(STATE_DIR) || ours.includes(exe)) left.push(`process ${pid} ${cmdline.slice(0, 100)}`);
+  }
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const at = line.split(' ')[4] ?? '';
+    if (at.startsWith(STATE_DIR) || ['/var/lib/kubelet', '/var/lib/containerd', '/run/containerd', '/etc/kubernetes'].some((p) => at.startsWith(p)))
+      left.push(`mount ${at}`);
+  }
+  for (const h of readdirSync('/sys/fs/cgroup')) {
+    for (const node of NODES) if (existsSync(join('/sys/fs/cgroup', h, `${PREFIX}${node.name}`))) left.push(`cgroup ${h}/${PREFIX}${node.name}`);
+  }
+  if (existsSync(STATE_DIR)) left.push(`folder ${STATE_DIR}`);
+  return left;
+}
+
+test(
+  'a real cluster: three kubelets Ready, pods on each, edge nodes behind NAT, our image runs, down leaves nothing',
+  { skip, timeout: 600_000 },
+  async (t: TestContext) => {
+    // Never take down a cluster someone brought up by hand.
+    assert.equal(readState(), undefined, `a cluster is already up (${STATE_DIR}): \`npm run cluster -- down\` first`);
+    const pidsBefore = new Set(readdirSync('/proc').filter((p) => /^\d+$/.test(p)));
+    const started = Date.now();
+    let tornDown = false;
+    t.after(async () => {
+      if (!tornDown) await down();
+    });
+    await up({ progress: (line) => t.diagnostic(line) });
+    t.diagnostic(`up in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+
+    await t.test('three nodes Ready, labelled, with their own InternalIPs', async () => {
+      const nodes = await listNodes();
+      assert.deepEqual(
+        nodes.map((n) => ({ ...n })).sort((a, b) => a.name.localeCompare(b.name)),
+        NODES.map((s) => ({ name: s.name, ready: true, edge: s.role === 'edge' ? 'true' : 'false', internalIP: s.address })).sort((a, b) =>
+          a.name.localeCompare(b.name),
+        ),
+      );
+      assert.ok(
+        nodes.every((n) => n.internalIP !== undefined),
+        EDGE_LABEL,
+      );
+    });
+
+    await t.test('a busybox pod Running on every node; our image runs yurt-tunnel-agent --help', async () => {
+      for (const node of NODES) {
+        await mustKubectl(
+          ['apply', '-f', '-'],
+          JSON.stringify(pod(`bb-${node.name}`, node.name, BUSYBOX_IMAGE, ['sh', '-c', `echo hello from ${node.name}; exec sleep 3600`])),
+        );
+      }
+      await mustKubectl(['apply', '-f', '-'], JSON.stringify(pod('ours', CLOUD.name, LOCAL_IMAGE, ['yurt-tunnel-agent', '--help'], 'Never')));
+      for (const node of NODES) {
+        await waitFor(
+          `pod bb-${node.name} Running`,
+          90_000,
+          async () => ((await podStatus(`bb-${node.name}`)).phase === 'Running' ? true : undefined),
+          async () => mustKubectl(['describe', 'pod', `bb-${node.name}`]),
+        );
+      }
+      const done = await waitFor('our image pod finished', 90_000, async () => {
+        const s = await podStatus('ours');
+        return s.phase === 'Succeeded' || s.phase === 'Failed' ? s : undefined;
+      });
+      assert.equal(done.phase, 'Succeeded', JSON.stringify(done));
+      assert.equal(done.containerStatuses?.[0]?.state?.terminated?.exitCode, 0);
+      assert.match(await mustKubectl(['logs', 'ours']), /--tunnelserver-addr/);
+    });
+
+    await t.test('kubectl logs reaches the cloud pod; an edge pod is unreachable (no tunnel yet)', async () => {
+      assert.match(await mustKubectl(['logs', `bb-${CLOUD.name}`]), new RegExp(`hello from ${CLOUD.name}`));
+      for (const r of ROUTERS) {
+        const res = await kubectl(['logs', `bb-${r.edge.name}`]);
+        assert.notEqual(res.code, 0);
+        assert.match(res.stderr, new RegExp(`dial tcp ${r.edge.address.replaceAll('.', '\\.')}:10250: connect: network is unreachable`));
+      }
+    });
+
+    await t.test('no direct connection from the cloud namespace to an edge kubelet; edges reach the cloud through their NAT router', async () => {
+      for (const r of ROUTERS) {
+        assert.deepEqual(await probeFrom(CLOUD.netns, r.edge.address, 10250), { ok: false, code: 'ENETUNREACH' });
+      }
+      // The edge nodes' kubelets and kube-proxies talk to kube-apiserver through their router: it masquerades them.
+      for (const r of ROUTERS) {
+        const conntrack = await run('nsenter', [`--net=/run/netns/${r.netns}`, '--', 'conntrack', '-L', '-p', 'tcp', '--dport', '6443']);
+        const esc = (ip: string): string => ip.replaceAll('.', '\\.');
+        assert.match(conntrack, new RegExp(`src=${esc(r.edge.address)} dst=${esc(CLOUD.address)} .*src=${esc(CLOUD.address)} dst=${esc(r.uplink.router)} `));
+      }
+    });
+
+    await t.test('down removes everything and says so; a second down is a no-op', async () => {
+      const t0 = Date.now();
+      const result = await down((line) => t.diagnostic(line));
+      tornDown = true;
+      t.diagnostic(`down in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      assert.deepEqual(result, { wasUp: true, left: [] });
+      assert.deepEqual(leftOnMachine(pidsBefore), []);
+      assert.deepEqual(await down(), { wasUp: false, left: [] });
+    });
+  },
+);
