@@ -1,24 +1,36 @@
-// npm run cluster -- up | down | status: a local Kubernetes cluster of real
-// kubelets in network namespaces, two edge nodes behind NAT routers, with our
-// image imported on every node (hack/cluster/up.ts says what `up` makes).
+// npm run cluster -- up [--route egress-selector|iptables] | down | status: a
+// local Kubernetes cluster of real kubelets in network namespaces, two edge
+// nodes behind NAT routers, with our image imported on every node and, given
+// a route, our manifests deployed on it (hack/cluster/up.ts says what `up` makes).
 
+import { parseArgs } from 'node:util';
+import { isRoute, ROUTES, type Route } from './cluster/deploy.js';
 import { down } from './cluster/down.js';
 import { statusText } from './cluster/status.js';
 import { AlreadyUpError, up } from './cluster/up.js';
 
-const USAGE = 'usage: npm run cluster -- up | down | status';
+const USAGE = `usage: npm run cluster -- up [--route ${ROUTES.join('|')}] | down | status`;
 
 async function main(): Promise<number> {
-  const args = process.argv.slice(2);
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
-  if (args.length !== 1) {
+  let parsed;
+  try {
+    parsed = parseArgs({ allowPositionals: true, options: { route: { type: 'string' } } });
+  } catch (err: unknown) {
+    log(`${(err as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  const { positionals, values } = parsed;
+  let route: Route | undefined;
+  if (values.route !== undefined && positionals[0] === 'up' && isRoute(values.route)) route = values.route;
+  if (positionals.length !== 1 || (values.route !== undefined && route === undefined)) {
     log(USAGE);
     return 2;
   }
-  switch (args[0]) {
+  switch (positionals[0]) {
     case 'up':
       try {
-        await up({ progress: log });
+        await up({ progress: log, route });
       } catch (err: unknown) {
         log(`up failed: ${(err as Error).message}`);
         if (!(err instanceof AlreadyUpError)) log('what was made stays for a look (npm run cluster -- status); `npm run cluster -- down` removes it');

@@ -1,10 +1,11 @@
 // The cluster's certificates and kubeconfigs, written where each process
 // reads them: the control plane's under <state>/pki (the cloud node's mount
 // namespace sees the state folder as the root does), and each node's in its
-// private /etc/kubernetes, as kubeadm lays them out: kubelet.conf with the
-// kubelet's client certificate (CN system:node:<name>, O system:nodes),
-// pki/ca.crt, pki/kubelet.crt (serving, the node's address as SAN) and
-// kube-proxy.conf.
+// private folders, laid out as on a kubeadm node: /etc/kubernetes/kubelet.conf
+// naming /var/lib/kubelet/pki/kubelet-client-current.pem (the kubelet's client
+// certificate and key, CN system:node:<name>, O system:nodes; root-only),
+// /etc/kubernetes/pki/ca.crt, a serving certificate with the node's address as
+// SAN, and kube-proxy.conf.
 
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -62,8 +63,8 @@ export const NODE_FILES = {
   ca: '/etc/kubernetes/pki/ca.crt',
   servingCert: '/etc/kubernetes/pki/kubelet.crt',
   servingKey: '/etc/kubernetes/pki/kubelet.key',
-  clientCert: '/etc/kubernetes/pki/kubelet-client.crt',
-  clientKey: '/etc/kubernetes/pki/kubelet-client.key',
+  /** Certificate and key in one file, as the kubelet keeps them after its bootstrap. */
+  clientPEM: '/var/lib/kubelet/pki/kubelet-client-current.pem',
   kubeletConfig: '/etc/kubernetes/kubelet-config.yaml',
 };
 
@@ -76,9 +77,10 @@ export function writeNodePKI(spec: NodeSpec): void {
   writeFileSync(join(pki, 'ca.crt'), ca.cert);
   writePair(pki, 'kubelet', issueCertificate(ca, { commonName: spec.name, dnsNames: [spec.name], ips: [spec.address], usages: ['serverAuth'] }));
   const client = issueCertificate(ca, { commonName: `system:node:${spec.name}`, organizations: ['system:nodes'], usages: ['clientAuth'] });
-  writePair(pki, 'kubelet-client', client);
-  // kubelet.conf names the certificate files, as a kubelet's own (after its bootstrap) does.
-  writeFileSync(join(etc, 'kubelet.conf'), fileKubeconfig(APISERVER_URL, NODE_FILES.ca, NODE_FILES.clientCert, NODE_FILES.clientKey), { mode: 0o600 });
+  const kubeletPKI = join(privatePath(spec.name, '/var/lib/kubelet'), 'pki');
+  mkdirSync(kubeletPKI, { recursive: true, mode: 0o700 });
+  writeFileSync(join(kubeletPKI, 'kubelet-client-current.pem'), client.cert + client.key, { mode: 0o600 });
+  writeFileSync(join(etc, 'kubelet.conf'), fileKubeconfig(APISERVER_URL, NODE_FILES.ca, NODE_FILES.clientPEM, NODE_FILES.clientPEM), { mode: 0o600 });
   const proxy = issueCertificate(ca, { commonName: 'system:kube-proxy', usages: ['clientAuth'] });
   writeFileSync(join(etc, 'kube-proxy.conf'), kubeconfigYAML(APISERVER_URL, ca.cert, proxy, 'yurt-tunnel-cluster'), { mode: 0o600 });
 }

@@ -7,13 +7,21 @@ import { join } from 'node:path';
 import type { ClusterBinaries } from './binaries.js';
 import { CONTROL_PLANE_FILES as F } from './certs.js';
 import { startInNode } from './holder.js';
+import { alive } from './procs.js';
 import { kubectl, waitFor } from './kubectl.js';
-import { STATE_DIR, type ClusterState, type NodeState } from './state.js';
+import { STATE_DIR, writeState, type ClusterState, type NodeState } from './state.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { APISERVER_PORT, CLOUD_ADDRESS, CLUSTER_CIDR, SERVICE_CIDR } from './topology.js';
 
-/** kube-apiserver's flags; `extra` (e.g. --egress-selector-config-file for a route) are appended. */
+/**
+ * kube-apiserver's flags; `extra` (e.g. --egress-selector-config-file for a
+ * route) are appended, and one named `--flag=` with no value drops that flag
+ * (`--kubelet-certificate-authority=` for the iptables route).
+ */
 export function apiserverArgs(extra: string[] = []): string[] {
-  return [
+  const name = (arg: string): string => arg.split('=')[0]!;
+  const dropped = new Set(extra.filter((a) => /^--[^=]+=$/.test(a)).map(name));
+  const args = [
     '--etcd-servers=http://127.0.0.1:2379',
     `--secure-port=${APISERVER_PORT}`,
     '--bind-address=0.0.0.0',
@@ -33,8 +41,8 @@ export function apiserverArgs(extra: string[] = []): string[] {
     `--kubelet-certificate-authority=${F.ca}`,
     // No Hostname: a node's name resolves nowhere here (the DNS route brings its own resolver).
     '--kubelet-preferred-address-types=InternalIP',
-    ...extra,
   ];
+  return [...args.filter((a) => !dropped.has(name(a))), ...extra.filter((a) => !/^--[^=]+=$/.test(a))];
 }
 
 export async function startControlPlane(state: ClusterState, cloud: NodeState, bins: ClusterBinaries): Promise<void> {
@@ -66,4 +74,26 @@ export async function startControlPlane(state: ClusterState, cloud: NodeState, b
     '--bind-address=127.0.0.1',
   ]);
   startInNode(state, cloud, 'kube-scheduler', bins.kubeScheduler, [...kubeconfig(F.schedulerKubeconfig), '--leader-elect=false', '--bind-address=127.0.0.1']);
+}
+
+async function startAPIServer(state: ClusterState, cloud: NodeState, bins: ClusterBinaries, extra: string[]): Promise<void> {
+  const proc = startInNode(state, cloud, 'kube-apiserver', bins.kubeAPIServer, apiserverArgs(extra));
+  await waitFor('kube-apiserver /readyz', 90_000, async () => {
+    if (!alive(proc.pid)) throw new Error(`kube-apiserver exited while starting; see ${proc.log}`);
+    return (await kubectl(['get', '--raw', '/readyz'], { timeoutMs: 10_000 })).code === 0 ? true : undefined;
+  });
+}
+
+/** Restarts kube-apiserver with `extra` flags (a route's, as apiserverArgs takes them); etcd keeps every object. */
+export async function restartAPIServer(state: ClusterState, cloud: NodeState, bins: ClusterBinaries, extra: string[]): Promise<void> {
+  const old = cloud.processes.find((p) => p.name === 'kube-apiserver');
+  if (old !== undefined) {
+    process.kill(old.pid, 'SIGTERM');
+    for (let i = 0; i < 100 && alive(old.pid); i++) await sleep(100);
+    if (alive(old.pid)) process.kill(old.pid, 'SIGKILL');
+    for (let i = 0; i < 50 && alive(old.pid); i++) await sleep(100);
+    cloud.processes.splice(cloud.processes.indexOf(old), 1);
+    writeState(state);
+  }
+  await startAPIServer(state, cloud, bins, extra);
 }

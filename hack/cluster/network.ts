@@ -4,7 +4,7 @@
 
 import { run } from '../image.js';
 import { writeState, type ClusterState } from './state.js';
-import { CLOUD, CLOUD_ADDRESS, ROUTERS } from './topology.js';
+import { CLOUD, CLOUD_ADDRESS, ROUTERS, SERVICE_CIDR } from './topology.js';
 
 const ip = (netns: string, ...args: string[]): Promise<string> => run('ip', ['-n', netns, ...args]);
 
@@ -34,6 +34,9 @@ export async function makeNetworks(state: ClusterState): Promise<void> {
   await addNetns(state, CLOUD.netns);
   // The cloud's own address (kube-apiserver's and the cloud node's), on its loopback: no dummy links here.
   await ip(CLOUD.netns, 'addr', 'add', `${CLOUD_ADDRESS}/32`, 'dev', 'lo');
+  // No default route here (it would lead to the edges): the Service CIDR needs one of its own, or a host-network
+  // process dialling a ClusterIP gets ENETUNREACH before kube-proxy's DNAT in OUTPUT can rewrite it.
+  await ip(CLOUD.netns, 'route', 'add', SERVICE_CIDR, 'dev', 'lo');
   for (const [i, r] of ROUTERS.entries()) {
     await addNetns(state, r.netns);
     await addNetns(state, r.edge.netns);

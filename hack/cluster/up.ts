@@ -4,14 +4,14 @@
 // every Node is Ready. Every step is recorded in state.json first, so that
 // `down` undoes a half-made cluster as well as a whole one.
 //
-// Deploying our manifests on a route (issue 34 item 3) is the step that comes
-// after waitNodesReady; it is not written yet.
+// With a route, our manifests are then deployed on it (deploy.ts).
 
 import { existsSync, mkdirSync } from 'node:fs';
 import { run, type RunOptions } from '../image.js';
 import { findClusterBinaries } from './binaries.js';
 import { writeControlPlanePKI } from './certs.js';
 import { startControlPlane } from './control-plane.js';
+import { deploy, type Route } from './deploy.js';
 import { busyboxArchive, imageBaseName, importImage, LOCAL_IMAGE, ourImageArchive } from './images.js';
 import { writeKubectlWrapper } from './kubectl.js';
 import { makeNetworks } from './network.js';
@@ -21,6 +21,8 @@ import { emptyState, LOG_DIR, readState, STATE_DIR, STATE_FILE, writeState } fro
 import { ALL_NETNS, CLOUD, NODES } from './topology.js';
 
 export interface UpOptions {
+  /** Deploy our manifests on this route once every node is Ready; none: the bare cluster. */
+  route?: Route;
   /** Progress lines (one per step, with its time). */
   progress?: (line: string) => void;
   /** Where the commands' output goes (image build, ...); kept and shown only on failure by default. */
@@ -79,5 +81,7 @@ export async function up(opts: UpOptions = {}): Promise<void> {
   const archive = await step(`our image ${LOCAL_IMAGE}`, () => ours);
   await step('our image imported on every node', () => Promise.all(nodes.map((n) => importImage(n, archive, imageBaseName(LOCAL_IMAGE)))));
   await step('every node Ready', () => waitNodesReady(NODES, 180_000));
+  const route = opts.route;
+  if (route !== undefined) await step(`our manifests deployed on the ${route} route, server and agents Ready`, () => deploy(state, route, bins));
   progress(`up in ${((Date.now() - started) / 1000).toFixed(1)} s (${STATE_DIR}; cloud namespace ${CLOUD.netns})`);
 }

@@ -1,0 +1,145 @@
+// Deploying our manifests on the local cluster, as manifests/README.md's
+// "Steps" say (issue 34 item 3): a kustomization beside the repository with
+// the route's overlay and `images:` naming localhost/yurt-tunnel:dev, the
+// cloud node labelled as the control plane the overlays pin the server to,
+// kube-apiserver restarted with the route's flags, `kubectl apply -k`, then
+// the wait for the server and every edge node's agent Ready.
+//
+// Routes here: egress-selector and iptables. The DNS route needs a resolver
+// for kube-apiserver (dnsmasq reading the records) and is not wired yet.
+
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { REPO_ROOT } from '../local-tunnel.js';
+import type { ClusterBinaries } from './binaries.js';
+import { restartAPIServer } from './control-plane.js';
+import { privatePath } from './holder.js';
+import { imageBaseName, LOCAL_IMAGE } from './images.js';
+import { kubectl, mustKubectl, waitFor } from './kubectl.js';
+import { STATE_DIR, writeState, type ClusterState } from './state.js';
+import { CLOUD, NODES, type NodeSpec } from './topology.js';
+
+export const ROUTES = ['egress-selector', 'iptables'] as const;
+export type Route = (typeof ROUTES)[number];
+
+export function isRoute(value: string): value is Route {
+  return (ROUTES as readonly string[]).includes(value);
+}
+
+const EGRESS_CONFIG = '/etc/kubernetes/egress-selector-configuration.yaml';
+
+/** kube-apiserver's flags for `route` (manifests/README.md step 6), after the files they name are in place. */
+function prepareAPIServer(route: Route): string[] {
+  switch (route) {
+    case 'egress-selector':
+      copyFileSync(
+        join(REPO_ROOT, 'manifests/overlays/egress-selector/kube-apiserver/egress-selector-grpc.yaml'),
+        join(privatePath(CLOUD.name, '/etc/kubernetes'), 'egress-selector-configuration.yaml'),
+      );
+      return [`--egress-selector-config-file=${EGRESS_CONFIG}`];
+    case 'iptables':
+      // The tunnel ends TLS for every edge kubelet: kube-apiserver must not verify kubelet certificates.
+      return ['--kubelet-certificate-authority='];
+  }
+}
+
+/** The user's kustomization of manifests/README.md step 2, in the state folder (kustomize wants relative paths). */
+function writeKustomization(route: Route): string {
+  const dir = join(STATE_DIR, 'deploy', route);
+  mkdirSync(dir, { recursive: true });
+  const overlay = relative(dir, join(REPO_ROOT, 'manifests/overlays', route));
+  const tag = LOCAL_IMAGE.slice(LOCAL_IMAGE.lastIndexOf(':') + 1);
+  writeFileSync(
+    join(dir, 'kustomization.yaml'),
+    [
+      'apiVersion: kustomize.config.k8s.io/v1beta1',
+      'kind: Kustomization',
+      'resources:',
+      `- ${overlay}`,
+      'images:',
+      '- name: yurt-tunnel',
+      `  newName: ${imageBaseName(LOCAL_IMAGE)}`,
+      `  newTag: ${tag}`,
+      '',
+    ].join('\n'),
+  );
+  return dir;
+}
+
+interface PodList {
+  items: {
+    metadata: { name: string; namespace: string };
+    spec: { nodeName?: string };
+    status: {
+      phase?: string;
+      conditions?: { type: string; status: string }[];
+      containerStatuses?: { name: string; ready: boolean; restartCount: number; state?: object }[];
+    };
+  }[];
+}
+
+const ready = (p: PodList['items'][number]): boolean => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+async function tunnelPods(): Promise<PodList['items']> {
+  const r = await kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app in (yurt-tunnel-server,yurt-tunnel-agent)', '-o', 'json']);
+  return r.code === 0 ? (JSON.parse(r.stdout) as PodList).items : [];
+}
+
+/** The last lines a pod's container wrote, read from its node's /var/log/pods (kubectl logs cannot reach an edge node without the tunnel). */
+function podLogTail(node: string, namespace: string, pod: string, lines = 8): string {
+  const root = privatePath(node, '/var/log/pods');
+  const dir = existsSync(root) ? readdirSync(root).find((d) => d.startsWith(`${namespace}_${pod}_`)) : undefined;
+  if (dir === undefined) return '(no log)';
+  const out: string[] = [];
+  for (const container of readdirSync(join(root, dir))) {
+    for (const file of readdirSync(join(root, dir, container)).sort()) {
+      const text = readFileSync(join(root, dir, container, file), 'utf8')
+        .trimEnd()
+        .split('\n')
+        .slice(-lines);
+      out.push(`  ${container}/${file}:`, ...text.map((l) => `    ${l.replace(/^\S+ std(out|err) [FP] /, '')}`));
+    }
+  }
+  return out.join('\n');
+}
+
+async function describeTunnelPods(): Promise<string> {
+  const pods = await tunnelPods();
+  if (pods.length === 0) return 'no server or agent pod';
+  return pods
+    .map((p) => {
+      const containers = (p.status.containerStatuses ?? [])
+        .map((c) => `${c.name} ready=${c.ready} restarts=${c.restartCount} ${JSON.stringify(c.state)}`)
+        .join('; ');
+      return `${p.metadata.name} on ${p.spec.nodeName ?? '?'}: ${p.status.phase ?? '?'} ${containers}\n${p.spec.nodeName === undefined ? '' : podLogTail(p.spec.nodeName, p.metadata.namespace, p.metadata.name)}`;
+    })
+    .join('\n');
+}
+
+export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, timeoutMs = 240_000): Promise<void> {
+  const cloud = state.nodes.find((n) => n.name === CLOUD.name);
+  if (cloud === undefined) throw new Error('no cloud node in the state: is the cluster up?');
+  // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
+  await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
+  // Step 6, before the apply: kube-apiserver with the route's flags.
+  await restartAPIServer(state, cloud, bins, prepareAPIServer(route));
+  // Steps 2 and 4.
+  const dir = writeKustomization(route);
+  await mustKubectl(['apply', '--dry-run=server', '-k', dir]);
+  await mustKubectl(['apply', '-k', dir]);
+  state.route = route;
+  writeState(state);
+  // Step 7: the server and one agent per edge node Ready.
+  const edges: NodeSpec[] = NODES.filter((n) => n.role === 'edge');
+  await waitFor(
+    `the ${route} route's server and agents Ready`,
+    timeoutMs,
+    async () => {
+      const pods = await tunnelPods();
+      const server = pods.some((p) => p.metadata.name.startsWith('yurt-tunnel-server-') && ready(p));
+      const agents = edges.every((e) => pods.some((p) => p.metadata.name.startsWith('yurt-tunnel-agent-') && p.spec.nodeName === e.name && ready(p)));
+      return server && agents ? true : undefined;
+    },
+    async () => `${await describeTunnelPods()}\n${(await kubectl(['get', 'csr'])).stdout}`,
+  );
+}
