@@ -2,7 +2,7 @@
 // reads them: the control plane's under <state>/pki (the cloud node's mount
 // namespace sees the state folder as the root does), and each node's in its
 // private folders, laid out as on a kubeadm node: /etc/kubernetes/kubelet.conf
-// naming /var/lib/kubelet/pki/kubelet-client-current.pem (the kubelet's client
+// (the CA inline) naming /var/lib/kubelet/pki/kubelet-client-current.pem (the kubelet's client
 // certificate and key, CN system:node:<name>, O system:nodes; root-only),
 // /etc/kubernetes/pki/ca.crt, a serving certificate with the node's address as
 // SAN, and kube-proxy.conf.
@@ -80,12 +80,13 @@ export function writeNodePKI(spec: NodeSpec): void {
   const kubeletPKI = join(privatePath(spec.name, '/var/lib/kubelet'), 'pki');
   mkdirSync(kubeletPKI, { recursive: true, mode: 0o700 });
   writeFileSync(join(kubeletPKI, 'kubelet-client-current.pem'), client.cert + client.key, { mode: 0o600 });
-  writeFileSync(join(etc, 'kubelet.conf'), fileKubeconfig(APISERVER_URL, NODE_FILES.ca, NODE_FILES.clientPEM, NODE_FILES.clientPEM), { mode: 0o600 });
+  // As kubeadm writes it: the CA inline, the client certificate and key by path (the kubelet rotates that file).
+  writeFileSync(join(etc, 'kubelet.conf'), kubeletKubeconfig(APISERVER_URL, ca.cert, NODE_FILES.clientPEM), { mode: 0o600 });
   const proxy = issueCertificate(ca, { commonName: 'system:kube-proxy', usages: ['clientAuth'] });
   writeFileSync(join(etc, 'kube-proxy.conf'), kubeconfigYAML(APISERVER_URL, ca.cert, proxy, 'yurt-tunnel-cluster'), { mode: 0o600 });
 }
 
-function fileKubeconfig(server: string, ca: string, cert: string, key: string): string {
+function kubeletKubeconfig(server: string, ca: string, pem: string): string {
   return [
     'apiVersion: v1',
     'kind: Config',
@@ -93,12 +94,12 @@ function fileKubeconfig(server: string, ca: string, cert: string, key: string): 
     '- name: default-cluster',
     '  cluster:',
     `    server: ${server}`,
-    `    certificate-authority: ${ca}`,
+    `    certificate-authority-data: ${Buffer.from(ca).toString('base64')}`,
     'users:',
     '- name: default-auth',
     '  user:',
-    `    client-certificate: ${cert}`,
-    `    client-key: ${key}`,
+    `    client-certificate: ${pem}`,
+    `    client-key: ${pem}`,
     'contexts:',
     '- name: default-context',
     '  context:',

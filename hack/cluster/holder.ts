@@ -16,12 +16,16 @@ import { run, type RunOptions } from '../image.js';
 import { LOG_DIR, nodeDir, writeState, type ClusterState, type NodeState, type ProcessState } from './state.js';
 import type { NodeSpec } from './topology.js';
 
-/** The paths each node has to itself, and the folder name that holds them under its node folder. */
+/**
+ * The paths each node has to itself, and the folder name that holds them under
+ * its node folder. All of /var/lib, so that any hostPath there (the tunnel's
+ * certificate folders, /var/lib/kubelet) is the node's own and never the
+ * machine's; of /etc and /run only what a node owns.
+ */
 export const PRIVATE_PATHS: Record<string, string> = {
   '/etc/kubernetes': 'etc-kubernetes',
   '/etc/cni/net.d': 'etc-cni-net.d',
-  '/var/lib/kubelet': 'var-lib-kubelet',
-  '/var/lib/cni': 'var-lib-cni',
+  '/var/lib': 'var-lib',
   '/run/containerd': 'run-containerd',
   // containerd's CRI bind-mounts pod network namespaces here: kept out of the root's /run/netns.
   '/run/netns': 'run-netns',
@@ -30,17 +34,17 @@ export const PRIVATE_PATHS: Record<string, string> = {
 };
 
 /**
- * Paths on a tmpfs of the node's own instead: containerd's images and
- * snapshots (about 600 MB a node with our image), freed at once when the
- * node's mount namespace ends, where deleting them from disk took 35 s.
+ * Mounted inside the private ones, each a tmpfs of the node's own: containerd's
+ * images and snapshots (about 600 MB a node with our image), freed at once when
+ * the node's mount namespace ends, where deleting them from disk took 35 s.
  */
 const TMPFS_PATHS = ['/var/lib/containerd'];
 
-/** Where `path` (one of PRIVATE_PATHS) of `node` is, seen from the root mount namespace. */
+/** Where `path` (a node-private path or one below it) of `node` is, seen from the root mount namespace. */
 export function privatePath(node: string, path: string): string {
-  const name = PRIVATE_PATHS[path];
-  if (name === undefined) throw new TypeError(`${path} is not a node-private path`);
-  return join(nodeDir(node), name);
+  const top = Object.keys(PRIVATE_PATHS).find((p) => path === p || path.startsWith(`${p}/`));
+  if (top === undefined) throw new TypeError(`${path} is not below a node-private path`);
+  return join(nodeDir(node), PRIVATE_PATHS[top]!, path.slice(top.length));
 }
 
 function nsLink(pid: number, kind: 'mnt' | 'net'): string {
@@ -49,7 +53,7 @@ function nsLink(pid: number, kind: 'mnt' | 'net'): string {
 
 /** Makes the mount points missing in the root file system (recorded, so that `down` removes them). */
 function ensureMountPoints(state: ClusterState): void {
-  for (const path of [...Object.keys(PRIVATE_PATHS), ...TMPFS_PATHS]) {
+  for (const path of Object.keys(PRIVATE_PATHS)) {
     if (existsSync(path)) continue;
     // Record the topmost folder made, so that `down` removes what it made and nothing more.
     let top = path;
@@ -61,11 +65,11 @@ function ensureMountPoints(state: ClusterState): void {
 }
 
 /** Starts the holder of `spec`'s mount namespace and records it in `state`. */
-export async function startHolder(state: ClusterState, spec: NodeSpec, extraBinds: Record<string, string> = {}): Promise<NodeState> {
+export async function startHolder(state: ClusterState, spec: NodeSpec): Promise<NodeState> {
   ensureMountPoints(state);
   const binds: [string, string][] = Object.keys(PRIVATE_PATHS).map((path) => [privatePath(spec.name, path), path]);
-  for (const [target, source] of Object.entries(extraBinds)) binds.push([source, target]);
   for (const [source] of binds) mkdirSync(source, { recursive: true });
+  for (const path of TMPFS_PATHS) mkdirSync(privatePath(spec.name, path), { recursive: true });
   const script = [
     'set -e',
     ...binds.map(([source, target]) => `mount --bind '${source}' '${target}'`),

@@ -1,37 +1,72 @@
 // The local cluster of real parts (hack/cluster, what `npm run cluster -- up`
 // makes), brought up by the same code: three real kubelets Ready with their
-// labels and InternalIPs, a busybox pod Running on each, our image running on
-// a node, edge nodes behind NAT (kube-apiserver reaches the cloud node's
-// kubelet, never an edge node's: the gap the tunnel fills); then `down`, and
-// a check, independent of down's own, that nothing is left.
+// labels and InternalIPs, a busybox pod Running on each (its hostPaths its
+// node's own files, never the machine's), our image running on a node, edge
+// nodes behind NAT (kube-apiserver reaches the cloud node's kubelet, never an
+// edge node's: the gap the tunnel fills); then `down`, and a check,
+// independent of down's own, that nothing is left.
 //
-// Root only (network namespaces, mounts, cgroups). About 60 s with our image's
-// archive cached (CACHE_DIR), 2 min when the image is built first.
+// Root only (network namespaces, mounts, cgroups). About 35-55 s with our
+// image's archive cached (CACHE_DIR), a minute more when the image is built.
 
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { down } from '../../hack/cluster/down.js';
+import { privatePath } from '../../hack/cluster/holder.js';
 import { BUSYBOX_IMAGE, LOCAL_IMAGE } from '../../hack/cluster/images.js';
 import { kubectl, mustKubectl, waitFor } from '../../hack/cluster/kubectl.js';
 import { listNodes } from '../../hack/cluster/nodes.js';
 import { clusterSkipReason } from '../../hack/cluster/requirements.js';
 import { readState, STATE_DIR } from '../../hack/cluster/state.js';
-import { CLOUD, EDGE_LABEL, NODES, PREFIX, ROUTERS } from '../../hack/cluster/topology.js';
+import { CLOUD, NODES, PREFIX, ROUTERS } from '../../hack/cluster/topology.js';
 import { up } from '../../hack/cluster/up.js';
 import { run } from '../../hack/image.js';
 import { NETNS_TOOL, type ProbeResult } from '../support/netns/index.js';
 
 const skip = clusterSkipReason();
 
-function pod(name: string, node: string, image: string, command: string[], restartPolicy = 'Always'): object {
+/** A folder in /var/lib that the pods make through a hostPath: it must land in each node's private /var/lib. */
+const HOSTPATH_DIR = '/var/lib/ytc-hostpath-probe';
+
+interface PodSpec {
+  apiVersion: 'v1';
+  kind: 'Pod';
+  metadata: { name: string; namespace: string };
+  spec: { nodeName: string; restartPolicy: string; containers: object[]; volumes?: object[] };
+}
+
+function pod(name: string, node: string, image: string, command: string[], restartPolicy = 'Always'): PodSpec {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: 'default' },
     spec: { nodeName: node, restartPolicy, containers: [{ name: 'c', image, imagePullPolicy: 'Never', command }] },
   };
+}
+
+/** A busybox pod that copies its node's kubelet.conf (a hostPath file, as the agent mounts it) into a hostPath folder. */
+function hostPathPod(node: string): PodSpec {
+  const script = `echo hello from ${node}; cp /kubelet.conf /out/kubelet.conf; echo ${node} > /out/node; exec sleep 3600`;
+  const p = pod(`bb-${node}`, node, BUSYBOX_IMAGE, ['sh', '-c', script]);
+  p.spec.containers = [
+    {
+      name: 'c',
+      image: BUSYBOX_IMAGE,
+      imagePullPolicy: 'Never',
+      command: ['sh', '-c', script],
+      volumeMounts: [
+        { name: 'conf', mountPath: '/kubelet.conf', readOnly: true },
+        { name: 'out', mountPath: '/out' },
+      ],
+    },
+  ];
+  p.spec.volumes = [
+    { name: 'conf', hostPath: { path: '/etc/kubernetes/kubelet.conf', type: 'File' } },
+    { name: 'out', hostPath: { path: HOSTPATH_DIR, type: 'DirectoryOrCreate' } },
+  ];
+  return p;
 }
 
 interface PodStatus {
@@ -48,6 +83,13 @@ async function podStatus(name: string): Promise<PodStatus> {
 async function probeFrom(netns: string, host: string, port: number): Promise<ProbeResult> {
   const out = await run('nsenter', [`--net=/run/netns/${netns}`, '--', process.execPath, NETNS_TOOL, 'probe', host, String(port)]);
   return JSON.parse(out) as ProbeResult;
+}
+
+const escape = (ip: string): string => ip.replaceAll('.', '\\.');
+
+/** The entries of the root file system's folders a node has private parts of (nothing may be added there). */
+function rootListing(): string[] {
+  return ['/etc', '/var/lib', '/var/log', '/run'].flatMap((dir) => readdirSync(dir).map((name) => join(dir, name)));
 }
 
 /** What of the cluster is left on this machine, looked up afresh (not through down's own check). */
@@ -67,8 +109,7 @@ function leftOnMachine(pidsBefore: Set<string>): string[] {
   }
   for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
     const at = line.split(' ')[4] ?? '';
-    if (at.startsWith(STATE_DIR) || ['/var/lib/kubelet', '/var/lib/containerd', '/run/containerd', '/etc/kubernetes'].some((p) => at.startsWith(p)))
-      left.push(`mount ${at}`);
+    if ([STATE_DIR, '/var/lib/kubelet', '/var/lib/containerd', '/run/containerd', '/etc/kubernetes'].some((p) => at.startsWith(p))) left.push(`mount ${at}`);
   }
   for (const h of readdirSync('/sys/fs/cgroup')) {
     for (const node of NODES) if (existsSync(join('/sys/fs/cgroup', h, `${PREFIX}${node.name}`))) left.push(`cgroup ${h}/${PREFIX}${node.name}`);
@@ -77,13 +118,16 @@ function leftOnMachine(pidsBefore: Set<string>): string[] {
   return left;
 }
 
+const byName = <T extends { name: string }>(a: T, b: T): number => a.name.localeCompare(b.name);
+
 test(
-  'a real cluster: three kubelets Ready, pods on each, edge nodes behind NAT, our image runs, down leaves nothing',
+  'a real cluster: three kubelets, pods on each, edges behind NAT, our image runs, down leaves nothing',
   { skip, timeout: 600_000 },
   async (t: TestContext) => {
     // Never take down a cluster someone brought up by hand.
     assert.equal(readState(), undefined, `a cluster is already up (${STATE_DIR}): \`npm run cluster -- down\` first`);
     const pidsBefore = new Set(readdirSync('/proc').filter((p) => /^\d+$/.test(p)));
+    const listingBefore = rootListing();
     const started = Date.now();
     let tornDown = false;
     t.after(async () => {
@@ -92,27 +136,15 @@ test(
     await up({ progress: (line) => t.diagnostic(line) });
     t.diagnostic(`up in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
-    await t.test('three nodes Ready, labelled, with their own InternalIPs', async () => {
-      const nodes = await listNodes();
+    await t.test('three nodes Ready, labelled edge or not, with their own InternalIPs', async () => {
       assert.deepEqual(
-        nodes.map((n) => ({ ...n })).sort((a, b) => a.name.localeCompare(b.name)),
-        NODES.map((s) => ({ name: s.name, ready: true, edge: s.role === 'edge' ? 'true' : 'false', internalIP: s.address })).sort((a, b) =>
-          a.name.localeCompare(b.name),
-        ),
-      );
-      assert.ok(
-        nodes.every((n) => n.internalIP !== undefined),
-        EDGE_LABEL,
+        (await listNodes()).sort(byName),
+        NODES.map((s) => ({ name: s.name, ready: true, edge: s.role === 'edge' ? 'true' : 'false', internalIP: s.address })).sort(byName),
       );
     });
 
     await t.test('a busybox pod Running on every node; our image runs yurt-tunnel-agent --help', async () => {
-      for (const node of NODES) {
-        await mustKubectl(
-          ['apply', '-f', '-'],
-          JSON.stringify(pod(`bb-${node.name}`, node.name, BUSYBOX_IMAGE, ['sh', '-c', `echo hello from ${node.name}; exec sleep 3600`])),
-        );
-      }
+      for (const node of NODES) await mustKubectl(['apply', '-f', '-'], JSON.stringify(hostPathPod(node.name)));
       await mustKubectl(['apply', '-f', '-'], JSON.stringify(pod('ours', CLOUD.name, LOCAL_IMAGE, ['yurt-tunnel-agent', '--help'], 'Never')));
       for (const node of NODES) {
         await waitFor(
@@ -131,12 +163,26 @@ test(
       assert.match(await mustKubectl(['logs', 'ours']), /--tunnelserver-addr/);
     });
 
+    await t.test("a pod's hostPaths are its node's own: its kubelet.conf, and a folder of /var/lib made on that node only", async () => {
+      for (const node of NODES) {
+        const out = privatePath(node.name, HOSTPATH_DIR);
+        await waitFor(`${out}/node`, 30_000, async () => (existsSync(join(out, 'node')) ? true : undefined));
+        assert.equal(readFileSync(join(out, 'node'), 'utf8'), `${node.name}\n`);
+        const conf = readFileSync(join(out, 'kubelet.conf'), 'utf8');
+        assert.equal(conf, readFileSync(privatePath(node.name, '/etc/kubernetes/kubelet.conf'), 'utf8'));
+        // As on a kubeadm node: the CA inline, the client certificate by path (where the agent's manifest mounts it from).
+        assert.match(conf, /certificate-authority-data: /);
+        assert.match(conf, /client-certificate: \/var\/lib\/kubelet\/pki\/kubelet-client-current\.pem/);
+      }
+      assert.equal(existsSync(HOSTPATH_DIR), false, `${HOSTPATH_DIR} was made in the root file system`);
+    });
+
     await t.test('kubectl logs reaches the cloud pod; an edge pod is unreachable (no tunnel yet)', async () => {
       assert.match(await mustKubectl(['logs', `bb-${CLOUD.name}`]), new RegExp(`hello from ${CLOUD.name}`));
       for (const r of ROUTERS) {
         const res = await kubectl(['logs', `bb-${r.edge.name}`]);
         assert.notEqual(res.code, 0);
-        assert.match(res.stderr, new RegExp(`dial tcp ${r.edge.address.replaceAll('.', '\\.')}:10250: connect: network is unreachable`));
+        assert.match(res.stderr, new RegExp(`dial tcp ${escape(r.edge.address)}:10250: connect: network is unreachable`));
       }
     });
 
@@ -147,8 +193,10 @@ test(
       // The edge nodes' kubelets and kube-proxies talk to kube-apiserver through their router: it masquerades them.
       for (const r of ROUTERS) {
         const conntrack = await run('nsenter', [`--net=/run/netns/${r.netns}`, '--', 'conntrack', '-L', '-p', 'tcp', '--dport', '6443']);
-        const esc = (ip: string): string => ip.replaceAll('.', '\\.');
-        assert.match(conntrack, new RegExp(`src=${esc(r.edge.address)} dst=${esc(CLOUD.address)} .*src=${esc(CLOUD.address)} dst=${esc(r.uplink.router)} `));
+        assert.match(
+          conntrack,
+          new RegExp(`src=${escape(r.edge.address)} dst=${escape(CLOUD.address)} .*src=${escape(CLOUD.address)} dst=${escape(r.uplink.router)} `),
+        );
       }
     });
 
@@ -159,6 +207,11 @@ test(
       t.diagnostic(`down in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       assert.deepEqual(result, { wasUp: true, left: [] });
       assert.deepEqual(leftOnMachine(pidsBefore), []);
+      // xtables.lock: iptables makes it on first use, whoever runs it (other tests too).
+      assert.deepEqual(
+        rootListing().filter((p) => !listingBefore.includes(p) && p !== '/run/xtables.lock'),
+        [],
+      );
       assert.deepEqual(await down(), { wasUp: false, left: [] });
     });
   },
