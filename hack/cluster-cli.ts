@@ -3,19 +3,20 @@
 // nodes behind NAT routers, with our image imported on every node and, given
 // a route, our manifests deployed on it (hack/cluster/up.ts says what `up` makes).
 
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isRoute, ROUTES, type Route } from './cluster/deploy.js';
 import { down } from './cluster/down.js';
 import { statusText } from './cluster/status.js';
 import { AlreadyUpError, up } from './cluster/up.js';
 
-const USAGE = `usage: npm run cluster -- up [--route ${ROUTES.join('|')}] | down | status`;
+const USAGE = `usage: npm run cluster -- up [--route ${ROUTES.join('|')} [--manifests DIR]] | down | status`;
 
 async function main(): Promise<number> {
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
   let parsed;
   try {
-    parsed = parseArgs({ allowPositionals: true, options: { route: { type: 'string' } } });
+    parsed = parseArgs({ allowPositionals: true, options: { route: { type: 'string' }, manifests: { type: 'string' } } });
   } catch (err: unknown) {
     log(`${(err as Error).message}\n${USAGE}`);
     return 2;
@@ -23,14 +24,14 @@ async function main(): Promise<number> {
   const { positionals, values } = parsed;
   let route: Route | undefined;
   if (values.route !== undefined && positionals[0] === 'up' && isRoute(values.route)) route = values.route;
-  if (positionals.length !== 1 || (values.route !== undefined && route === undefined)) {
+  if (positionals.length !== 1 || (values.route !== undefined && route === undefined) || (values.manifests !== undefined && route === undefined)) {
     log(USAGE);
     return 2;
   }
   switch (positionals[0]) {
     case 'up':
       try {
-        await up({ progress: log, route });
+        await up({ progress: log, route, manifests: values.manifests === undefined ? undefined : resolve(values.manifests) });
       } catch (err: unknown) {
         log(`up failed: ${(err as Error).message}`);
         if (!(err instanceof AlreadyUpError)) log('what was made stays for a look (npm run cluster -- status); `npm run cluster -- down` removes it');

@@ -37,7 +37,7 @@ export function makeCgroupRoot(state: ClusterState, node: string): void {
   }
 }
 
-/** Every process in `dir` and the cgroups below it (the kubelet may remove a cgroup while we read). */
+/** Every process in `dir` and the cgroups below it (the kubelet may remove one while we read). */
 export function cgroupPids(dir: string): number[] {
   let pids: number[];
   let subs: string[];
@@ -50,7 +50,8 @@ export function cgroupPids(dir: string): number[] {
       .filter((e) => e.isDirectory())
       .map((e) => join(dir, e.name));
   } catch (err: unknown) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    // Gone meanwhile (ENOENT), or being removed (ENODEV).
+    if (['ENOENT', 'ENODEV'].includes((err as NodeJS.ErrnoException).code ?? '')) return [];
     throw err;
   }
   for (const sub of subs) pids.push(...cgroupPids(sub));

@@ -29,11 +29,11 @@ export function isRoute(value: string): value is Route {
 const EGRESS_CONFIG = '/etc/kubernetes/egress-selector-configuration.yaml';
 
 /** kube-apiserver's flags for `route` (manifests/README.md step 6), after the files they name are in place. */
-function prepareAPIServer(route: Route): string[] {
+function prepareAPIServer(route: Route, manifests: string): string[] {
   switch (route) {
     case 'egress-selector':
       copyFileSync(
-        join(REPO_ROOT, 'manifests/overlays/egress-selector/kube-apiserver/egress-selector-grpc.yaml'),
+        join(manifests, 'overlays/egress-selector/kube-apiserver/egress-selector-grpc.yaml'),
         join(privatePath(CLOUD.name, '/etc/kubernetes'), 'egress-selector-configuration.yaml'),
       );
       return [`--egress-selector-config-file=${EGRESS_CONFIG}`];
@@ -44,10 +44,10 @@ function prepareAPIServer(route: Route): string[] {
 }
 
 /** The user's kustomization of manifests/README.md step 2, in the state folder (kustomize wants relative paths). */
-function writeKustomization(route: Route): string {
+function writeKustomization(route: Route, manifests: string): string {
   const dir = join(STATE_DIR, 'deploy', route);
   mkdirSync(dir, { recursive: true });
-  const overlay = relative(dir, join(REPO_ROOT, 'manifests/overlays', route));
+  const overlay = relative(dir, join(manifests, 'overlays', route));
   const tag = LOCAL_IMAGE.slice(LOCAL_IMAGE.lastIndexOf(':') + 1);
   writeFileSync(
     join(dir, 'kustomization.yaml'),
@@ -116,15 +116,18 @@ async function describeTunnelPods(): Promise<string> {
     .join('\n');
 }
 
-export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, timeoutMs = 240_000): Promise<void> {
+/** The repository's manifests, or another checkout's (`up --manifests DIR`: e.g. a branch's, on this cluster). */
+export const DEFAULT_MANIFESTS = join(REPO_ROOT, 'manifests');
+
+export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, manifests = DEFAULT_MANIFESTS, timeoutMs = 240_000): Promise<void> {
   const cloud = state.nodes.find((n) => n.name === CLOUD.name);
   if (cloud === undefined) throw new Error('no cloud node in the state: is the cluster up?');
   // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
   await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
   // Step 6, before the apply: kube-apiserver with the route's flags.
-  await restartAPIServer(state, cloud, bins, prepareAPIServer(route));
+  await restartAPIServer(state, cloud, bins, prepareAPIServer(route, manifests));
   // Steps 2 and 4.
-  const dir = writeKustomization(route);
+  const dir = writeKustomization(route, manifests);
   await mustKubectl(['apply', '--dry-run=server', '-k', dir]);
   await mustKubectl(['apply', '-k', dir]);
   state.route = route;

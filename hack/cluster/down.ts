@@ -80,7 +80,14 @@ export async function down(progress: (line: string) => void = () => undefined): 
   for (const m of mountsUnder([STATE_DIR, ...(state?.mountPoints ?? [])]).reverse()) {
     await run('umount', ['-l', m.split(' ')[4]!]).catch((err: unknown) => progress((err as Error).message));
   }
-  if (mountsUnder([STATE_DIR]).length === 0) rmSync(STATE_DIR, { recursive: true, force: true });
+  if (mountsUnder([STATE_DIR]).length === 0) {
+    try {
+      rmSync(STATE_DIR, { recursive: true, force: true, maxRetries: 3 });
+    } catch (err: unknown) {
+      // Reported below as a folder left; a second down tries again.
+      progress(`${STATE_DIR} not removed: ${(err as Error).message}`);
+    }
+  }
   progress(`files removed (${since()})`);
   for (const dir of [...(state?.mountPoints ?? [])].reverse()) {
     try {

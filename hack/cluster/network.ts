@@ -4,7 +4,7 @@
 
 import { run } from '../image.js';
 import { writeState, type ClusterState } from './state.js';
-import { CLOUD, CLOUD_ADDRESS, ROUTERS, SERVICE_CIDR } from './topology.js';
+import { CLOUD, CLOUD_ADDRESS, ROUTERS } from './topology.js';
 
 const ip = (netns: string, ...args: string[]): Promise<string> => run('ip', ['-n', netns, ...args]);
 
@@ -34,9 +34,7 @@ export async function makeNetworks(state: ClusterState): Promise<void> {
   await addNetns(state, CLOUD.netns);
   // The cloud's own address (kube-apiserver's and the cloud node's), on its loopback: no dummy links here.
   await ip(CLOUD.netns, 'addr', 'add', `${CLOUD_ADDRESS}/32`, 'dev', 'lo');
-  // No default route here (it would lead to the edges): the Service CIDR needs one of its own, or a host-network
-  // process dialling a ClusterIP gets ENETUNREACH before kube-proxy's DNAT in OUTPUT can rewrite it.
-  await ip(CLOUD.netns, 'route', 'add', SERVICE_CIDR, 'dev', 'lo');
+
   for (const [i, r] of ROUTERS.entries()) {
     await addNetns(state, r.netns);
     await addNetns(state, r.edge.netns);
@@ -51,5 +49,25 @@ export async function makeNetworks(state: ClusterState): Promise<void> {
     await ip(r.netns, 'route', 'add', 'default', 'via', r.uplink.cloud);
     await ip(r.edge.netns, 'route', 'add', 'default', 'via', r.lan.router);
     await inNetns(r.netns, 'iptables', ['-t', 'nat', '-A', 'POSTROUTING', '-o', 'uplink', '-j', 'MASQUERADE']);
+    // As a NAT router does: nothing new comes in from outside (rejected, so that a caller learns it at once).
+    await inNetns(r.netns, 'iptables', [
+      '-A',
+      'FORWARD',
+      '-i',
+      'uplink',
+      '-m',
+      'conntrack',
+      '--ctstate',
+      'NEW',
+      '-j',
+      'REJECT',
+      '--reject-with',
+      'icmp-host-prohibited',
+    ]);
   }
+  // A default route, as every real host has: a connection must get past routing to reach the OUTPUT chain, where
+  // kube-proxy's DNAT (a host-network pod dialling a ClusterIP) and the iptables route's DNAT (kube-apiserver
+  // dialling an edge kubelet) rewrite it. Without one both failed with ENETUNREACH before any rule applied. What
+  // is not rewritten goes to the first router, which rejects it: the cloud still never reaches an edge node.
+  await ip(CLOUD.netns, 'route', 'add', 'default', 'via', ROUTERS[0]!.uplink.router);
 }

@@ -6,8 +6,11 @@
 //     ├─ 172.30.1.0/30 ─ ytc-router-1 (MASQUERADE) ─ 192.168.11.0/24 ─ ytc-edge-1 (.10: node "edge-1")
 //     └─ 172.30.2.0/30 ─ ytc-router-2 (MASQUERADE) ─ 192.168.12.0/24 ─ ytc-edge-2 (.10: node "edge-2")
 //
-// The cloud namespace has no route to 192.168.0.0/16: an edge node reaches the
-// cloud, the cloud never reaches an edge node (the gap the tunnel fills).
+// Each router masquerades what its edge sends out and rejects every new
+// connection from outside (icmp-host-prohibited): an edge node reaches the
+// cloud, the cloud never reaches an edge node (the gap the tunnel fills). The
+// cloud's default route leads to ytc-router-1, which rejects what is not its
+// edge's answer.
 
 export const PREFIX = 'ytc-';
 

@@ -23,6 +23,8 @@ import { ALL_NETNS, CLOUD, NODES } from './topology.js';
 export interface UpOptions {
   /** Deploy our manifests on this route once every node is Ready; none: the bare cluster. */
   route?: Route;
+  /** The manifests folder deployed (default: this repository's). */
+  manifests?: string;
   /** Progress lines (one per step, with its time). */
   progress?: (line: string) => void;
   /** Where the commands' output goes (image build, ...); kept and shown only on failure by default. */
@@ -82,6 +84,7 @@ export async function up(opts: UpOptions = {}): Promise<void> {
   await step('our image imported on every node', () => Promise.all(nodes.map((n) => importImage(n, archive, imageBaseName(LOCAL_IMAGE)))));
   await step('every node Ready', () => waitNodesReady(NODES, 180_000));
   const route = opts.route;
-  if (route !== undefined) await step(`our manifests deployed on the ${route} route, server and agents Ready`, () => deploy(state, route, bins));
+  if (route !== undefined)
+    await step(`our manifests deployed on the ${route} route, server and agents Ready`, () => deploy(state, route, bins, opts.manifests));
   progress(`up in ${((Date.now() - started) / 1000).toFixed(1)} s (${STATE_DIR}; cloud namespace ${CLOUD.netns})`);
 }
