@@ -1,16 +1,21 @@
-// npm run cluster -- up [--route egress-selector|iptables] | down | status: a
-// local Kubernetes cluster of real kubelets in network namespaces, two edge
-// nodes behind NAT routers, with our image imported on every node and, given
-// a route, our manifests deployed on it (hack/cluster/up.ts says what `up` makes).
+// npm run cluster -- up [--route egress-selector|iptables] | deploy --route ... |
+// down | status: a local Kubernetes cluster of real kubelets in network
+// namespaces, two edge nodes behind NAT routers, with our image imported on
+// every node and, given a route, our manifests deployed on it (`deploy`
+// switches a running cluster to another route). hack/cluster/up.ts says what
+// `up` makes.
 
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { isRoute, ROUTES, type Route } from './cluster/deploy.js';
+import { findClusterBinaries } from './cluster/binaries.js';
+import { deploy, isRoute, ROUTES, type Route } from './cluster/deploy.js';
 import { down } from './cluster/down.js';
+import { readState } from './cluster/state.js';
 import { statusText } from './cluster/status.js';
 import { AlreadyUpError, up } from './cluster/up.js';
 
-const USAGE = `usage: npm run cluster -- up [--route ${ROUTES.join('|')} [--manifests DIR]] | down | status`;
+const ROUTE = `--route ${ROUTES.join('|')} [--manifests DIR]`;
+const USAGE = `usage: npm run cluster -- up [${ROUTE}] | deploy ${ROUTE} | down | status`;
 
 async function main(): Promise<number> {
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
@@ -22,16 +27,24 @@ async function main(): Promise<number> {
     return 2;
   }
   const { positionals, values } = parsed;
+  const command = positionals[0];
+  const takesRoute = command === 'up' || command === 'deploy';
   let route: Route | undefined;
-  if (values.route !== undefined && positionals[0] === 'up' && isRoute(values.route)) route = values.route;
-  if (positionals.length !== 1 || (values.route !== undefined && route === undefined) || (values.manifests !== undefined && route === undefined)) {
+  if (values.route !== undefined && takesRoute && isRoute(values.route)) route = values.route;
+  const manifests = values.manifests === undefined ? undefined : resolve(values.manifests);
+  if (
+    positionals.length !== 1 ||
+    (values.route !== undefined && route === undefined) ||
+    (values.manifests !== undefined && route === undefined) ||
+    (command === 'deploy' && route === undefined)
+  ) {
     log(USAGE);
     return 2;
   }
-  switch (positionals[0]) {
+  switch (command) {
     case 'up':
       try {
-        await up({ progress: log, route, manifests: values.manifests === undefined ? undefined : resolve(values.manifests) });
+        await up({ progress: log, route, manifests });
       } catch (err: unknown) {
         log(`up failed: ${(err as Error).message}`);
         if (!(err instanceof AlreadyUpError)) log('what was made stays for a look (npm run cluster -- status); `npm run cluster -- down` removes it');
@@ -39,6 +52,28 @@ async function main(): Promise<number> {
       }
       process.stdout.write((await statusText()).text);
       return 0;
+    case 'deploy': {
+      const state = readState();
+      const bins = findClusterBinaries();
+      if (state === undefined) {
+        log('the cluster is not up: `npm run cluster -- up` first');
+        return 1;
+      }
+      if ('missing' in bins) {
+        log(bins.missing);
+        return 1;
+      }
+      if (route === undefined) return 2;
+      const t0 = Date.now();
+      try {
+        await deploy(state, route, bins, manifests);
+      } catch (err: unknown) {
+        log(`deploy failed: ${(err as Error).message}`);
+        return 1;
+      }
+      log(`deployed on the ${route} route in ${((Date.now() - t0) / 1000).toFixed(1)} s: server and agents Ready`);
+      return 0;
+    }
     case 'down': {
       const t0 = Date.now();
       const result = await down(log);

@@ -119,9 +119,14 @@ async function describeTunnelPods(): Promise<string> {
 /** The repository's manifests, or another checkout's (`up --manifests DIR`: e.g. a branch's, on this cluster). */
 export const DEFAULT_MANIFESTS = join(REPO_ROOT, 'manifests');
 
+/**
+ * Deploys on `route`, replacing what an earlier deploy left (`npm run cluster -- deploy`
+ * reconfigures a running cluster: each route on the same cluster, one after the other).
+ */
 export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, manifests = DEFAULT_MANIFESTS, timeoutMs = 240_000): Promise<void> {
   const cloud = state.nodes.find((n) => n.name === CLOUD.name);
   if (cloud === undefined) throw new Error('no cloud node in the state: is the cluster up?');
+  if (state.route !== undefined) await undeploy(state);
   // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
   await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
   // Step 6, before the apply: kube-apiserver with the route's flags.
@@ -145,4 +150,13 @@ export async function deploy(state: ClusterState, route: Route, bins: ClusterBin
     },
     async () => `${await describeTunnelPods()}\n${(await kubectl(['get', 'csr'])).stdout}`,
   );
+}
+
+/** Deletes what the last deploy applied and waits for its pods to end (the server removes its iptables rules as it stops). */
+export async function undeploy(state: ClusterState): Promise<void> {
+  if (state.route === undefined) return;
+  await mustKubectl(['delete', '-k', join(STATE_DIR, 'deploy', state.route), '--ignore-not-found', '--wait=true', '--timeout=120s']);
+  await waitFor('the old server and agent pods gone', 120_000, async () => ((await tunnelPods()).length === 0 ? true : undefined), describeTunnelPods);
+  delete state.route;
+  writeState(state);
 }
