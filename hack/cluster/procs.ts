@@ -69,17 +69,37 @@ export interface StopResult {
   stuck: number[];
 }
 
+/** The order of SIGTERM: everything else, then kube-apiserver, then etcd (each step waits for the one before). */
+const LAST = ['kube-apiserver', 'etcd'];
+/** Stopped with SIGKILL at once: kube-scheduler v1.24 with --leader-elect=false stops serving on SIGTERM, then hangs. */
+const KILL_AT_ONCE = ['kube-scheduler'];
+
 /**
  * SIGKILL to the pods' processes (a container's pid 1 often ignores SIGTERM,
- * and nothing in them needs a goodbye), SIGTERM to the cluster's own, SIGKILL
- * after `graceMs` to what is left.
+ * and nothing in them needs a goodbye); SIGTERM to the cluster's own in LAST's
+ * order: kube-apiserver's goodbye (its endpoint out of the `kubernetes`
+ * Service) writes to etcd, and kube-scheduler's talks to kube-apiserver; each
+ * waited in vain when all stopped at once. SIGKILL to what outlives `graceMs`
+ * at any step.
  */
 export async function stopAll(state: ClusterState, graceMs = 5000): Promise<StopResult> {
+  const pidsOf = (name: string): Set<number> => new Set(state.nodes.flatMap((n) => n.processes.filter((p) => p.name === name).map((p) => p.pid)));
   for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) signal(pid, 'SIGKILL');
-  for (const pid of clusterPids(state)) signal(pid, 'SIGTERM');
-  const deadline = Date.now() + graceMs;
-  while (clusterPids(state).length > 0 && Date.now() < deadline) await sleep(100);
-  const killed = clusterPids(state).map((pid) => `${commandName(pid)}:${pid}`);
+  for (const name of KILL_AT_ONCE) for (const pid of pidsOf(name)) signal(pid, 'SIGKILL');
+  const killed: string[] = [];
+  const terminate = async (pids: () => number[]): Promise<void> => {
+    for (const pid of pids()) signal(pid, 'SIGTERM');
+    const deadline = Date.now() + graceMs;
+    while (pids().length > 0 && Date.now() < deadline) await sleep(100);
+    for (const pid of pids()) {
+      killed.push(`${commandName(pid)}:${pid}`);
+      signal(pid, 'SIGKILL');
+    }
+  };
+  for (let i = 0; i <= LAST.length; i++) {
+    const later = new Set(LAST.slice(i).flatMap((name) => [...pidsOf(name)]));
+    await terminate(() => clusterPids(state).filter((pid) => !later.has(pid)));
+  }
   // Kill until nothing is left: a shim may start a process while we kill (bounded: 50 rounds).
   for (let round = 0; round < 50; round++) {
     const left = clusterPids(state);
