@@ -60,41 +60,34 @@ function inAssets(name: string): string | undefined {
 
 /** The binaries, or the one reason the tests that need them skip. */
 export function findControlPlane(): ControlPlaneBinaries | { missing: string } {
-  const found = {
-    kubeAPIServer: executable(process.env.TEST_ASSET_KUBE_APISERVER) ?? inAssets('kube-apiserver'),
-    kubeControllerManager: executable(process.env.TEST_ASSET_KUBE_CONTROLLER_MANAGER) ?? inAssets('kube-controller-manager'),
-    etcd: executable(process.env.TEST_ASSET_ETCD) ?? inAssets('etcd') ?? onPath('etcd'),
-    kubectl: executable(process.env.TEST_ASSET_KUBECTL) ?? inAssets('kubectl') ?? onPath('kubectl'),
-  };
-  const hints: string[] = [];
-  const missingAssets = [
-    ['kube-apiserver', found.kubeAPIServer],
-    ['kube-controller-manager', found.kubeControllerManager],
-  ]
-    .filter(([, path]) => path === undefined)
-    .map(([name]) => name);
-  if (missingAssets.length > 0) hints.push(`${missingAssets.join(', ')} (set KUBEBUILDER_ASSETS to their folder)`);
-  if (found.etcd === undefined) hints.push('etcd (apt-get install etcd-server)');
-  if (found.kubectl === undefined) hints.push('kubectl (put it on PATH or in KUBEBUILDER_ASSETS)');
-  // hack/run-tests.mjs accepts a skip only with a reason of this form.
-  if (hints.length > 0) return { missing: `needs a real control plane, not found here: ${hints.join(', ')}` };
-  return found as ControlPlaneBinaries;
+  return find(false) as ControlPlaneBinaries | { missing: string };
 }
 
 /** The control plane's binaries and a node's (kube-scheduler, kubelet, kube-proxy), or the one reason they are missing. */
 export function findClusterBinaries(): ClusterBinaries | { missing: string } {
-  const cp = findControlPlane();
-  const node = {
-    kubeScheduler: executable(process.env.TEST_ASSET_KUBE_SCHEDULER) ?? inAssets('kube-scheduler'),
-    kubelet: executable(process.env.TEST_ASSET_KUBELET) ?? inAssets('kubelet'),
-    kubeProxy: executable(process.env.TEST_ASSET_KUBE_PROXY) ?? inAssets('kube-proxy'),
+  return find(true) as ClusterBinaries | { missing: string };
+}
+
+function find(withNode: boolean): Record<string, string> | { missing: string } {
+  const assets: Record<string, [name: string, path: string | undefined]> = {
+    kubeAPIServer: ['kube-apiserver', executable(process.env.TEST_ASSET_KUBE_APISERVER) ?? inAssets('kube-apiserver')],
+    kubeControllerManager: ['kube-controller-manager', executable(process.env.TEST_ASSET_KUBE_CONTROLLER_MANAGER) ?? inAssets('kube-controller-manager')],
   };
-  const missing = Object.entries({ 'kube-scheduler': node.kubeScheduler, kubelet: node.kubelet, 'kube-proxy': node.kubeProxy })
+  if (withNode) {
+    assets.kubeScheduler = ['kube-scheduler', executable(process.env.TEST_ASSET_KUBE_SCHEDULER) ?? inAssets('kube-scheduler')];
+    assets.kubelet = ['kubelet', executable(process.env.TEST_ASSET_KUBELET) ?? inAssets('kubelet')];
+    assets.kubeProxy = ['kube-proxy', executable(process.env.TEST_ASSET_KUBE_PROXY) ?? inAssets('kube-proxy')];
+  }
+  const etcd = executable(process.env.TEST_ASSET_ETCD) ?? inAssets('etcd') ?? onPath('etcd');
+  const kubectl = executable(process.env.TEST_ASSET_KUBECTL) ?? inAssets('kubectl') ?? onPath('kubectl');
+  const hints: string[] = [];
+  const missingAssets = Object.values(assets)
     .filter(([, path]) => path === undefined)
     .map(([name]) => name);
-  if ('missing' in cp) {
-    return missing.length === 0 ? cp : { missing: `${cp.missing}, ${missing.join(', ')} (set KUBEBUILDER_ASSETS to their folder)` };
-  }
-  if (missing.length > 0) return { missing: `needs a real control plane, not found here: ${missing.join(', ')} (set KUBEBUILDER_ASSETS to their folder)` };
-  return { ...cp, ...(node as { kubeScheduler: string; kubelet: string; kubeProxy: string }) };
+  if (missingAssets.length > 0) hints.push(`${missingAssets.join(', ')} (set KUBEBUILDER_ASSETS to their folder)`);
+  if (etcd === undefined) hints.push('etcd (apt-get install etcd-server)');
+  if (kubectl === undefined) hints.push('kubectl (put it on PATH or in KUBEBUILDER_ASSETS)');
+  // hack/run-tests.mjs accepts a skip only with a reason of this form.
+  if (hints.length > 0) return { missing: `needs a real control plane, not found here: ${hints.join(', ')}` };
+  return { ...Object.fromEntries(Object.entries(assets).map(([key, [, path]]) => [key, path!])), etcd: etcd!, kubectl: kubectl! };
 }
