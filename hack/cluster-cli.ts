@@ -66,7 +66,7 @@ async function main(): Promise<number> {
       if (route === undefined) return 2;
       const t0 = Date.now();
       try {
-        await deploy(state, route, bins, manifests);
+        await deploy(state, route, bins, { manifests, progress: log });
       } catch (err: unknown) {
         log(`deploy failed: ${(err as Error).message}`);
         return 1;

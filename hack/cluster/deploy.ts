@@ -123,25 +123,44 @@ export const DEFAULT_MANIFESTS = join(REPO_ROOT, 'manifests');
  * Deploys on `route`, replacing what an earlier deploy left (`npm run cluster -- deploy`
  * reconfigures a running cluster: each route on the same cluster, one after the other).
  */
-export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, manifests = DEFAULT_MANIFESTS, timeoutMs = 240_000): Promise<void> {
+export interface DeployOptions {
+  /** The manifests folder (default: this repository's). */
+  manifests?: string;
+  /** Progress lines, one per step with its time. */
+  progress?: (line: string) => void;
+  timeoutMs?: number;
+}
+
+export async function deploy(state: ClusterState, route: Route, bins: ClusterBinaries, opts: DeployOptions = {}): Promise<void> {
   const cloud = state.nodes.find((n) => n.name === CLOUD.name);
   if (cloud === undefined) throw new Error('no cloud node in the state: is the cluster up?');
-  if (state.route !== undefined) await undeploy(state);
+  const manifests = opts.manifests ?? DEFAULT_MANIFESTS;
+  let t0 = Date.now();
+  const done = (what: string): void => {
+    opts.progress?.(`  ${what} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+    t0 = Date.now();
+  };
+  if (state.route !== undefined) {
+    await undeploy(state);
+    done('the previous route removed');
+  }
   // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
   await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
   // Step 6, before the apply: kube-apiserver with the route's flags.
   await restartAPIServer(state, cloud, bins, prepareAPIServer(route, manifests));
+  done(`kube-apiserver restarted with the ${route} route's flags`);
   // Steps 2 and 4.
   const dir = writeKustomization(route, manifests);
   await mustKubectl(['apply', '--dry-run=server', '-k', dir]);
   await mustKubectl(['apply', '-k', dir]);
   state.route = route;
   writeState(state);
+  done(`kubectl apply -k ${dir}`);
   // Step 7: the server and one agent per edge node Ready.
   const edges: NodeSpec[] = NODES.filter((n) => n.role === 'edge');
   await waitFor(
     `the ${route} route's server and agents Ready`,
-    timeoutMs,
+    opts.timeoutMs ?? 240_000,
     async () => {
       const pods = await tunnelPods();
       const server = pods.some((p) => p.metadata.name.startsWith('yurt-tunnel-server-') && ready(p));
@@ -150,6 +169,7 @@ export async function deploy(state: ClusterState, route: Route, bins: ClusterBin
     },
     async () => `${await describeTunnelPods()}\n${(await kubectl(['get', 'csr'])).stdout}`,
   );
+  done('the server and an agent on every edge node Ready');
 }
 
 /** Deletes what the last deploy applied and waits for its pods to end (the server removes its iptables rules as it stops). */

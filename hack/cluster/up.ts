@@ -85,6 +85,8 @@ export async function up(opts: UpOptions = {}): Promise<void> {
   await step('every node Ready', () => waitNodesReady(NODES, 180_000));
   const route = opts.route;
   if (route !== undefined)
-    await step(`our manifests deployed on the ${route} route, server and agents Ready`, () => deploy(state, route, bins, opts.manifests));
+    await step(`our manifests deployed on the ${route} route, server and agents Ready`, () =>
+      deploy(state, route, bins, { manifests: opts.manifests, progress }),
+    );
   progress(`up in ${((Date.now() - started) / 1000).toFixed(1)} s (${STATE_DIR}; cloud namespace ${CLOUD.netns})`);
 }
