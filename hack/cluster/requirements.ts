@@ -2,9 +2,9 @@
 // cannot run here (in the forms hack/run-tests.mjs accepts for a skip).
 
 import { spawnSync } from 'node:child_process';
-import { netnsSkipReason } from '../../test/support/netns/namespace.js';
 import { imageSkipReason } from '../image.js';
 import { findClusterBinaries } from './binaries.js';
+import { netnsSkipReason } from './netns-check.js';
 
 /** Debian's packages the cluster's commands come from, by command. */
 const TOOLS: [command: string, pkg: string][] = [
