@@ -23,6 +23,13 @@ export function cgroupRoot(node: string): string {
   return `/${PREFIX}${node}`;
 }
 
+/** The cgroup roots of `nodes` that exist now, in every hierarchy (what `down` removes when state.json is lost). */
+export function existingCgroupRoots(nodes: string[]): string[] {
+  return hierarchies()
+    .flatMap((h) => nodes.map((n) => join(h, cgroupRoot(n))))
+    .filter((dir) => existsSync(dir));
+}
+
 export function makeCgroupRoot(state: ClusterState, node: string): void {
   for (const h of hierarchies()) {
     const dir = join(h, cgroupRoot(node));

@@ -5,12 +5,12 @@
 // removed. Then it checks that nothing is left and says what is, if anything.
 // With nothing up it does nothing and succeeds.
 
-import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import { run } from '../image.js';
-import { removeCgroup } from './cgroups.js';
+import { existingCgroupRoots, removeCgroup } from './cgroups.js';
 import { clusterPids, mountsUnder, stopAll } from './procs.js';
-import { readState, STATE_DIR, type ClusterState } from './state.js';
-import { ALL_NETNS } from './topology.js';
+import { emptyState, readState, STATE_DIR, type ClusterState } from './state.js';
+import { ALL_NETNS, NODES } from './topology.js';
 
 export interface DownResult {
   /** False when there was nothing to take down. */
@@ -26,50 +26,65 @@ async function ourNetns(): Promise<string[]> {
     .filter((n) => ALL_NETNS.includes(n));
 }
 
-/** Processes whose command line names the state folder (etcd, kube-apiserver, a kubelet, ...). */
+/** What the cluster runs, by command name (a `tail -f` of one of its logs is not the cluster's). */
+const OUR_COMMANDS = new Set([
+  'etcd',
+  'kube-apiserver',
+  'kube-controller-manager',
+  'kube-scheduler',
+  'kubelet',
+  'kube-proxy',
+  'containerd',
+  'containerd-shim-runc-v2',
+  'sleep',
+]);
+
+/** Processes of the cluster's commands whose command line names the state folder: started by this `up`, or an earlier one whose state is gone. */
 function processesNamingState(): string[] {
   const found: string[] = [];
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    if (Number(pid) === process.pid) continue;
-    let cmdline: string;
+    let argv: string[];
     try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+      argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
     } catch {
       continue;
     }
-    if (cmdline.includes(STATE_DIR) && !cmdline.includes('cluster-cli')) found.push(`process ${pid}: ${cmdline.slice(0, 120)}`);
+    const command = argv[0]?.split('/').pop() ?? '';
+    const cmdline = argv.join(' ');
+    if (OUR_COMMANDS.has(command) && cmdline.includes(STATE_DIR)) found.push(`process ${pid}: ${cmdline.slice(0, 120)}`);
   }
   return found;
 }
 
 /** What of the cluster is still there. */
-export async function leftovers(state: ClusterState | undefined): Promise<string[]> {
+export async function leftovers(state: ClusterState): Promise<string[]> {
   const left: string[] = [];
-  if (state !== undefined) for (const pid of clusterPids(state)) left.push(`process ${pid}`);
+  for (const pid of clusterPids(state)) left.push(`process ${pid}`);
   left.push(...processesNamingState());
   for (const ns of await ourNetns()) left.push(`network namespace ${ns}`);
-  const folders = [STATE_DIR, ...(state?.mountPoints ?? [])];
+  const folders = [STATE_DIR, ...state.mountPoints];
   for (const m of mountsUnder(folders)) left.push(`mount ${m.split(' ')[4]}`);
-  for (const dir of state?.cgroups ?? []) if (existsSync(dir)) left.push(`cgroup ${dir}`);
-  for (const dir of state?.mountPoints ?? []) if (existsSync(dir)) left.push(`folder ${dir}`);
+  for (const dir of state.cgroups) if (existsSync(dir)) left.push(`cgroup ${dir}`);
+  for (const dir of state.mountPoints) if (existsSync(dir)) left.push(`folder ${dir}`);
   if (existsSync(STATE_DIR)) left.push(`folder ${STATE_DIR}`);
   return left;
 }
 
 export async function down(progress: (line: string) => void = () => undefined): Promise<DownResult> {
-  const state = readState();
   const netns = await ourNetns();
-  if (state === undefined && netns.length === 0 && !existsSync(STATE_DIR)) return { wasUp: false, left: [] };
+  // Without state.json (lost, or an `up` cut short before it wrote it), what the names say is ours.
+  const state = readState() ?? { ...emptyState(), netns, cgroups: existingCgroupRoots(NODES.map((n) => n.name)) };
+  if (state.nodes.length === 0 && netns.length === 0 && state.cgroups.length === 0 && !existsSync(STATE_DIR)) return { wasUp: false, left: [] };
   const t0 = Date.now();
   const since = (): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
-  if (state !== undefined) {
-    const { killed, stuck } = await stopAll(state);
-    const note = killed.length === 0 ? '' : `; SIGKILL after the SIGTERM grace: ${killed.join(', ')}`;
-    progress(stuck.length === 0 ? `processes ended (${since()}${note})` : `processes still running after SIGKILL: ${stuck.join(', ')}`);
-  }
+  // By their network namespaces too: what an `up` whose state.json is lost left running.
+  const netnsLinks = netns.map((ns) => `net:[${statSync(`/run/netns/${ns}`).ino}]`);
+  const { killed, stuck } = await stopAll(state, netnsLinks);
+  const note = killed.length === 0 ? '' : `; SIGKILL after the SIGTERM grace: ${killed.join(', ')}`;
+  progress(stuck.length === 0 ? `processes ended (${since()}${note})` : `processes still running after SIGKILL: ${stuck.join(', ')}`);
   for (const ns of netns) await run('ip', ['netns', 'del', ns]);
   progress(`network namespaces deleted: ${netns.join(', ') || 'none'} (${since()})`);
-  for (const dir of state?.cgroups ?? []) {
+  for (const dir of state.cgroups) {
     try {
       removeCgroup(dir);
     } catch (err: unknown) {
@@ -77,7 +92,7 @@ export async function down(progress: (line: string) => void = () => undefined): 
     }
   }
   // Nothing of ours should be mounted in the root namespace; if something is, unmount it before removing folders.
-  for (const m of mountsUnder([STATE_DIR, ...(state?.mountPoints ?? [])]).reverse()) {
+  for (const m of mountsUnder([STATE_DIR, ...state.mountPoints]).reverse()) {
     await run('umount', ['-l', m.split(' ')[4]!]).catch((err: unknown) => progress((err as Error).message));
   }
   if (mountsUnder([STATE_DIR]).length === 0) {
@@ -89,7 +104,7 @@ export async function down(progress: (line: string) => void = () => undefined): 
     }
   }
   progress(`files removed (${since()})`);
-  for (const dir of [...(state?.mountPoints ?? [])].reverse()) {
+  for (const dir of [...state.mountPoints].reverse()) {
     try {
       rmdirSync(dir, { recursive: false });
     } catch (err: unknown) {

@@ -26,15 +26,15 @@ function link(pid: string, kind: string): string | undefined {
   }
 }
 
-/** Every running process that belongs to the cluster `state` describes. */
-export function clusterPids(state: ClusterState): number[] {
+/** Every running process that belongs to the cluster `state` describes, or runs in one of `netns` (`net:[inode]`). */
+export function clusterPids(state: ClusterState, netns: string[] = []): number[] {
   const pids = new Set<number>();
   for (const node of state.nodes) {
     pids.add(node.holderPid);
     for (const p of node.processes) pids.add(p.pid);
   }
   for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) pids.add(pid);
-  const namespaces = new Set(state.nodes.flatMap((n) => [n.mntNS, n.netNS]));
+  const namespaces = new Set([...state.nodes.flatMap((n) => [n.mntNS, n.netNS]), ...netns]);
   if (namespaces.size > 0 && existsSync('/proc')) {
     for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
       const mnt = link(pid, 'mnt');
@@ -82,7 +82,7 @@ const KILL_AT_ONCE = ['kube-scheduler'];
  * waited in vain when all stopped at once. SIGKILL to what outlives `graceMs`
  * at any step.
  */
-export async function stopAll(state: ClusterState, graceMs = 5000): Promise<StopResult> {
+export async function stopAll(state: ClusterState, netns: string[] = [], graceMs = 5000): Promise<StopResult> {
   const pidsOf = (name: string): Set<number> => new Set(state.nodes.flatMap((n) => n.processes.filter((p) => p.name === name).map((p) => p.pid)));
   for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) signal(pid, 'SIGKILL');
   for (const name of KILL_AT_ONCE) for (const pid of pidsOf(name)) signal(pid, 'SIGKILL');
@@ -98,16 +98,16 @@ export async function stopAll(state: ClusterState, graceMs = 5000): Promise<Stop
   };
   for (let i = 0; i <= LAST.length; i++) {
     const later = new Set(LAST.slice(i).flatMap((name) => [...pidsOf(name)]));
-    await terminate(() => clusterPids(state).filter((pid) => !later.has(pid)));
+    await terminate(() => clusterPids(state, netns).filter((pid) => !later.has(pid)));
   }
   // Kill until nothing is left: a shim may start a process while we kill (bounded: 50 rounds).
   for (let round = 0; round < 50; round++) {
-    const left = clusterPids(state);
+    const left = clusterPids(state, netns);
     if (left.length === 0) return { killed, stuck: [] };
     for (const pid of left) signal(pid, 'SIGKILL');
     await sleep(100);
   }
-  return { killed, stuck: clusterPids(state) };
+  return { killed, stuck: clusterPids(state, netns) };
 }
 
 /** The lines of /proc/self/mountinfo whose mount point is `dir` or below it. */
