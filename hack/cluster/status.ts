@@ -11,7 +11,12 @@ import { EDGE_LABEL } from './topology.js';
 export async function statusText(): Promise<{ up: boolean; text: string }> {
   const state = readState();
   if (state === undefined) return { up: false, text: `the cluster is not up (no ${STATE_DIR}/state.json); start it with \`npm run cluster -- up\`\n` };
-  const lines: string[] = [`cluster up since ${state.startedAt} (${STATE_DIR})`, `network namespaces: ${state.netns.join(', ')}`, ''];
+  const lines: string[] = [
+    `cluster up since ${state.startedAt} (${STATE_DIR})`,
+    `network namespaces: ${state.netns.join(', ')}`,
+    `route: ${state.route === undefined ? 'none deployed (npm run cluster -- deploy --route egress-selector|iptables)' : `${state.route} (kubectl -n kube-system get pods -o wide)`}`,
+    '',
+  ];
   const nodes = await listNodes();
   for (const node of state.nodes) {
     const view = nodes.find((n) => n.name === node.name);
