@@ -125,7 +125,7 @@ const program = new Command('yurt-tunnel-agent')
   )
   .option(
     '--meta-host <ip>',
-    "address of the meta server (/healthz, /readyz, /metrics, /debug/connections) (default: the loopback of --node-ip's family)",
+    "address of the meta server (/healthz, /readyz, /metrics, /debug/connections, /debug/flags/v) (default: the loopback of --node-ip's family)",
     parseIP,
   )
   .option('--meta-port <port>', 'port of the meta server; 0 picks one', parsePort, 10266);

@@ -298,7 +298,7 @@ const program = new Command('yurt-tunnel-server')
   )
   .option(
     '--meta-port <port>',
-    'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections) on --insecure-bind-address; 0 picks one',
+    'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections, /debug/flags/v) on --insecure-bind-address; 0 picks one',
     parsePort,
     10265,
   );
