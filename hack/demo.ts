@@ -16,7 +16,7 @@ import { dialThroughProxier } from '../pkg/interceptor/proxier-dialer.js';
 import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../test/support/standin-kubelet/index.js';
 import { startLocalTunnel } from './local-tunnel.js';
 import { freeLowPort } from './ports.js';
-import { ProxierError } from '../pkg/protocol/errors.js';
+import { ProxierError } from '../pkg/interceptor/errors.js';
 
 const keepRunning = process.argv.includes('--keep-running');
 

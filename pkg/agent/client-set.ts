@@ -6,7 +6,8 @@
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { errorMessage, ServerConnectionError } from '../protocol/errors.js';
+import { errorMessage } from '../protocol/errors.js';
+import { ServerConnectionError } from './errors.js';
 import { Backoff } from '../timers/backoff.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';

@@ -9,7 +9,8 @@ import type { Cancel } from '../mux/cancel.js';
 import { PooledReads } from '../mux/pooled-reads.js';
 import { splitHostPort } from '../net/host-port.js';
 import { withSocketDefaults } from '../net/socket-options.js';
-import { AgentDialError, errorCode, errorMessage } from '../protocol/errors.js';
+import { AgentDialError } from './errors.js';
+import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
 
 export interface DialerOptions {

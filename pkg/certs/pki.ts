@@ -8,7 +8,7 @@
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { isIP } from 'node:net';
 import forge from 'node-forge';
-import { CertificateRequestError } from '../protocol/errors.js';
+import { CertificateRequestError } from './errors.js';
 import { PRINTABLE } from './read-certificate.js';
 
 export interface CertKeyPair {

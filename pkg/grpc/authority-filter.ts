@@ -17,7 +17,7 @@
 import { constants as h2 } from 'node:http2';
 import { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
-import { HpackError, Http2FrameError } from '../protocol/errors.js';
+import { HpackError, Http2FrameError } from './errors.js';
 import { encodeHeaderBlock, HpackDecoder, type HeaderField } from './hpack/hpack.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');

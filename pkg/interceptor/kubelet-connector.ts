@@ -10,7 +10,8 @@ import type { Duplex } from 'node:stream';
 import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import { abortsThrough } from '../mux/abort.js';
-import { DialError, errorMessage, KubeletTLSError } from '../protocol/errors.js';
+import { DialError, errorMessage } from '../protocol/errors.js';
+import { KubeletTLSError } from './errors.js';
 
 /**
  * Opens a connection to `address` (host:port) through the tunnel: through the

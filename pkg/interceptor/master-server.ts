@@ -27,7 +27,8 @@ import { CallerRefusals, tlsRefusal, type RefusalReason } from '../net/caller-re
 import { ConnectionSet } from '../net/connection-set.js';
 import { DEFAULT_REQUEST_HEAD_TIMEOUT_MS, httpTimeouts } from '../net/http-timeouts.js';
 import { listen, stopListening } from '../net/listen.js';
-import { errorCode, errorMessage, HttpError } from '../protocol/errors.js';
+import { errorCode, errorMessage } from '../protocol/errors.js';
+import { HttpError } from './errors.js';
 import type { LoopGuard } from '../frontend/loop-guard.js';
 import { markedByTunnel } from './loop-mark.js';
 import type { Middleware } from './middleware/middleware.js';

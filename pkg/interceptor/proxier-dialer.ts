@@ -6,7 +6,8 @@
 
 import { addAbortListener } from 'node:events';
 import { connect, type Socket } from 'node:net';
-import { DialError, errorMessage, ProxierError } from '../protocol/errors.js';
+import { DialError, errorMessage } from '../protocol/errors.js';
+import { ProxierError } from './errors.js';
 import { readResponseHead, type RawResponseHead } from './response-head.js';
 
 const MAX_ANSWER_BYTES = 64 * 1024;

@@ -5,7 +5,7 @@
 // rules (not counting ours), else the one the `iptables` on the PATH uses.
 
 import { execFile } from 'node:child_process';
-import { IptablesError } from '../protocol/errors.js';
+import { IptablesError } from './errors.js';
 import { countOtherRules } from './rules.js';
 import type { Family } from './targets.js';
 

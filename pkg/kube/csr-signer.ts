@@ -8,7 +8,7 @@ import type { V1CertificateSigningRequest } from '@kubernetes/client-node';
 import type { Logger } from '../log/logger.js';
 import type { KubeClient } from './client.js';
 import { apiErrorMessage } from './errors.js';
-import { CertificateRequestError } from '../protocol/errors.js';
+import { CertificateRequestError } from '../certs/errors.js';
 import { sleep } from '../timers/sleep.js';
 
 import type { KeyUsage } from '../certs/certificate-manager.js';

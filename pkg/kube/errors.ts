@@ -1,6 +1,8 @@
 // What an API call's failure was, in the terms controllers decide by: the
 // HTTP status of an ApiException, a watch's Status object, or no status at
-// all (the API server could not be reached).
+// all (the API server could not be reached); and the WatchError a watch ends with.
+
+import { TunnelError } from '../protocol/errors.js';
 
 export const HTTP_NOT_FOUND = 404;
 export const HTTP_CONFLICT = 409;
@@ -50,4 +52,23 @@ export function apiErrorMessage(err: unknown): string {
   // eslint-disable-next-line @typescript-eslint/no-base-to-string -- an object thrown without a message: its own toString(), if any, is all it says
   const base = serverMessage ?? (typeof e.message === 'string' ? e.message : String(err));
   return status === undefined ? base : `HTTP ${status}: ${base}`;
+}
+
+export type WatchErrorCode =
+  /** The resourceVersion watched from is older than the API server keeps (410 Gone): list again. */
+  | 'YT_ERR_WATCH_EXPIRED'
+  /** The watch ended with another error status. */
+  | 'YT_ERR_WATCH_FAILED';
+
+/** A Kubernetes watch that ended with an ERROR event; `statusCode` is the Status object's code. */
+export class WatchError extends TunnelError {
+  override readonly name = 'WatchError';
+  constructor(
+    readonly code: WatchErrorCode,
+    readonly statusCode: number | undefined,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
 }

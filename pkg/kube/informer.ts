@@ -7,8 +7,8 @@ import type { Watch } from '@kubernetes/client-node';
 import { Backoff, type BackoffOptions } from '../timers/backoff.js';
 import { sleep } from '../timers/sleep.js';
 import type { Logger } from '../log/logger.js';
-import { apiErrorMessage, HTTP_GONE, isGone } from './errors.js';
-import { asError, WatchError } from '../protocol/errors.js';
+import { apiErrorMessage, HTTP_GONE, isGone, WatchError } from './errors.js';
+import { asError } from '../protocol/errors.js';
 
 export interface ObjectMeta {
   name?: string;

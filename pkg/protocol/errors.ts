@@ -84,15 +84,6 @@ export class ConnectionClosedError extends TunnelError {
   readonly code = 'YT_ERR_CONNECTION_CLOSED';
 }
 
-/**
- * Why the agent could not open a connection it was asked for. `code` is the
- * socket's errno (ECONNREFUSED, ENOTFOUND, ...) or one of ours; the message
- * uses Go's wording, which servers classify (dial-errors.ts).
- */
-export class AgentDialError extends CodedError<string> {
-  override readonly name = 'AgentDialError';
-}
-
 /** The message of any thrown value, for logs. */
 export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
@@ -109,70 +100,6 @@ export function errorCode(err: unknown): string | undefined {
 /** An Error for any thrown value, keeping an Error as it is. */
 export function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
-}
-
-/** A request the caller of a master port should get an HTTP error for, with a one-line reason. */
-export class HttpError extends TunnelError {
-  override readonly name = 'HttpError';
-  readonly code = 'YT_ERR_HTTP_REQUEST';
-  constructor(
-    readonly status: number,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-}
-
-/** The CONNECT proxier answered something other than 200 (or nothing). */
-export class ProxierError extends TunnelError {
-  override readonly name = 'ProxierError';
-  readonly code = 'YT_ERR_PROXIER_STATUS';
-  constructor(
-    /** The proxier's HTTP status, or 0 if it gave none. */
-    readonly status: number,
-    /** The proxier's one-line reason. */
-    readonly reason: string,
-    address: string,
-    options?: { cause?: unknown },
-  ) {
-    super(
-      status === 0 ? `proxier closed the connection to ${address} without an answer: ${reason}` : `proxier answered ${status} for ${address}: ${reason}`,
-      options,
-    );
-  }
-}
-
-/** The TLS session to the kubelet could not be set up. */
-export class KubeletTLSError extends TunnelError {
-  override readonly name = 'KubeletTLSError';
-  readonly code = 'YT_ERR_KUBELET_TLS';
-}
-
-export type IptablesErrorCode =
-  /** An iptables, ip6tables or conntrack command is not on the PATH. */
-  | 'YT_ERR_IPTABLES_MISSING'
-  /** The process may not change the nat table (no NET_ADMIN capability, not root). */
-  | 'YT_ERR_IPTABLES_PERMISSION'
-  /** A command ran and failed. */
-  | 'YT_ERR_IPTABLES_FAILED';
-
-/** The iptables manager could not read or write the nat table. */
-export class IptablesError extends CodedError<IptablesErrorCode> {
-  override readonly name = 'IptablesError';
-}
-
-export type ServerConnectionErrorCode =
-  /** The agent could not connect to the server or open its call (TLS, refusal, the connection closed). */
-  | 'YT_ERR_CONNECT_FAILED'
-  /** The server answered without usable serverid/servercount headers. */
-  | 'YT_ERR_BAD_HEADERS'
-  /** The server did not answer the call in time. */
-  | 'YT_ERR_HANDSHAKE_TIMEOUT';
-
-/** The agent's link to a tunnel server could not be set up. */
-export class ServerConnectionError extends CodedError<ServerConnectionErrorCode> {
-  override readonly name = 'ServerConnectionError';
 }
 
 export type ConfigErrorCode =
@@ -204,62 +131,6 @@ export class InternalError extends TunnelError {
 export class RehearsalError extends TunnelError {
   override readonly name = 'RehearsalError';
   readonly code = 'YT_ERR_REHEARSAL';
-}
-
-/** An HPACK header block that cannot be decoded (RFC 7541). */
-export class HpackError extends TunnelError {
-  override readonly name = 'HpackError';
-  readonly code = 'YT_ERR_HPACK';
-}
-
-/** A Huffman-coded HPACK string that cannot be decoded (EOS, bad padding, an unfinished code). */
-export class HuffmanError extends TunnelError {
-  override readonly name = 'HuffmanError';
-  readonly code = 'YT_ERR_HPACK_HUFFMAN';
-}
-
-/**
- * HTTP/2 frames a client sent that break the framing rules or our announced limits (a header block cut by another
- * frame, a bad padding, a frame or header block too large). `http2Code` is the RFC 9113 error code for the GOAWAY.
- */
-export class Http2FrameError extends TunnelError {
-  override readonly name = 'Http2FrameError';
-  readonly code = 'YT_ERR_HTTP2_FRAME';
-  readonly http2Code: number;
-  constructor(message: string, options?: { cause?: unknown; http2Code?: number }) {
-    super(message, options);
-    this.http2Code = options?.http2Code ?? 0x1; // PROTOCOL_ERROR
-  }
-}
-
-export type WatchErrorCode =
-  /** The resourceVersion watched from is older than the API server keeps (410 Gone): list again. */
-  | 'YT_ERR_WATCH_EXPIRED'
-  /** The watch ended with another error status. */
-  | 'YT_ERR_WATCH_FAILED';
-
-/** A Kubernetes watch that ended with an ERROR event; `statusCode` is the Status object's code. */
-export class WatchError extends TunnelError {
-  override readonly name = 'WatchError';
-  constructor(
-    readonly code: WatchErrorCode,
-    readonly statusCode: number | undefined,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
-}
-
-export type CertificateRequestErrorCode =
-  /** The cluster denied the CertificateSigningRequest (or it failed). */
-  | 'YT_ERR_CSR_DENIED'
-  /** The request is not signed by the key it carries. */
-  | 'YT_ERR_CSR_INVALID';
-
-/** A certificate signing request that produced no certificate. */
-export class CertificateRequestError extends CodedError<CertificateRequestErrorCode> {
-  override readonly name = 'CertificateRequestError';
 }
 
 /**

@@ -20,7 +20,7 @@ import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../k
 import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { NodeResolverChain, type EdgeNodeTest, type NodeResolver } from '../nodes/node-resolver.js';
-import { IptablesError } from '../protocol/errors.js';
+import { IptablesError } from '../iptables/errors.js';
 import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';

@@ -11,7 +11,7 @@ import { createSigningRequest } from '../../pkg/certs/pki.js';
 import { describeCertificate } from '../../pkg/certs/read-certificate.js';
 import { createKubeClient, type KubeClient } from '../../pkg/kube/client.js';
 import { CsrSigner } from '../../pkg/kube/csr-signer.js';
-import { CertificateRequestError } from '../../pkg/protocol/errors.js';
+import { CertificateRequestError } from '../../pkg/certs/errors.js';
 import { nodeInformer } from '../../pkg/kube/node-resolver.js';
 import { LeaderElector } from '../../pkg/kube/leader-election.js';
 import { writeFile } from 'node:fs/promises';

@@ -13,7 +13,7 @@ import { CommandRunner } from '../../pkg/iptables/exec.js';
 import { IptablesManager } from '../../pkg/iptables/manager.js';
 import type { MasterAddresses } from '../../pkg/iptables/targets.js';
 import { createLogger } from '../../pkg/log/logger.js';
-import { IptablesError } from '../../pkg/protocol/errors.js';
+import { IptablesError } from '../../pkg/iptables/errors.js';
 
 export interface IptablesChildOptions {
   kubeconfig: string;

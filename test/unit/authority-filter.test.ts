@@ -8,7 +8,7 @@ import { constants as h2 } from 'node:http2';
 import { test } from 'node:test';
 import { AuthorityRewriter } from '../../pkg/grpc/authority-filter.js';
 import { encodeHeaderBlock, HpackDecoder } from '../../pkg/grpc/hpack/hpack.js';
-import { HpackError, Http2FrameError } from '../../pkg/protocol/errors.js';
+import { HpackError, Http2FrameError } from '../../pkg/grpc/errors.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 
 const DATA = 0x0;

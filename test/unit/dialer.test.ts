@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { AllowList } from '../../pkg/agent/allow-list.js';
 import { Dialer } from '../../pkg/agent/dialer.js';
 import { Cancel } from '../../pkg/mux/cancel.js';
-import { AgentDialError } from '../../pkg/protocol/errors.js';
+import { AgentDialError } from '../../pkg/agent/errors.js';
 import { harness } from '../support/harness.js';
 import { closedPort, startHangingListener } from '../support/tunnel.js';
 

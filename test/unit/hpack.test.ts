@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { encodeHeaderBlock, HpackDecoder } from '../../pkg/grpc/hpack/hpack.js';
 import { huffmanDecode, huffmanEncode } from '../../pkg/grpc/hpack/huffman.js';
 import { AuthorityRewriter } from '../../pkg/grpc/authority-filter.js';
-import { HpackError, Http2FrameError, HuffmanError } from '../../pkg/protocol/errors.js';
+import { HpackError, Http2FrameError, HuffmanError } from '../../pkg/grpc/errors.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s+/g, ''), 'hex');

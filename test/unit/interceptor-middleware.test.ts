@@ -12,7 +12,8 @@ import { pathClass, splitAddress, type RequestContext } from '../../pkg/intercep
 import { failureFor, forwardedHeaders } from '../../pkg/interceptor/request-interceptor.js';
 import { readResponseHead } from '../../pkg/interceptor/response-head.js';
 import { MemoryLogger } from '../support/memory-logger.js';
-import { DialError, HttpError, KubeletTLSError } from '../../pkg/protocol/errors.js';
+import { DialError } from '../../pkg/protocol/errors.js';
+import { HttpError, KubeletTLSError } from '../../pkg/interceptor/errors.js';
 
 const edge1: NodeInfo = { name: 'edge-1', addresses: ['10.0.0.5'], kubeletPort: 10250 };
 const edge6: NodeInfo = { name: 'edge-6', addresses: ['fd00::6'] };

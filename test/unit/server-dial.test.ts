@@ -12,7 +12,7 @@ import { createServer as createTlsServer } from 'node:tls';
 import { dialServer } from '../../pkg/agent/server-dial.js';
 import { issueCertificate } from '../../pkg/certs/pki.js';
 import { silentLogger } from '../../pkg/log/logger.js';
-import { ServerConnectionError } from '../../pkg/protocol/errors.js';
+import { ServerConnectionError } from '../../pkg/agent/errors.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 

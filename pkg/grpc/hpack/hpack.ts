@@ -3,7 +3,7 @@
 // decoder table never changes. Names and values are byte strings, kept as
 // latin1 JS strings so that every byte survives a round trip.
 
-import { HpackError, HuffmanError } from '../../protocol/errors.js';
+import { HpackError, HuffmanError } from '../errors.js';
 import { huffmanDecode, huffmanEncode } from './huffman.js';
 import { STATIC_TABLE } from './static-table.js';
 

@@ -3,7 +3,7 @@
 // left when the length grows). So the code lengths alone define it; symbol
 // 256 is EOS, which must never appear inside a string.
 
-import { HuffmanError } from '../../protocol/errors.js';
+import { HuffmanError } from '../errors.js';
 
 /** Code length in bits of each symbol 0..256 (RFC 7541 Appendix B). */
 const CODE_LENGTHS: readonly number[] = [

@@ -7,7 +7,7 @@ import { isIP } from 'node:net';
 import type { NodeResolver } from '../../nodes/node-resolver.js';
 import { joinAddress, splitAddress } from '../request-context.js';
 import type { Middleware } from './middleware.js';
-import { HttpError } from '../../protocol/errors.js';
+import { HttpError } from '../errors.js';
 
 /** `ports` is read on every request, so a reloaded configuration applies at once. */
 export function localhostProxy(ports: () => ReadonlySet<number>, resolver: NodeResolver): Middleware {

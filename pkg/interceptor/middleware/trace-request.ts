@@ -15,7 +15,7 @@ import type { Logger } from '../../log/logger.js';
 import { DEFAULT_KUBELET_PORT, type NodeInfo, type NodeResolver } from '../../nodes/node-resolver.js';
 import { joinAddress, splitAddress, type RequestContext } from '../request-context.js';
 import type { Middleware } from './middleware.js';
-import { HttpError } from '../../protocol/errors.js';
+import { HttpError } from '../errors.js';
 
 const POD_PATH = /^\/(?:exec|attach|portForward|containerLogs)\/([^/?]+)\/([^/?]+)/;
 const NODE_PROXY = /^\/api\/v1\/nodes\/([^/?]+)\/proxy(?:[/?]|$)/;
