@@ -14,7 +14,7 @@ import { setFlagsFromString } from 'node:v8';
 export const INTERRUPT_BUDGET = 16_896;
 
 /**
- * While the start-up rehearsal runs (pkg/grpc/rehearsal.ts): a quarter of
+ * While the start-up rehearsal runs (pkg/grpc/data-path-rehearsal.ts): a quarter of
  * that again, so that its few hundred round trips make the small per-packet
  * functions hot enough to be optimised before the first caller's come.
  */
@@ -34,7 +34,7 @@ export function applyTieringFlags(execArgv: readonly string[] = process.execArgv
 
 /**
  * The rehearsal's budget and, after it, the process's again (the
- * pkg/grpc/rehearsal.ts RehearsalTiering); undefined, changing nothing, when
+ * pkg/grpc/data-path-rehearsal.ts RehearsalTiering); undefined, changing nothing, when
  * the command line names a budget.
  */
 export function rehearsalTiering(execArgv: readonly string[] = process.execArgv): { begin(): void; end(): void } | undefined {

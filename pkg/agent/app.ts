@@ -19,7 +19,7 @@ import { ClientSet } from './client-set.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
-import { runStartupRehearsal, type RehearsalTiering } from '../grpc/rehearsal.js';
+import { runStartupRehearsal, type RehearsalTiering } from '../grpc/data-path-rehearsal.js';
 import { rehearseAgent } from './rehearsal.js';
 
 export interface AgentOptions {
@@ -63,7 +63,7 @@ export interface AgentOptions {
   /** Time a meta port caller has for its request head (no flag). Default 30 s, as the server's --request-head-timeout. */
   metaHeadTimeoutMs?: number;
   enableProfiling?: boolean;
-  /** Rehearse the data path before dialling the server (pkg/grpc/rehearsal.ts); the CLI turns it on. */
+  /** Rehearse the data path before dialling the server (pkg/grpc/data-path-rehearsal.ts); the CLI turns it on. */
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;

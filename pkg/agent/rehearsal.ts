@@ -1,4 +1,4 @@
-// The agent's start-up rehearsal (pkg/grpc/rehearsal.ts says why): a private
+// The agent's start-up rehearsal (pkg/grpc/data-path-rehearsal.ts says why): a private
 // ServerConnection, the very class that carries the agent's link to a server,
 // adopts a call on the private loopback link, and a stand-in server sends it
 // DIAL_REQs for an echo target on 127.0.0.1; each connection is then driven
@@ -20,7 +20,7 @@ import {
   withinDeadline,
   type RehearsalOptions,
   type RehearsalResult,
-} from '../grpc/rehearsal.js';
+} from '../grpc/data-path-rehearsal.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import { silentLogger } from '../log/logger.js';
 import { ResumableLink } from '../mux/resumable-link.js';

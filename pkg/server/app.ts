@@ -33,7 +33,7 @@ import {
 } from './components.js';
 import type { ServerOptions } from './options.js';
 import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
-import { runStartupRehearsal } from '../grpc/rehearsal.js';
+import { runStartupRehearsal } from '../grpc/data-path-rehearsal.js';
 import { rehearseServer } from './rehearsal.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 

@@ -4,7 +4,7 @@
 import { isIP } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { AgentIdentityCheck } from '../endpoint/agent-identity.js';
-import type { RehearsalTiering } from '../grpc/rehearsal.js';
+import type { RehearsalTiering } from '../grpc/data-path-rehearsal.js';
 import type { Logger } from '../log/logger.js';
 import type { ProxyStrategy } from '../tunnel/backend-registry.js';
 
@@ -95,7 +95,7 @@ export interface ServerOptions {
   metaPort?: number;
   /** Serve CPU profiles and heap snapshots on the meta port. */
   enableProfiling?: boolean;
-  /** Rehearse the data path before listening (pkg/grpc/rehearsal.ts); the CLI turns it on. */
+  /** Rehearse the data path before listening (pkg/grpc/data-path-rehearsal.ts); the CLI turns it on. */
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;

@@ -1,4 +1,4 @@
-// The server's start-up rehearsal (pkg/grpc/rehearsal.ts says why): a private
+// The server's start-up rehearsal (pkg/grpc/data-path-rehearsal.ts says why): a private
 // Tunnel with the server's strategies and a private HTTP CONNECT proxier on a
 // Unix socket in a temp folder, and a stand-in agent on the private loopback
 // link, attached as the agent endpoint attaches a resumable agent. Callers
@@ -31,7 +31,7 @@ import {
   type RehearsalLink,
   type RehearsalOptions,
   type RehearsalResult,
-} from '../grpc/rehearsal.js';
+} from '../grpc/data-path-rehearsal.js';
 import { silentLogger } from '../log/logger.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { SocketRelay } from '../mux/socket-relay.js';

@@ -1,4 +1,4 @@
-// The start-up rehearsal (pkg/grpc/rehearsal.ts): the server and the agent
+// The start-up rehearsal (pkg/grpc/data-path-rehearsal.ts): the server and the agent
 // drive their data path privately before they report ready. It must leave
 // nothing behind (no socket, timer, temp folder; stop() still frees all), show
 // in no metric, listing or agent status, be switched off by its option, and a
@@ -10,7 +10,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
-import { runStartupRehearsal, REHEARSAL_PASSES, SHORT_PASS_DONE } from '../../pkg/grpc/rehearsal.js';
+import { runStartupRehearsal, REHEARSAL_PASSES, SHORT_PASS_DONE } from '../../pkg/grpc/data-path-rehearsal.js';
 import { TunnelServer } from '../../pkg/server/app.js';
 import { rehearseServer } from '../../pkg/server/rehearsal.js';
 import { rehearseAgent } from '../../pkg/agent/rehearsal.js';

@@ -20,7 +20,7 @@ function natives(body: string): Record<string, boolean> {
 // a hash) moves an object off the plain Uint8Array map, which threw all of that away after the rehearsal.
 test('runStartupRehearsal settles the Uint8Array map first: code storing into a Uint8Array, optimised after it, survives a Buffer made by C++', () => {
   const out = natives(`
-    const { runStartupRehearsal } = await import(${url('dist/pkg/grpc/rehearsal.js')});
+    const { runStartupRehearsal } = await import(${url('dist/pkg/grpc/data-path-rehearsal.js')});
     const { silentLogger } = await import(${url('dist/pkg/log/logger.js')});
     const { createHash } = await import('node:crypto');
     await runStartupRehearsal(silentLogger(), (size) => Promise.resolve({ ...size, ms: 0 }));
