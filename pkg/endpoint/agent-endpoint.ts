@@ -13,7 +13,6 @@
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import type { Registry } from 'prom-client';
 import { guardStreamHandler } from '../grpc/error-boundary.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { GrpcStatus } from '../grpc/status.js';
@@ -24,89 +23,18 @@ import { CallerRefusals, tlsRefusal } from '../net/caller-refusals.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { listen, stopListening } from '../net/listen.js';
 import { errorMessage } from '../protocol/errors.js';
-import { CONN_WINDOW_HEADER, DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
+import { CONN_WINDOW_HEADER } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
-import { DEFAULT_RESUME_WINDOW_MS, RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from '../protocol/resume.js';
+import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from '../protocol/resume.js';
 import type { Backend } from '../tunnel/backend.js';
 import { sameOwner, type ClaimResolution, type SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentMetadata, type Refusal } from './admission.js';
 import { AgentCall, carryAgentPackets, openAgentCall } from './agent-call.js';
 import { AgentConnection, remoteOf } from './agent-connection.js';
-import type { AgentIdentityCheck } from './agent-identity.js';
+import { agentServer, settingsOf, type AgentEndpointOptions, type AgentEndpointTLS, type Settings } from './agent-endpoint-settings.js';
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
 import { within } from '../timers/sleep.js';
-
-/** New agent streams admitted per second by default (a restart of 1000 agents takes ~10 s to settle). */
-export const DEFAULT_MAX_CONNECT_RATE = 100;
-/** Default time a connection has to finish its TLS handshake. */
-export const DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
-
-export interface AgentEndpointTLS {
-  cert: string;
-  key: string;
-  /** CA bundle that signs agent client certificates. */
-  ca: string;
-}
-
-export interface AgentEndpointOptions {
-  host?: string;
-  /** 0 picks a free port. Default 10262. */
-  port?: number;
-  tls: AgentEndpointTLS;
-  serverID: string;
-  /** Announced to agents in the `servercount` header. Default 1. */
-  serverCount?: number;
-  /** Interval of our keepalive pings. Default 10 s. */
-  keepaliveTimeMs?: number;
-  /** How long a ping may go unanswered before the connection is dropped. Default 20 s. */
-  keepaliveTimeoutMs?: number;
-  /** Pings more frequent than this are strikes (Go's EnforcementPolicy.MinTime). Default 30 s. */
-  minPingIntervalMs?: number;
-  /** HTTP/2 receive window per stream. Default 4 MiB. */
-  streamWindowSize?: number;
-  /** HTTP/2 receive window per connection. Default 16 MiB. */
-  connectionWindowSize?: number;
-  /** Largest gRPC message accepted from an agent. Default 4 MiB. */
-  maxMessageSize?: number;
-  /**
-   * Receive window per connection offered to agents that announce flow
-   * control (proto/yurttunnel_ext.proto); 0 turns the extension off.
-   * Default 1 MiB.
-   */
-  connWindow?: number;
-  /**
-   * Concurrent Connect calls one agent may hold, counted both by its client
-   * certificate and by its agentID; more are refused with RESOURCE_EXHAUSTED.
-   * Default 4 (an agent needs one per server replica it reaches through this one address).
-   */
-  maxStreamsPerAgent?: number;
-  /** New Connect calls admitted per second (a token bucket with a burst of twice that); 0 admits all. Default 100. */
-  maxConnectRate?: number;
-  /** Bytes of control packets that may wait unwritten on one agent call before it is cut off. Default 1 MiB. */
-  controlBufferLimit?: number;
-  /** What an agent's client certificate must name (agent-identity.ts). Default `strict`. */
-  identityCheck?: AgentIdentityCheck;
-  /** Offer half-close (CLOSE_WRITE) to agents that announce it. Default true. */
-  halfClose?: boolean;
-  /** How long a connection may take to finish its TLS handshake before it is closed. Default 10 s. */
-  tlsHandshakeTimeoutMs?: number;
-  /**
-   * Session resume (proto/yurttunnel_ext.proto): how long an agent's
-   * connections wait for it after its link dropped without a goodbye, when
-   * the agent announces resume too (the shorter window of both is used);
-   * 0 turns it off. Default 10 s.
-   */
-  resumeWindowMs?: number;
-  logger?: Logger;
-  /** Where the endpoint's counters register (refusals, refused callers); default a registry of its own. */
-  metricsRegistry?: Registry;
-}
-
-export const DEFAULT_MAX_STREAMS_PER_AGENT = 4;
-
-/** HTTP/2 streams one agent connection may open at once (refused calls count until answered). */
-const MAX_CONCURRENT_STREAMS = 16;
 
 /** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
 const RESUME_MIN_PING_INTERVAL_MS = 1000;
@@ -134,7 +62,14 @@ function tlsParent(socket: TLSSocket): object {
   return (socket as unknown as { _parent?: object })._parent ?? socket;
 }
 
-type Settings = Required<Omit<AgentEndpointOptions, 'host' | 'logger' | 'metricsRegistry'>> & { host: string };
+/** An accepted agent call: its backend, the tunnel's link over it, and whether it resumed a session. */
+interface AcceptedCall {
+  backend: Backend;
+  link: AgentCall;
+  resumed: boolean;
+  /** The resume window offered, if the link is resumable. */
+  windowMs: number | undefined;
+}
 
 export class AgentEndpoint {
   private readonly opts: Settings;
@@ -158,27 +93,7 @@ export class AgentEndpoint {
     private readonly tunnel: Tunnel,
     opts: AgentEndpointOptions,
   ) {
-    this.opts = {
-      host: opts.host ?? '0.0.0.0',
-      port: opts.port ?? 10262,
-      tls: opts.tls,
-      serverID: opts.serverID,
-      serverCount: opts.serverCount ?? 1,
-      keepaliveTimeMs: opts.keepaliveTimeMs ?? 10_000,
-      keepaliveTimeoutMs: opts.keepaliveTimeoutMs ?? 20_000,
-      minPingIntervalMs: opts.minPingIntervalMs ?? 30_000,
-      streamWindowSize: opts.streamWindowSize ?? 4 * 1024 * 1024,
-      connectionWindowSize: opts.connectionWindowSize ?? 16 * 1024 * 1024,
-      maxMessageSize: opts.maxMessageSize ?? 4 * 1024 * 1024,
-      connWindow: opts.connWindow ?? DEFAULT_CONN_WINDOW,
-      maxStreamsPerAgent: opts.maxStreamsPerAgent ?? DEFAULT_MAX_STREAMS_PER_AGENT,
-      identityCheck: opts.identityCheck ?? 'strict',
-      halfClose: opts.halfClose ?? true,
-      controlBufferLimit: opts.controlBufferLimit ?? 1024 * 1024,
-      maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
-      tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs ?? DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS,
-      resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
-    };
+    this.opts = settingsOf(opts);
     if (!Number.isInteger(this.opts.maxStreamsPerAgent) || this.opts.maxStreamsPerAgent < 1) {
       throw new TypeError(`maxStreamsPerAgent must be a positive integer, got ${this.opts.maxStreamsPerAgent}`);
     }
@@ -196,27 +111,7 @@ export class AgentEndpoint {
       metrics: this.metrics,
       log: this.limited,
     });
-    this.server = http2.createSecureServer({
-      cert: opts.tls.cert,
-      key: opts.tls.key,
-      ca: opts.tls.ca,
-      requestCert: true,
-      rejectUnauthorized: true,
-      minVersion: 'TLSv1.2',
-      ALPNProtocols: ['h2'],
-      allowHTTP1: false,
-      handshakeTimeout: this.opts.tlsHandshakeTimeoutMs,
-      maxSessionMemory: 64,
-      // An agent link carries one long-lived Connect stream, so HPACK's dynamic
-      // tables never save a byte; they cost each link ~1.8 KiB in nghttp2 for
-      // its life (the agent's request head and our response head, indexed).
-      maxDeflateDynamicTableSize: 0,
-      settings: {
-        headerTableSize: 0,
-        initialWindowSize: this.opts.streamWindowSize,
-        maxConcurrentStreams: Math.max(MAX_CONCURRENT_STREAMS, this.opts.maxStreamsPerAgent),
-      },
-    });
+    this.server = agentServer(opts.tls, this.opts);
     this.server.on('connection', (socket: Socket) => {
       // Control packets are small and latency-bound; Nagle would hold them back.
       socket.setNoDelay(true);
@@ -331,38 +226,69 @@ export class AgentEndpoint {
       this.refuse(call, meta, connection);
       return;
     }
-    if (claims !== undefined) {
-      for (const s of claims.foreign) {
-        this.tunnel.resumeMetrics.claimRefused('foreign_certificate');
-        this.limited.warn('session token presented with another certificate or agentID; not honoured', {
-          agentID: meta.agentID,
-          sessionOf: s.owner.agentID,
-          sameAgentID: s.owner.agentID === meta.agentID,
-          session: s.id,
-          remoteAddress,
-        });
-      }
-      for (const s of claims.stale) {
-        this.tunnel.resumeMetrics.claimRefused('stale_attempt');
-        this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
-      }
-      for (const ended of claims.ended) {
-        // The agent came back too late: its connections are gone on this side; the call carries a fresh session.
-        this.tunnel.resumeMetrics.claimRefused(ended.how === 'expired' ? 'session_expired' : 'session_ended');
-        this.limited.warn('session claim on a session that is over here; the agent gets a fresh one', {
-          agentID: meta.agentID,
-          sessionOf: ended.agentID,
-          session: ended.id,
-          how: ended.how,
-          endedMsAgo: Date.now() - ended.endedAt,
-          remoteAddress,
-        });
-      }
-      if (claims.found === undefined && claims.stale.length > 0) {
-        this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
-        return;
-      }
+    if (claims !== undefined && this.refusedByClaims(claims, meta, call, connection, remoteAddress)) return;
+    const accepted = this.acceptCall(stream, call, meta, claims?.found, connection, remoteAddress);
+    this.serveCall(accepted, meta, connection);
+  }
+
+  /**
+   * Logs and counts the session claims of an admitted call that are not
+   * honoured; true when the call was refused for it (a stale attempt and no
+   * session found).
+   */
+  private refusedByClaims(
+    claims: ClaimResolution<Backend>,
+    meta: AgentMetadata,
+    call: IncomingCall,
+    connection: AgentConnection | undefined,
+    remoteAddress: string,
+  ): boolean {
+    for (const s of claims.foreign) {
+      this.tunnel.resumeMetrics.claimRefused('foreign_certificate');
+      this.limited.warn('session token presented with another certificate or agentID; not honoured', {
+        agentID: meta.agentID,
+        sessionOf: s.owner.agentID,
+        sameAgentID: s.owner.agentID === meta.agentID,
+        session: s.id,
+        remoteAddress,
+      });
     }
+    for (const s of claims.stale) {
+      this.tunnel.resumeMetrics.claimRefused('stale_attempt');
+      this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
+    }
+    for (const ended of claims.ended) {
+      // The agent came back too late: its connections are gone on this side; the call carries a fresh session.
+      this.tunnel.resumeMetrics.claimRefused(ended.how === 'expired' ? 'session_expired' : 'session_ended');
+      this.limited.warn('session claim on a session that is over here; the agent gets a fresh one', {
+        agentID: meta.agentID,
+        sessionOf: ended.agentID,
+        session: ended.id,
+        how: ended.how,
+        endedMsAgo: Date.now() - ended.endedAt,
+        remoteAddress,
+      });
+    }
+    if (claims.found === undefined && claims.stale.length > 0) {
+      this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * Answers an admitted call and gives it its backend: the resumed session's
+   * (`found`), or a new one, resumable when the agent asked and we offer it.
+   */
+  private acceptCall(
+    stream: ServerHttp2Stream,
+    call: IncomingCall,
+    meta: AgentMetadata,
+    found: ClaimResolution<Backend>['found'],
+    connection: AgentConnection | undefined,
+    remoteAddress: string,
+  ): AcceptedCall {
+    const session = stream.session;
     // Flow control only when the agent announced its window and we offer one.
     const flow =
       meta.agentWindow !== undefined && this.opts.connWindow > 0
@@ -382,39 +308,42 @@ export class AgentEndpoint {
     });
     const where = { remoteAddress, roundTripMs: () => connection?.roundTripMs };
     const windowMs = this.resumeWindowFor(meta);
-    let backend: Backend;
-    const found = claims?.found;
     const resume = found === undefined ? undefined : this.tunnel.prepareResume(found.session, found.claim);
-    const resumed = found !== undefined && resume !== undefined;
-    if (resumed) {
+    if (found !== undefined && resume !== undefined) {
       if (resume.superseded instanceof AgentCall) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
       responseMetadata[RESUME_HEADER] = String(found.session.windowMs);
       responseMetadata[SESSION_HEADER] = found.claim.token;
       responseMetadata[RESUMED_HEADER] = String(resume.received);
       call.accept(responseMetadata);
       connection?.pings.headersSent();
-      backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject: peerCertSubject(session) });
-    } else {
-      const info = {
-        agentID: meta.agentID,
-        identifiers: meta.identifiers,
-        certSubject: peerCertSubject(session),
-        flow,
-        halfClose,
-        probe: meta.probe,
-        ...where,
-      };
-      if (windowMs !== undefined) {
-        const opened = this.tunnel.attachResumableAgent(info, link, ownerOf(meta), windowMs);
-        backend = opened.backend;
-        responseMetadata[RESUME_HEADER] = String(windowMs);
-        responseMetadata[SESSION_HEADER] = opened.token;
-      } else {
-        backend = this.tunnel.attachAgent(info, link);
-      }
-      call.accept(responseMetadata);
-      connection?.pings.headersSent();
+      const backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject: peerCertSubject(session) });
+      return { backend, link, resumed: true, windowMs };
     }
+    const info = {
+      agentID: meta.agentID,
+      identifiers: meta.identifiers,
+      certSubject: peerCertSubject(session),
+      flow,
+      halfClose,
+      probe: meta.probe,
+      ...where,
+    };
+    let backend: Backend;
+    if (windowMs !== undefined) {
+      const opened = this.tunnel.attachResumableAgent(info, link, ownerOf(meta), windowMs);
+      backend = opened.backend;
+      responseMetadata[RESUME_HEADER] = String(windowMs);
+      responseMetadata[SESSION_HEADER] = opened.token;
+    } else {
+      backend = this.tunnel.attachAgent(info, link);
+    }
+    call.accept(responseMetadata);
+    connection?.pings.headersSent();
+    return { backend, link, resumed: false, windowMs };
+  }
+
+  /** Carries an accepted call's packets into the tunnel until the call ends. */
+  private serveCall({ backend, link, resumed, windowMs }: AcceptedCall, meta: AgentMetadata, connection: AgentConnection | undefined): void {
     if (backend.closed) return;
     if (connection === undefined) {
       // The connection went away while we answered: one removal path, the tunnel's.

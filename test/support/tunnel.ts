@@ -16,7 +16,8 @@ import type { ServerConnectionOptions } from '../../pkg/agent/server-connection.
 import { HttpConnectServer } from '../../pkg/frontend/http-connect.js';
 import type { Logger } from '../../pkg/log/logger.js';
 import { MemoryLogger } from './memory-logger.js';
-import { AgentEndpoint, type AgentEndpointOptions } from '../../pkg/endpoint/agent-endpoint.js';
+import { AgentEndpoint } from '../../pkg/endpoint/agent-endpoint.js';
+import type { AgentEndpointOptions } from '../../pkg/endpoint/agent-endpoint-settings.js';
 import type { TunnelOptions } from '../../pkg/tunnel/options.js';
 import { Tunnel } from '../../pkg/tunnel/tunnel.js';
 import { startBlipRelay } from './blip-relay.js';
