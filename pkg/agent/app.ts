@@ -138,6 +138,100 @@ async function agentCredentials(opts: AgentOptions): Promise<{ tls: AgentTLS; ma
   }
 }
 
+/** The search for the server's address (when --tunnelserver-addr is not given), and how to end it. */
+interface Discovery {
+  abort: AbortController;
+  done: Promise<void>;
+}
+
+/** Refuses options the agent cannot start with; the identifiers it announces and the destinations it may dial. */
+function checkedOptions(opts: AgentOptions): { identifiers: string; allowList: AllowList } {
+  if (opts.nodeName === '') throw new TypeError('a node name is required (--node-name or env NODE_NAME)');
+  if (opts.tunnelServerAddr === '' && opts.kubeSource === undefined) {
+    throw new TypeError(
+      "--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server's agent port, 10262); " +
+        `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
+    );
+  }
+  if (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 0) {
+    throw new TypeError(`--node-ip ${JSON.stringify(opts.nodeIP)} is not an IP address`);
+  }
+  const identifiers = opts.agentIdentifiers ?? defaultIdentifiers(opts.nodeName, opts.nodeIP);
+  checkIdentifiers(identifiers);
+  const allowList =
+    opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
+  return { identifiers, allowList };
+}
+
+/** The set of links to the tunnel servers, not started. */
+function newClientSet(opts: AgentOptions, tls: AgentTLS, identifiers: string, allowList: AllowList, metrics: AgentMetrics): ClientSet {
+  return new ClientSet({
+    connection: {
+      address: opts.tunnelServerAddr,
+      tls,
+      agentID: opts.nodeName,
+      identifiers,
+      dialer: new Dialer({ allowList, timeoutMs: opts.dialTimeoutMs }),
+      keepaliveTimeMs: opts.keepaliveTimeMs,
+      keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
+      resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+      dialLimit: new DialLimit(opts.maxConcurrentDials),
+      metrics,
+      logger: opts.logger,
+    },
+    syncIntervalMs: opts.syncIntervalMs,
+    syncIntervalCapMs: opts.syncIntervalCapMs,
+    probeIntervalMs: opts.serverProbeIntervalMs,
+    logger: opts.logger,
+  });
+}
+
+/** The agent's metrics, /readyz (a link to a server) and /debug port; `search.problem` says why no address is known yet. */
+function agentMetaServer(opts: AgentOptions, port: number, clients: ClientSet, metrics: AgentMetrics, search: { problem: string }): MetaServer {
+  return new MetaServer({
+    host: opts.metaHost ?? (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 6 ? '::1' : '127.0.0.1'),
+    port,
+    headTimeoutMs: opts.metaHeadTimeoutMs,
+    registry: metrics.registry,
+    readyChecks: {
+      'server-link': () =>
+        clients.connectedServers > 0
+          ? undefined
+          : clients.address === ''
+            ? `no tunnel server address yet: ${search.problem}`
+            : `no link to a tunnel server at ${clients.address} yet`,
+    },
+    debug: { '/debug/connections': () => clients.connections() },
+    raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
+    logger: opts.logger,
+  });
+}
+
+/** Looks for the server's address in its Service (TUNNEL_NAMESPACE/TUNNEL_SERVICE), then starts the links to it. */
+async function discoverServer(opts: AgentOptions, clients: ClientSet, search: { problem: string }): Promise<Discovery> {
+  const abort = new AbortController();
+  // Loaded only here: an agent given its server's address never loads the Kubernetes client.
+  const { createKubeClient } = await import('../kube/client.js');
+  const { discoverTunnelServer } = await import('../kube/tunnel-server-discovery.js');
+  const done = discoverTunnelServer({
+    client: createKubeClient(opts.kubeSource!),
+    signal: abort.signal,
+    logger: opts.logger,
+    retryMs: opts.syncIntervalMs,
+    capMs: Math.max(opts.syncIntervalCapMs, opts.syncIntervalMs),
+    onProblem: (problem) => (search.problem = problem),
+  }).then(
+    (address) => {
+      clients.setAddress(address);
+      clients.start();
+    },
+    (err: unknown) => {
+      if (!abort.signal.aborted) opts.logger.error('the search for the tunnel server failed', { error: String(err) });
+    },
+  );
+  return { abort, done };
+}
+
 export class TunnelAgent {
   private stopping: Promise<void> | undefined;
 
@@ -148,24 +242,11 @@ export class TunnelAgent {
     private readonly certificate: CertificateManager | undefined,
     readonly meta: MetaServer | undefined,
     /** Ends the search for the server's address (when --tunnelserver-addr is not given). */
-    private readonly discovery: { abort: AbortController; done: Promise<void> } | undefined,
+    private readonly discovery: Discovery | undefined,
   ) {}
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
-    if (opts.nodeName === '') throw new TypeError('a node name is required (--node-name or env NODE_NAME)');
-    if (opts.tunnelServerAddr === '' && opts.kubeSource === undefined) {
-      throw new TypeError(
-        "--tunnelserver-addr is required when no cluster is configured (host:port of yurt-tunnel-server's agent port, 10262); " +
-          `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
-      );
-    }
-    if (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 0) {
-      throw new TypeError(`--node-ip ${JSON.stringify(opts.nodeIP)} is not an IP address`);
-    }
-    const identifiers = opts.agentIdentifiers ?? defaultIdentifiers(opts.nodeName, opts.nodeIP);
-    checkIdentifiers(identifiers);
-    const allowList =
-      opts.allowedDestinations !== undefined ? AllowList.parse(opts.allowedDestinations) : AllowList.defaultFor(opts.nodeIP !== undefined ? [opts.nodeIP] : []);
+    const { identifiers, allowList } = checkedOptions(opts);
     const credentials = await agentCredentials(opts);
     if (opts.startupRehearsal === true)
       await runStartupRehearsal(
@@ -179,27 +260,9 @@ export class TunnelAgent {
         opts.rehearsalTiering,
       );
     const metrics = new AgentMetrics();
-    const clients = new ClientSet({
-      connection: {
-        address: opts.tunnelServerAddr,
-        tls: credentials.tls,
-        agentID: opts.nodeName,
-        identifiers,
-        dialer: new Dialer({ allowList, timeoutMs: opts.dialTimeoutMs }),
-        keepaliveTimeMs: opts.keepaliveTimeMs,
-        keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
-        resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
-        dialLimit: new DialLimit(opts.maxConcurrentDials),
-        metrics,
-        logger: opts.logger,
-      },
-      syncIntervalMs: opts.syncIntervalMs,
-      syncIntervalCapMs: opts.syncIntervalCapMs,
-      probeIntervalMs: opts.serverProbeIntervalMs,
-      logger: opts.logger,
-    });
+    const clients = newClientSet(opts, credentials.tls, identifiers, allowList, metrics);
     const discover = opts.tunnelServerAddr === '';
-    let discoveryProblem = 'not read yet';
+    const search = { problem: 'not read yet' };
     opts.logger.info('yurt-tunnel-agent starting', {
       agentID: opts.nodeName,
       server: discover ? `from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}` : opts.tunnelServerAddr,
@@ -212,55 +275,16 @@ export class TunnelAgent {
       opts.logger.info('client certificate rotated; new links use it');
     });
     metrics.watch({ serverConnections: () => clients.connectedServers, endpointConnections: () => clients.connCount });
-    const meta =
-      opts.metaPort === undefined
-        ? undefined
-        : new MetaServer({
-            host: opts.metaHost ?? (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 6 ? '::1' : '127.0.0.1'),
-            port: opts.metaPort,
-            headTimeoutMs: opts.metaHeadTimeoutMs,
-            registry: metrics.registry,
-            readyChecks: {
-              'server-link': () =>
-                clients.connectedServers > 0
-                  ? undefined
-                  : clients.address === ''
-                    ? `no tunnel server address yet: ${discoveryProblem}`
-                    : `no link to a tunnel server at ${clients.address} yet`,
-            },
-            debug: { '/debug/connections': () => clients.connections() },
-            raw: opts.enableProfiling === true ? PROFILING_ROUTES : {},
-            logger: opts.logger,
-          });
+    const meta = opts.metaPort === undefined ? undefined : agentMetaServer(opts, opts.metaPort, clients, metrics, search);
     try {
       await meta?.start();
     } catch (err: unknown) {
       await credentials.manager?.stop();
       throw err;
     }
-    let discovery: { abort: AbortController; done: Promise<void> } | undefined;
+    let discovery: Discovery | undefined;
     if (discover) {
-      const abort = new AbortController();
-      // Loaded only here: an agent given its server's address never loads the Kubernetes client.
-      const { createKubeClient } = await import('../kube/client.js');
-      const { discoverTunnelServer } = await import('../kube/tunnel-server-discovery.js');
-      const done = discoverTunnelServer({
-        client: createKubeClient(opts.kubeSource!),
-        signal: abort.signal,
-        logger: opts.logger,
-        retryMs: opts.syncIntervalMs,
-        capMs: Math.max(opts.syncIntervalCapMs, opts.syncIntervalMs),
-        onProblem: (problem) => (discoveryProblem = problem),
-      }).then(
-        (address) => {
-          clients.setAddress(address);
-          clients.start();
-        },
-        (err: unknown) => {
-          if (!abort.signal.aborted) opts.logger.error('the search for the tunnel server failed', { error: String(err) });
-        },
-      );
-      discovery = { abort, done };
+      discovery = await discoverServer(opts, clients, search);
     } else {
       clients.start();
     }

@@ -90,27 +90,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
   if (target === undefined) {
     return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`));
   }
-  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
-  const session = http2.connect(`https://${authority}`, {
-    ca: t.tls.ca,
-    cert: t.tls.cert,
-    key: t.tls.key,
-    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-    servername: isIP(t.verifyName) === 0 ? t.verifyName : IP_TARGET_SNI,
-    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
-    ALPNProtocols: ['h2'],
-    maxSessionMemory: 64,
-    settings: { initialWindowSize: t.receiveWindow, enablePush: false },
-  });
-  let socket: Socket | undefined;
-  session.once('connect', (_session: ClientHttp2Session, s: Socket) => {
-    socket = s;
-    try {
-      session.setLocalWindowSize(t.receiveWindow * 4);
-    } catch (err: unknown) {
-      log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
-    }
-  });
+  const { session, beneath } = connectSession(t, target, log);
   return new Promise<DialedCall>((resolve, reject) => {
     let settled = false;
     /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
@@ -132,13 +112,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
     let explaining = false;
     const onClose = (): void => {
       if (settled || explaining) return;
-      if (securedAt === undefined) fail('the connection closed during the TLS handshake');
-      else if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
-        fail(
-          "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
-            'client certificate (issued by a CA other than the one the server was given)',
-        );
-      } else fail('the connection closed before the server answered the call');
+      fail(closeReason(securedAt));
     };
     const settle = (err: Error | undefined, call?: DialedCall): void => {
       if (settled) return;
@@ -153,8 +127,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
         resolve(call!);
       }
     };
-    const fail = (text: string, cause?: Error): void =>
-      settle(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`, { cause }));
+    const fail = (text: string, cause?: Error): void => settle(connectFailed(t, text, cause));
     const timer = setTimeout(
       () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`)),
       t.handshakeTimeoutMs,
@@ -180,29 +153,72 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
       failOn(err.cause instanceof Error ? err.cause : err);
     });
     stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
-      const refusal = responseRefusal(h);
-      if (refusal !== undefined) {
-        fail(`refused the call (${refusal})`);
-        return;
-      }
-      const identity = identityFrom(t, raw);
-      if (identity instanceof Error) {
-        settle(identity);
-        return;
-      }
-      let offer: SessionOffer | undefined;
-      if (t.resume !== undefined) {
-        const parsed = parseSessionOffer(metadataValues(raw, RESUME_HEADER), metadataValues(raw, SESSION_HEADER), metadataValues(raw, RESUMED_HEADER));
-        if (parsed instanceof Error) {
-          settle(new ServerConnectionError('YT_ERR_BAD_HEADERS', `tunnel server ${t.address}: ${parsed.message}`, { cause: parsed }));
-          return;
-        }
-        // Acknowledgements ride on WINDOW_UPDATE: no resume without flow control and half-close.
-        offer = identity.flow !== undefined && identity.halfClose ? parsed : undefined;
-      }
-      settle(undefined, { session, socket, stream, identity, offer });
+      const answer = readAnswer(t, h, raw);
+      if (answer instanceof Error) settle(answer);
+      else settle(undefined, { session, socket: beneath.socket, stream, ...answer });
     });
   });
+}
+
+/** Opens the HTTP/2 connection to the server; `beneath.socket` is its TLS socket once connected. */
+function connectSession(
+  t: DialTarget,
+  target: { host: string; port: number },
+  log: Logger,
+): { session: ClientHttp2Session; beneath: { socket: Socket | undefined } } {
+  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+  const session = http2.connect(`https://${authority}`, {
+    ca: t.tls.ca,
+    cert: t.tls.cert,
+    key: t.tls.key,
+    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+    servername: isIP(t.verifyName) === 0 ? t.verifyName : IP_TARGET_SNI,
+    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
+    ALPNProtocols: ['h2'],
+    maxSessionMemory: 64,
+    settings: { initialWindowSize: t.receiveWindow, enablePush: false },
+  });
+  const beneath: { socket: Socket | undefined } = { socket: undefined };
+  session.once('connect', (_session: ClientHttp2Session, s: Socket) => {
+    beneath.socket = s;
+    try {
+      session.setLocalWindowSize(t.receiveWindow * 4);
+    } catch (err: unknown) {
+      log.warn('could not raise the HTTP/2 connection window', { error: errorMessage(err) });
+    }
+  });
+  return { session, beneath };
+}
+
+function connectFailed(t: DialTarget, text: string, cause?: Error): ServerConnectionError {
+  return new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`, { cause });
+}
+
+/** Why the connection closed before the server answered, judged by when TLS was established. */
+function closeReason(securedAt: number | undefined): string {
+  if (securedAt === undefined) return 'the connection closed during the TLS handshake';
+  if (performance.now() - securedAt < CERT_REFUSAL_WINDOW_MS) {
+    return (
+      "the server closed the connection right after the TLS handshake: it most likely does not trust this agent's " +
+      'client certificate (issued by a CA other than the one the server was given)'
+    );
+  }
+  return 'the connection closed before the server answered the call';
+}
+
+/** The server's answer to the call: who it is and the session it offers, or why the answer cannot be used. */
+function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<DialedCall, 'identity' | 'offer'> | Error {
+  const refusal = responseRefusal(h);
+  if (refusal !== undefined) return connectFailed(t, `refused the call (${refusal})`);
+  const identity = identityFrom(t, raw);
+  if (identity instanceof Error) return identity;
+  if (t.resume === undefined) return { identity, offer: undefined };
+  const parsed = parseSessionOffer(metadataValues(raw, RESUME_HEADER), metadataValues(raw, SESSION_HEADER), metadataValues(raw, RESUMED_HEADER));
+  if (parsed instanceof Error) {
+    return new ServerConnectionError('YT_ERR_BAD_HEADERS', `tunnel server ${t.address}: ${parsed.message}`, { cause: parsed });
+  }
+  // Acknowledgements ride on WINDOW_UPDATE: no resume without flow control and half-close.
+  return { identity, offer: identity.flow !== undefined && identity.halfClose ? parsed : undefined };
 }
 
 function sniFor(verifyName: string): string {
