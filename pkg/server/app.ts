@@ -37,6 +37,34 @@ import { runStartupRehearsal } from '../grpc/data-path-rehearsal.js';
 import { rehearseServer } from './rehearsal.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 
+/**
+ * The server's certificates: from the flags' files (local mode), or from the
+ * cluster, whose services start here and are returned to be stopped with the server.
+ */
+async function serverCertificates(opts: ServerOptions): Promise<{ certs: ServerCertificates; cluster: ClusterServices | undefined }> {
+  const source = serverKubeConfigSource(opts.kubeConfig);
+  if (source === undefined) return { certs: await localCertificates(opts), cluster: undefined };
+  // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
+  const { ClusterServices } = await import('./cluster.js');
+  const cluster = await ClusterServices.start({
+    source,
+    certDir: opts.certDir,
+    certIPs: opts.certIPs,
+    certDNSNames: opts.certDNSNames,
+    insecurePort: opts.insecurePort,
+    localhostProxyPorts: opts.localhostProxyPorts,
+    logger: opts.logger,
+    csrPollMs: opts.csrPollMs,
+    ...(opts.enableCSRApprover !== false ? { csrApprover: { serverServiceAccount: opts.serverServiceAccount } } : {}),
+  });
+  try {
+    return { certs: await clusterCertificates(cluster, opts), cluster };
+  } catch (err: unknown) {
+    await cluster.stop();
+    throw err;
+  }
+}
+
 export class TunnelServer {
   private stopping: Promise<void> | undefined;
   /** Every listener is up (readiness). */
@@ -69,35 +97,9 @@ export class TunnelServer {
 
   static async start(opts: ServerOptions): Promise<TunnelServer> {
     const log = opts.logger;
-    const source = serverKubeConfigSource(opts.kubeConfig);
     // Everything that can be wrong with the flags' files is found before anything is built or listens.
     const files = await readServerFiles(opts);
-    let cluster: ClusterServices | undefined;
-    let certs: ServerCertificates;
-    if (source === undefined) {
-      certs = await localCertificates(opts);
-    } else {
-      // Loaded only in cluster mode: it brings @kubernetes/client-node (~75 MB of RSS).
-      const { ClusterServices } = await import('./cluster.js');
-      cluster = await ClusterServices.start({
-        source,
-        certDir: opts.certDir,
-        certIPs: opts.certIPs,
-        certDNSNames: opts.certDNSNames,
-        insecurePort: opts.insecurePort,
-        localhostProxyPorts: opts.localhostProxyPorts,
-        logger: log,
-        csrPollMs: opts.csrPollMs,
-        ...(opts.enableCSRApprover !== false ? { csrApprover: { serverServiceAccount: opts.serverServiceAccount } } : {}),
-      });
-      try {
-        certs = await clusterCertificates(cluster, opts);
-      } catch (err: unknown) {
-        await cluster.stop();
-        throw err;
-      }
-    }
-
+    const { certs, cluster } = await serverCertificates(opts);
     const serverID = opts.serverID ?? randomUUID();
     const registry = opts.metricsRegistry ?? new Registry();
     opts = { ...opts, metricsRegistry: registry };
@@ -124,49 +126,57 @@ export class TunnelServer {
       await cluster?.stop();
       throw err;
     }
-    const { agentEndpoint, proxier, egress, master, meta } = server;
     try {
-      if (opts.startupRehearsal === true) {
-        await runStartupRehearsal(
-          log,
-          (size) =>
-            rehearseServer({
-              ...size,
-              strategies: opts.proxyStrategies,
-              tls: { cert: certs.server.cert, key: certs.server.key },
-              resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
-            }),
-          opts.rehearsalTiering,
-        );
-      }
-      await agentEndpoint.start();
-      await proxier.start();
-      await egress?.start();
-      await master.start();
-      server.listening = true;
-      if (cluster !== undefined && opts.enableDNSController) await server.startDnsController(cluster, opts);
-      server.afterFlood.start();
-      await meta?.start();
-      if (cluster !== undefined && opts.enableIptables) server.iptables = await startIptables(cluster, master, opts);
+      await server.serve(certs, opts, cluster);
     } catch (err: unknown) {
       await server.stop();
       throw err;
     }
-    log.info('yurt-tunnel-server started', {
+    server.logStarted(serverID, opts, cluster);
+    return server;
+  }
+
+  /** Rehearses the data path if asked, then starts every component in turn; the caller stops the server if one fails. */
+  private async serve(certs: ServerCertificates, opts: ServerOptions, cluster: ClusterServices | undefined): Promise<void> {
+    if (opts.startupRehearsal === true) {
+      await runStartupRehearsal(
+        this.log,
+        (size) =>
+          rehearseServer({
+            ...size,
+            strategies: opts.proxyStrategies,
+            tls: { cert: certs.server.cert, key: certs.server.key },
+            resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+          }),
+        opts.rehearsalTiering,
+      );
+    }
+    await this.agentEndpoint.start();
+    await this.proxier.start();
+    await this.egress?.start();
+    await this.master.start();
+    this.listening = true;
+    if (cluster !== undefined && opts.enableDNSController) await this.startDnsController(cluster, opts);
+    this.afterFlood.start();
+    await this.meta?.start();
+    if (cluster !== undefined && opts.enableIptables) this.iptables = await startIptables(cluster, this.master, opts);
+  }
+
+  private logStarted(serverID: string, opts: ServerOptions, cluster: ClusterServices | undefined): void {
+    this.log.info('yurt-tunnel-server started', {
       serverID,
       mode: cluster === undefined ? 'local' : 'cluster',
-      agentAddress: `${opts.bindAddress}:${agentEndpoint.address.port}`,
+      agentAddress: `${opts.bindAddress}:${this.agentEndpoint.address.port}`,
       proxier: opts.interceptorProxierUDS,
       egressSelector: opts.egressSelector === undefined ? 'off' : `${opts.egressSelector.mode} on ${opts.egressSelector.uds}`,
       // Local mode has no Nodes to tell an edge node from a cloud host: its egress socket only tunnels.
       egressDirectDial:
         opts.egressSelector === undefined ? 'off' : (opts.egressSelector.directDial ?? 'auto') === 'auto' && cluster !== undefined ? 'on' : 'off',
-      securePort: master.address('secure').port,
-      insecurePort: master.address('insecure').port,
-      metaPort: meta?.address.port ?? 'off',
+      securePort: this.master.address('secure').port,
+      insecurePort: this.master.address('insecure').port,
+      metaPort: this.meta?.address.port ?? 'off',
       strategies: opts.proxyStrategies.join(','),
     });
-    return server;
   }
 
   /** Builds every component on the tunnel; listens on nothing. Throws if an option is refused. */

@@ -63,6 +63,72 @@ async function clusterCA(client: KubeClient): Promise<string> {
   );
 }
 
+/** The serving certificate: its names follow the tunnel Services and the nodes (servingNames); gaps are logged once each time they change. */
+function servingCertificate(opts: ClusterOptions, signer: CsrSigner, services: Informer<V1Service>, nodes: Informer<V1Node>): CertificateManager {
+  let reportedProblems = '';
+  const servingTemplate = (): CertificateTemplate => {
+    const names = servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
+    const problems = names.problems.join('; ');
+    if (problems !== reportedProblems) {
+      reportedProblems = problems;
+      if (problems !== '') opts.logger.warn('serving certificate addresses incomplete', { problems });
+    }
+    return {
+      commonName: SERVER_COMMON_NAME,
+      organizations: [SERVER_ORGANIZATION],
+      dnsNames: names.dnsNames,
+      ips: names.ips,
+      signerName: KUBELET_SERVING_SIGNER,
+      usages: SERVING_USAGES,
+    };
+  };
+  return new CertificateManager({
+    name: SERVING_CERT_PREFIX,
+    store: new PemFileStore(opts.certDir, SERVING_CERT_PREFIX),
+    source: signer,
+    template: servingTemplate,
+    logger: opts.logger,
+  });
+}
+
+/** The client certificate the server shows the kubelets. */
+function proxyClientCertificate(opts: ClusterOptions, signer: CsrSigner): CertificateManager {
+  return new CertificateManager({
+    name: PROXY_CLIENT_CERT_PREFIX,
+    store: new PemFileStore(opts.certDir, PROXY_CLIENT_CERT_PREFIX),
+    source: signer,
+    template: () => ({
+      commonName: PROXY_CLIENT_COMMON_NAME,
+      organizations: [YURTTUNNEL_ORGANIZATION],
+      dnsNames: [],
+      ips: [],
+      signerName: KUBE_APISERVER_CLIENT_SIGNER,
+      usages: CLIENT_USAGES,
+    }),
+    logger: opts.logger,
+  });
+}
+
+/** The approver lets through a serving CSR naming only what the serving certificate's template names (csr-review.ts). */
+function csrApproverFor(
+  approver: NonNullable<ClusterOptions['csrApprover']>,
+  opts: ClusterOptions,
+  client: KubeClient,
+  services: Informer<V1Service>,
+  nodes: Informer<V1Node>,
+  kubeLog: Logger,
+): CsrApprover {
+  return new CsrApprover({
+    client,
+    serverServiceAccount: approver.serverServiceAccount ?? DEFAULT_SERVER_SERVICE_ACCOUNT,
+    servingNames: async () => {
+      await Promise.all([services.waitForSync(), nodes.waitForSync()]);
+      return servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
+    },
+    logger: kubeLog,
+  });
+}
+
 export class ClusterServices {
   private stopping: Promise<void> | undefined;
   private constructor(
@@ -104,57 +170,9 @@ export class ClusterServices {
       logger: kubeLog,
     });
     const signer = new CsrSigner(client, { logger: kubeLog, ...(opts.csrPollMs !== undefined ? { pollMs: opts.csrPollMs } : {}) });
-    let reportedProblems = '';
-    const servingTemplate = (): CertificateTemplate => {
-      const names = servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
-      const problems = names.problems.join('; ');
-      if (problems !== reportedProblems) {
-        reportedProblems = problems;
-        if (problems !== '') log.warn('serving certificate addresses incomplete', { problems });
-      }
-      return {
-        commonName: SERVER_COMMON_NAME,
-        organizations: [SERVER_ORGANIZATION],
-        dnsNames: names.dnsNames,
-        ips: names.ips,
-        signerName: KUBELET_SERVING_SIGNER,
-        usages: SERVING_USAGES,
-      };
-    };
-    const serving = new CertificateManager({
-      name: SERVING_CERT_PREFIX,
-      store: new PemFileStore(opts.certDir, SERVING_CERT_PREFIX),
-      source: signer,
-      template: servingTemplate,
-      logger: log,
-    });
-    const proxyClient = new CertificateManager({
-      name: PROXY_CLIENT_CERT_PREFIX,
-      store: new PemFileStore(opts.certDir, PROXY_CLIENT_CERT_PREFIX),
-      source: signer,
-      template: () => ({
-        commonName: PROXY_CLIENT_COMMON_NAME,
-        organizations: [YURTTUNNEL_ORGANIZATION],
-        dnsNames: [],
-        ips: [],
-        signerName: KUBE_APISERVER_CLIENT_SIGNER,
-        usages: CLIENT_USAGES,
-      }),
-      logger: log,
-    });
-    // The approver lets through a serving CSR naming only what this template names (csr-review.ts).
-    const csrApprover =
-      opts.csrApprover === undefined
-        ? undefined
-        : new CsrApprover({
-            client,
-            serverServiceAccount: opts.csrApprover.serverServiceAccount ?? DEFAULT_SERVER_SERVICE_ACCOUNT,
-            servingNames: async () => {
-              await Promise.all([services.waitForSync(), nodes.waitForSync()]);
-              return servingNames(services.list(), nodes.list(), { ips: opts.certIPs, dnsNames: opts.certDNSNames });
-            },
-            logger: kubeLog,
-          });
+    const serving = servingCertificate(opts, signer, services, nodes);
+    const proxyClient = proxyClientCertificate(opts, signer);
+    const csrApprover = opts.csrApprover === undefined ? undefined : csrApproverFor(opts.csrApprover, opts, client, services, nodes, kubeLog);
     // The wanted serving names follow the tunnel Services (and, for NodePort, the cloud nodes).
     const recheck = (): void => {
       if (!services.synced() || !nodes.synced()) return;
