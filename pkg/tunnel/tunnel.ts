@@ -537,32 +537,14 @@ export class Tunnel {
       case 'DIAL_RSP':
         this.onDialResponse(backend, p.random, p.connectID, p.error);
         return;
-      case 'CLOSE_RSP': {
-        const conn = backend.conns.get(p.connectID);
-        if (conn !== undefined) {
-          // An error is a failure (the target reset the connection, the agent cut it): the caller must see it as one.
-          conn.remoteClose(
-            p.error === ''
-              ? undefined
-              : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
-          );
-          backend.conns.remove(conn);
-        } else if (!backend.conns.takeTombstone(p.connectID)) {
-          this.unknownPacket(backend, p.type, { connectID: p.connectID.toString() });
-        }
+      case 'CLOSE_RSP':
+        this.onCloseResponse(backend, p);
         return;
-      }
       case 'DIAL_CLS':
         this.failDialFromAgent(backend, p.random);
         return;
       case 'DRAIN':
-        if (!backend.draining) {
-          backend.draining = true;
-          this.log.info('agent is draining; new dials go elsewhere when possible', {
-            agentID: backend.agentID,
-            stream: backend.serial,
-          });
-        }
+        this.onDrain(backend);
         return;
       case 'WINDOW_UPDATE':
         if (backend.flow !== undefined) {
@@ -586,6 +568,29 @@ export class Tunnel {
       default:
         this.limited.warn('ignoring a packet of a type the server does not know', { agentID: backend.agentID, packetType: unhandledPacketType(type) });
     }
+  }
+
+  /** The agent closed a connection; an error in the packet is a failure the caller must see as one. */
+  private onCloseResponse(backend: Backend, p: Extract<Packet, { type: 'CLOSE_RSP' }>): void {
+    const conn = backend.conns.get(p.connectID);
+    if (conn !== undefined) {
+      // An error is a failure (the target reset the connection, the agent cut it): the caller must see it as one.
+      conn.remoteClose(
+        p.error === '' ? undefined : new ConnectionClosedError(`agent ${backend.agentID} ended the connection to ${conn.address} with an error: ${p.error}`),
+      );
+      backend.conns.remove(conn);
+    } else if (!backend.conns.takeTombstone(p.connectID)) {
+      this.unknownPacket(backend, p.type, { connectID: p.connectID.toString() });
+    }
+  }
+
+  private onDrain(backend: Backend): void {
+    if (backend.draining) return;
+    backend.draining = true;
+    this.log.info('agent is draining; new dials go elsewhere when possible', {
+      agentID: backend.agentID,
+      stream: backend.serial,
+    });
   }
 
   private onDialResponse(backend: Backend, random: bigint, connectID: bigint, error: string): void {
