@@ -39,7 +39,8 @@
 // last: one of four bulk flows had 65–80 % of its share for the whole transfer.
 
 import type { Http2Stream } from 'node:http2';
-import { dataHeaderLength, decodePacket, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
+import { dataHeaderLength, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
+import { decodePacket } from '../protocol/decode.js';
 import { ProtocolError } from '../protocol/errors.js';
 import { GRPC_FRAME_HEADER_SIZE, GrpcDeframer, type MessageBuffers, writeGrpcFrameHeader } from './frame.js';
 import type { KnownPacket, Packet } from '../protocol/packet.js';

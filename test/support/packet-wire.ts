@@ -5,7 +5,8 @@
 // call does. Back-pressure as GrpcPacketStream gives it: sendData's callback
 // waits while more than `capacity` bytes are in flight.
 
-import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
+import { encodePacket } from '../../pkg/protocol/codec.js';
+import { decodePacket } from '../../pkg/protocol/decode.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import type { PacketLink } from '../../pkg/mux/packet-link.js';
 

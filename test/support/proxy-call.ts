@@ -5,7 +5,8 @@ import http2 from 'node:http2';
 import { connect } from 'node:net';
 import { GrpcDeframer, grpcFrameHeader } from '../../pkg/grpc/frame.js';
 import { PROXY_PATH } from '../../pkg/grpc/services.js';
-import { decodePacket, encodePacket } from '../../pkg/protocol/codec.js';
+import { encodePacket } from '../../pkg/protocol/codec.js';
+import { decodePacket } from '../../pkg/protocol/decode.js';
 import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
 import type { Harness } from './harness.js';
 
