@@ -12,7 +12,8 @@ import { Backoff } from '../timers/backoff.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';
 import { dialServer, type DialedCall } from './server-dial.js';
-import { ServerConnection, type AgentTLS, type KeepalivePolicy, type ServerConnectionOptions } from './server-connection.js';
+import { ServerConnection, type AgentTLS } from './server-connection.js';
+import type { KeepalivePolicy, ServerConnectionOptions } from './server-connection-options.js';
 
 /** While a session is suspended, failed dials are retried after a delay drawn from this range (ms), not the growing backoff. */
 const SUSPENDED_RETRY_MS = { min: 50, max: 500 };

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { AllowList } from '../../pkg/agent/allow-list.js';
 import { ClientSet } from '../../pkg/agent/client-set.js';
 import { Dialer } from '../../pkg/agent/dialer.js';
-import type { ServerConnectionOptions } from '../../pkg/agent/server-connection.js';
+import type { ServerConnectionOptions } from '../../pkg/agent/server-connection-options.js';
 import { HttpConnectServer } from '../../pkg/frontend/http-connect.js';
 import type { Logger } from '../../pkg/log/logger.js';
 import { MemoryLogger } from './memory-logger.js';
