@@ -191,11 +191,11 @@ export class CertificateManager {
         // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run while we waited
         if (this.stopped) return;
         const pair = { cert, key };
-        const path = await this.opts.store.save(pair);
         const summary = describeCertificate(cert);
-        this.install(pair, summary);
+        const path = await this.saveIssued(pair, summary);
+        if (path === undefined) return;
+        this.use(pair, summary);
         this.log.info('certificate rotated', { path, notAfter: summary.notAfter.toISOString(), renewAt: this.deadline?.toISOString() });
-        for (const listener of this.listeners) listener(pair);
         const altered = templateMismatch(summary, want);
         if (altered !== undefined) {
           // Asking again would get the same answer: keep it, and say so.
@@ -212,6 +212,37 @@ export class CertificateManager {
         await sleep(delay, this.abort.signal);
       }
     }
+  }
+
+  /**
+   * Writes the issued certificate. When the write fails, the certificate is used from memory and the
+   * same one written again with backoff: a new request for each failed write would have the cluster
+   * sign certificate after certificate. Undefined if stopped first.
+   */
+  private async saveIssued(pair: CertKeyPair, summary: CertificateSummary): Promise<string | undefined> {
+    const backoff = new Backoff(this.opts.backoff ?? DEFAULT_BACKOFF);
+    while (!this.stopped) {
+      try {
+        return await this.opts.store.save(pair);
+      } catch (err: unknown) {
+        this.use(pair, summary);
+        const delay = backoff.next();
+        this.log.warn('could not store the issued certificate; using it from memory and retrying the write', {
+          dir: this.opts.store.dir,
+          error: errorMessage(err),
+          retryInMs: Math.round(delay),
+        });
+        await sleep(delay, this.abort.signal);
+      }
+    }
+    return undefined;
+  }
+
+  /** Installs `pair` and tells the listeners, once. */
+  private use(pair: CertKeyPair, summary: CertificateSummary): void {
+    if (this.pair === pair) return;
+    this.install(pair, summary);
+    for (const listener of this.listeners) listener(pair);
   }
 
   private install(pair: CertKeyPair, summary: CertificateSummary): void {

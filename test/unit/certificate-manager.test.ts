@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { X509Certificate } from 'node:crypto';
-import { readlink, writeFile, readdir } from 'node:fs/promises';
+import { readlink, writeFile, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   CertificateManager,
@@ -205,4 +205,32 @@ test('a failing signer is retried with backoff; stop() while a request waits for
   await waitFor('the request to be sent', () => pendingSigner.requests.length === 1);
   await pending.stop();
   await assert.rejects(ready, /stopped before one was issued/);
+});
+
+test('a certificate that cannot be written is used from memory and its write retried: one request, not one per retry', async (t) => {
+  const h = harness(t);
+  const base = await tempDir(h);
+  // A file where the folder should be: every write fails (ENOTDIR), for root too, unlike a read-only mode.
+  const blocker = join(base, 'pki');
+  await writeFile(blocker, 'not a folder');
+  const dir = join(blocker, 'certs');
+  const log = new MemoryLogger();
+  const signer = new LocalSigner();
+  const m = manager(dir, signer, () => template(), log);
+  h.defer(() => m.stop());
+  await m.start();
+  const pair = await m.ready();
+  const failed = (): number => log.records.filter((r) => r.message.includes('could not store the issued certificate')).length;
+  await waitFor('three failed writes', () => failed() >= 3, 10_000);
+  assert.equal(signer.requests.length, 1, 'no new CSR for a failed write');
+  const record = log.records.find((r) => r.message.includes('could not store the issued certificate'))!;
+  assert.equal(record.fields.dir, dir);
+
+  await rm(blocker);
+  await waitFor('the certificate written once the folder can be made', () => log.records.some((r) => r.message === 'certificate rotated'), 10_000);
+  assert.equal(signer.requests.length, 1);
+  const stored = await new PemFileStore(dir, 'yurttunnel-server').load();
+  assert.equal(stored.kind, 'found');
+  const fingerprint = (pem: string): string => new X509Certificate(pem).fingerprint256;
+  assert.equal(stored.kind === 'found' ? fingerprint(stored.pair.cert) : '', fingerprint(pair.cert));
 });
