@@ -6,13 +6,23 @@
 // edge node's: the gap the tunnel fills); then `down`, and a check,
 // independent of down's own, that nothing is left.
 //
+// Then each route deployed from the manifests by `npm run cluster -- deploy`'s
+// code, one after the other on the same cluster (egress-selector, then
+// iptables), and every kubectl command users run (test/support/kubectl-matrix.ts)
+// against a pod on each edge node and on the cloud node; on the
+// egress-selector route once more with the server scaled to 0, where every
+// one of them must fail.
+//
 // Root only (network namespaces, mounts, cgroups). About 35-55 s with our
-// image's archive cached (CACHE_DIR), a minute more when the image is built.
+// image's archive cached (CACHE_DIR), a minute more when the image is built,
+// and about 2 minutes for the routes.
 
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { findClusterBinaries } from '../../hack/cluster/binaries.js';
+import { deploy, ROUTES } from '../../hack/cluster/deploy.js';
 import { down } from '../../hack/cluster/down.js';
 import { privatePath } from '../../hack/cluster/holder.js';
 import { BUSYBOX_IMAGE, LOCAL_IMAGE } from '../../hack/cluster/images.js';
@@ -23,6 +33,7 @@ import { readState, STATE_DIR } from '../../hack/cluster/state.js';
 import { CLOUD, NODES, PREFIX, ROUTERS } from '../../hack/cluster/topology.js';
 import { up } from '../../hack/cluster/up.js';
 import { run } from '../../hack/image.js';
+import { expectedMatrix, foldMatrix, matrixPod, matrixPodName, runMatrix } from '../support/kubectl-matrix.js';
 import { NETNS_TOOL, type ProbeResult } from '../support/netns/index.js';
 
 const skip = clusterSkipReason();
@@ -122,7 +133,7 @@ const byName = <T extends { name: string }>(a: T, b: T): number => a.name.locale
 
 test(
   'a real cluster: three kubelets, pods on each, edges behind NAT, our image runs, down leaves nothing',
-  { skip, timeout: 600_000 },
+  { skip, timeout: 900_000 },
   async (t: TestContext) => {
     // Never take down a cluster someone brought up by hand.
     assert.equal(readState(), undefined, `a cluster is already up (${STATE_DIR}): \`npm run cluster -- down\` first`);
@@ -145,13 +156,14 @@ test(
 
     await t.test('a busybox pod Running on every node; our image runs yurt-tunnel-agent --help', async () => {
       for (const node of NODES) await mustKubectl(['apply', '-f', '-'], JSON.stringify(hostPathPod(node.name)));
+      for (const node of NODES) await mustKubectl(['apply', '-f', '-'], JSON.stringify(matrixPod(node.name)));
       await mustKubectl(['apply', '-f', '-'], JSON.stringify(pod('ours', CLOUD.name, LOCAL_IMAGE, ['yurt-tunnel-agent', '--help'], 'Never')));
-      for (const node of NODES) {
+      for (const name of NODES.flatMap((n) => [`bb-${n.name}`, matrixPodName(n.name)])) {
         await waitFor(
-          `pod bb-${node.name} Running`,
+          `pod ${name} Running`,
           90_000,
-          async () => ((await podStatus(`bb-${node.name}`)).phase === 'Running' ? true : undefined),
-          async () => mustKubectl(['describe', 'pod', `bb-${node.name}`]),
+          async () => ((await podStatus(name)).phase === 'Running' ? true : undefined),
+          async () => mustKubectl(['describe', 'pod', name]),
         );
       }
       const done = await waitFor('our image pod finished', 90_000, async () => {
@@ -199,6 +211,50 @@ test(
         );
       }
     });
+
+    // Each route deployed by `npm run cluster -- deploy`'s code, on this same cluster, one after the other.
+    const bins = findClusterBinaries();
+    for (const route of ROUTES) {
+      await t.test(
+        `${route} route from the manifests: logs, logs -f, exec, exec -i, attach, port-forward, cp both ways, node proxy on edge and cloud pods`,
+        async () => {
+          if ('missing' in bins) throw new Error(bins.missing);
+          const t0 = Date.now();
+          await deploy(readState()!, route, bins, { progress: (line) => t.diagnostic(line) });
+          for (const r of ROUTERS) {
+            await waitFor(`kubectl logs ${matrixPodName(r.edge.name)} through the tunnel`, 60_000, async () =>
+              (await kubectl(['logs', '--tail=1', matrixPodName(r.edge.name)])).code === 0 ? true : undefined,
+            );
+          }
+          t.diagnostic(`${route}: deploy started → kubectl logs on every edge pod in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+          const t1 = Date.now();
+          const results = await Promise.all(NODES.map((n) => runMatrix(n.name)));
+          t.diagnostic(`${route}: the kubectl matrix on ${NODES.length} pods in ${((Date.now() - t1) / 1000).toFixed(1)} s`);
+          assert.deepEqual(
+            results.map(foldMatrix),
+            NODES.map((n) => expectedMatrix(n.name)),
+            results.flatMap((r, i) => r.errors.map((e) => `${NODES[i]!.name} ${e}`)).join('\n'),
+          );
+        },
+      );
+      if (route === 'egress-selector') {
+        // Every path of kube-apiserver's to a kubelet goes through the server's socket on this route: the cloud pod's too.
+        await t.test('egress-selector route without the server: every command fails, on edge and cloud pods', async () => {
+          await mustKubectl(['-n', 'kube-system', 'scale', 'deployment/yurt-tunnel-server', '--replicas=0']);
+          await waitFor('no server pod', 60_000, async () => {
+            const r = await kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=yurt-tunnel-server', '-o', 'name']);
+            return r.code === 0 && r.stdout.trim() === '' ? true : undefined;
+          });
+          const t0 = Date.now();
+          const results = await Promise.all(NODES.map((n) => runMatrix(n.name)));
+          t.diagnostic(`the matrix without the server in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+          NODES.forEach((n, i) => {
+            const got = foldMatrix(results[i]!) as Record<string, unknown>;
+            for (const [key, want] of Object.entries(expectedMatrix(n.name))) assert.notDeepEqual(got[key], want, `${n.name} ${key} passed without the server`);
+          });
+        });
+      }
+    }
 
     await t.test('down removes everything and says so; a second down is a no-op', async () => {
       const t0 = Date.now();
