@@ -80,6 +80,8 @@ export class CertificateManager {
   private readonly random: () => number;
   private readonly log: Logger;
   private timer: NodeJS.Timeout | undefined;
+  private writeTimer: NodeJS.Timeout | undefined;
+  private readonly writeBackoff: Backoff;
   private obtaining: Promise<void> | undefined;
   private recheck = false;
   private readonly abort = new AbortController();
@@ -87,6 +89,7 @@ export class CertificateManager {
 
   constructor(private readonly opts: CertificateManagerOptions) {
     this.backoff = new Backoff(opts.backoff ?? DEFAULT_BACKOFF);
+    this.writeBackoff = new Backoff(opts.backoff ?? DEFAULT_BACKOFF);
     this.random = opts.random ?? Math.random;
     this.log = opts.logger.child({ certificate: opts.name });
   }
@@ -142,6 +145,7 @@ export class CertificateManager {
   private async doStop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearTimeout(this.writeTimer);
     this.abort.abort(new Error('certificate manager stopped'));
     await this.obtaining;
     for (const w of this.readyWaiters.splice(0)) w.reject(new Error(`certificate ${this.opts.name}: stopped before one was issued`));
@@ -192,10 +196,14 @@ export class CertificateManager {
         if (this.stopped) return;
         const pair = { cert, key };
         const summary = describeCertificate(cert);
-        const path = await this.saveIssued(pair, summary);
-        if (path === undefined) return;
-        this.use(pair, summary);
-        this.log.info('certificate rotated', { path, notAfter: summary.notAfter.toISOString(), renewAt: this.deadline?.toISOString() });
+        const path = await this.saveIssued(pair);
+        this.install(pair, summary);
+        this.log.info('certificate rotated', {
+          path: path ?? 'not stored yet',
+          notAfter: summary.notAfter.toISOString(),
+          renewAt: this.deadline?.toISOString(),
+        });
+        for (const listener of this.listeners) listener(pair);
         const altered = templateMismatch(summary, want);
         if (altered !== undefined) {
           // Asking again would get the same answer: keep it, and say so.
@@ -215,34 +223,40 @@ export class CertificateManager {
   }
 
   /**
-   * Writes the issued certificate. When the write fails, the certificate is used from memory and the
-   * same one written again with backoff: a new request for each failed write would have the cluster
-   * sign certificate after certificate. Undefined if stopped first.
+   * Writes the issued certificate; undefined when that failed. The certificate is used from memory
+   * all the same and the same one written again with backoff, apart from the requests: a new request
+   * for each failed write would have the cluster sign certificate after certificate, and a write that
+   * keeps failing must not hold up a renewal.
    */
-  private async saveIssued(pair: CertKeyPair, summary: CertificateSummary): Promise<string | undefined> {
-    const backoff = new Backoff(this.opts.backoff ?? DEFAULT_BACKOFF);
-    while (!this.stopped) {
-      try {
-        return await this.opts.store.save(pair);
-      } catch (err: unknown) {
-        this.use(pair, summary);
-        const delay = backoff.next();
-        this.log.warn('could not store the issued certificate; using it from memory and retrying the write', {
-          dir: this.opts.store.dir,
-          error: errorMessage(err),
-          retryInMs: Math.round(delay),
-        });
-        await sleep(delay, this.abort.signal);
-      }
+  private async saveIssued(pair: CertKeyPair): Promise<string | undefined> {
+    clearTimeout(this.writeTimer);
+    this.writeBackoff.reset();
+    try {
+      return await this.opts.store.save(pair);
+    } catch (err: unknown) {
+      this.retryWrite(pair, err);
+      return undefined;
     }
-    return undefined;
   }
 
-  /** Installs `pair` and tells the listeners, once. */
-  private use(pair: CertKeyPair, summary: CertificateSummary): void {
-    if (this.pair === pair) return;
-    this.install(pair, summary);
-    for (const listener of this.listeners) listener(pair);
+  private retryWrite(pair: CertKeyPair, err: unknown): void {
+    const delay = this.writeBackoff.next();
+    this.log.warn('could not store the issued certificate; using it from memory and retrying the write', {
+      dir: this.opts.store.dir,
+      error: errorMessage(err),
+      retryInMs: Math.round(delay),
+    });
+    this.writeTimer = setTimeout(() => {
+      // A newer certificate has a write of its own.
+      if (this.stopped || this.pair !== pair) return;
+      this.opts.store.save(pair).then(
+        (path) => this.log.info('certificate stored', { path }),
+        (again: unknown) => {
+          if (!this.stopped && this.pair === pair) this.retryWrite(pair, again);
+        },
+      );
+    }, delay);
+    this.writeTimer.unref();
   }
 
   private install(pair: CertKeyPair, summary: CertificateSummary): void {

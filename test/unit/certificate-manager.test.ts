@@ -216,19 +216,27 @@ test('a certificate that cannot be written is used from memory and its write ret
   const dir = join(blocker, 'certs');
   const log = new MemoryLogger();
   const signer = new LocalSigner();
-  const m = manager(dir, signer, () => template(), log);
+  let names = ['x-tunnel-server-svc'];
+  const m = manager(dir, signer, () => template({ dnsNames: names }), log);
   h.defer(() => m.stop());
   await m.start();
-  const pair = await m.ready();
+  await m.ready();
   const failed = (): number => log.records.filter((r) => r.message.includes('could not store the issued certificate')).length;
   await waitFor('three failed writes', () => failed() >= 3, 10_000);
   assert.equal(signer.requests.length, 1, 'no new CSR for a failed write');
   const record = log.records.find((r) => r.message.includes('could not store the issued certificate'))!;
   assert.equal(record.fields.dir, dir);
 
+  // A write that keeps failing does not hold up a renewal.
+  names = ['x-tunnel-server-svc', 'tunnel.example'];
+  m.check('test');
+  await waitFor('the renewed names in use', () => m.current() !== undefined && describeCertificate(m.current()!.cert).dnsNames.length === 2, 10_000);
+  assert.equal(signer.requests.length, 2);
+  const pair = m.current()!;
+
   await rm(blocker);
-  await waitFor('the certificate written once the folder can be made', () => log.records.some((r) => r.message === 'certificate rotated'), 10_000);
-  assert.equal(signer.requests.length, 1);
+  await waitFor('the certificate written once the folder can be made', () => log.records.some((r) => r.message === 'certificate stored'), 10_000);
+  assert.equal(signer.requests.length, 2);
   const stored = await new PemFileStore(dir, 'yurttunnel-server').load();
   if (stored.kind !== 'found') assert.fail(`the certificate was not stored: ${JSON.stringify(stored)}`);
   const fingerprint = (pem: string): string => new X509Certificate(pem).fingerprint256;
