@@ -18,7 +18,7 @@
 // and about 2 minutes for the routes.
 
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { findClusterBinaries } from '../../hack/cluster/binaries.js';
@@ -227,6 +227,16 @@ test(
             );
           }
           t.diagnostic(`${route}: deploy started → kubectl logs on every edge pod in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+          // The server writes its certificates as its route's user (root on iptables): all of them its own, what an
+          // earlier route's server left too, or it cannot keep what it was issued.
+          const pki = privatePath(CLOUD.name, '/var/lib/yurttunnel-server/pki');
+          const uid = route === 'iptables' ? 0 : 1000;
+          assert.ok(existsSync(join(pki, 'yurttunnel-server-current.pem')), `no stored serving certificate in ${pki}`);
+          assert.deepEqual(
+            readdirSync(pki).filter((f) => lstatSync(join(pki, f)).uid !== uid),
+            [],
+            `files in ${pki} not owned by uid ${uid}`,
+          );
           const t1 = Date.now();
           const results = await Promise.all(NODES.map((n) => runMatrix(n.name)));
           t.diagnostic(`${route}: the kubectl matrix on ${NODES.length} pods in ${((Date.now() - t1) / 1000).toFixed(1)} s`);
