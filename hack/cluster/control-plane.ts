@@ -6,11 +6,10 @@
 import { join } from 'node:path';
 import type { ClusterBinaries } from './binaries.js';
 import { CONTROL_PLANE_FILES as F } from './certs.js';
-import { startInNode } from './holder.js';
+import { startInNode, stopInNode } from './holder.js';
 import { alive } from './procs.js';
 import { kubectl, waitFor } from './kubectl.js';
-import { STATE_DIR, writeState, type ClusterState, type NodeState } from './state.js';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { STATE_DIR, type ClusterState, type NodeState } from './state.js';
 import { APISERVER_PORT, CLOUD_ADDRESS, CLUSTER_CIDR, SERVICE_CIDR } from './topology.js';
 
 /**
@@ -86,14 +85,6 @@ async function startAPIServer(state: ClusterState, cloud: NodeState, bins: Clust
 
 /** Restarts kube-apiserver with `extra` flags (a route's, as apiserverArgs takes them); etcd keeps every object. */
 export async function restartAPIServer(state: ClusterState, cloud: NodeState, bins: ClusterBinaries, extra: string[]): Promise<void> {
-  const old = cloud.processes.find((p) => p.name === 'kube-apiserver');
-  if (old !== undefined) {
-    process.kill(old.pid, 'SIGTERM');
-    for (let i = 0; i < 100 && alive(old.pid); i++) await sleep(100);
-    if (alive(old.pid)) process.kill(old.pid, 'SIGKILL');
-    for (let i = 0; i < 50 && alive(old.pid); i++) await sleep(100);
-    cloud.processes.splice(cloud.processes.indexOf(old), 1);
-    writeState(state);
-  }
+  await stopInNode(state, cloud, 'kube-apiserver');
   await startAPIServer(state, cloud, bins, extra);
 }

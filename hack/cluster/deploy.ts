@@ -5,21 +5,24 @@
 // kube-apiserver restarted with the route's flags, `kubectl apply -k`, then
 // the wait for the server and every edge node's agent Ready.
 //
-// Routes here: egress-selector and iptables. The DNS route needs a resolver
-// for kube-apiserver (dnsmasq reading the records) and is not wired yet.
+// Every route: egress-selector, iptables and dns. On the DNS route, the
+// overlay's yurt-tunnel-dns (CoreDNS, from a registry this machine cannot
+// reach) is scaled to 0 in the user's kustomization, and dnsmasq in the cloud
+// node serves the records instead (dns-resolver.ts).
 
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { REPO_ROOT } from '../local-tunnel.js';
 import type { ClusterBinaries } from './binaries.js';
 import { restartAPIServer } from './control-plane.js';
+import { startResolver, stopResolver } from './dns-resolver.js';
 import { privatePath } from './holder.js';
 import { imageBaseName, LOCAL_IMAGE } from './images.js';
 import { kubectl, mustKubectl, waitFor } from './kubectl.js';
-import { STATE_DIR, writeState, type ClusterState } from './state.js';
+import { STATE_DIR, writeState, type ClusterState, type NodeState } from './state.js';
 import { CLOUD, NODES, type NodeSpec } from './topology.js';
 
-export const ROUTES = ['egress-selector', 'iptables'] as const;
+export const ROUTES = ['egress-selector', 'iptables', 'dns'] as const;
 export type Route = (typeof ROUTES)[number];
 
 export function isRoute(value: string): value is Route {
@@ -29,7 +32,7 @@ export function isRoute(value: string): value is Route {
 const EGRESS_CONFIG = '/etc/kubernetes/egress-selector-configuration.yaml';
 
 /** kube-apiserver's flags for `route` (manifests/README.md step 6), after the files they name are in place. */
-function prepareAPIServer(route: Route, manifests: string): string[] {
+async function prepareAPIServer(state: ClusterState, cloud: NodeState, route: Route, manifests: string): Promise<string[]> {
   switch (route) {
     case 'egress-selector':
       copyFileSync(
@@ -40,6 +43,11 @@ function prepareAPIServer(route: Route, manifests: string): string[] {
     case 'iptables':
       // The tunnel ends TLS for every edge kubelet: kube-apiserver must not verify kubelet certificates.
       return ['--kubelet-certificate-authority='];
+    case 'dns':
+      // As OpenYurt's DNS mode needs: kubelets by node name, which the cloud node's resolver answers with the
+      // records; the tunnel's master port answers for an edge kubelet, so no kubelet certificate is verified.
+      await startResolver(state, cloud);
+      return ['--kubelet-certificate-authority=', '--kubelet-preferred-address-types=', '--kubelet-preferred-address-types=Hostname,InternalIP'];
   }
 }
 
@@ -60,6 +68,14 @@ function writeKustomization(route: Route, manifests: string): string {
       '- name: yurt-tunnel',
       `  newName: ${imageBaseName(LOCAL_IMAGE)}`,
       `  newTag: ${tag}`,
+      ...(route === 'dns'
+        ? [
+            '# No CoreDNS image here: dnsmasq in the cloud node serves the records (hack/cluster/dns-resolver.ts).',
+            'replicas:',
+            '- name: yurt-tunnel-dns',
+            '  count: 0',
+          ]
+        : []),
       '',
     ].join('\n'),
   );
@@ -147,7 +163,7 @@ export async function deploy(state: ClusterState, route: Route, bins: ClusterBin
   // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
   await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
   // Step 6, before the apply: kube-apiserver with the route's flags.
-  await restartAPIServer(state, cloud, bins, prepareAPIServer(route, manifests));
+  await restartAPIServer(state, cloud, bins, await prepareAPIServer(state, cloud, route, manifests));
   done(`kube-apiserver restarted with the ${route} route's flags`);
   // Steps 2 and 4.
   const dir = writeKustomization(route, manifests);
@@ -177,6 +193,8 @@ export async function undeploy(state: ClusterState): Promise<void> {
   if (state.route === undefined) return;
   await mustKubectl(['delete', '-k', join(STATE_DIR, 'deploy', state.route), '--ignore-not-found', '--wait=true', '--timeout=120s']);
   await waitFor('the old server and agent pods gone', 120_000, async () => ((await tunnelPods()).length === 0 ? true : undefined), describeTunnelPods);
+  const cloud = state.nodes.find((n) => n.name === CLOUD.name);
+  if (state.route === 'dns' && cloud !== undefined) await stopResolver(state, cloud);
   delete state.route;
   writeState(state);
 }

@@ -13,6 +13,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readlinkSync 
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { run, type RunOptions } from '../image.js';
+import { alive } from './procs.js';
 import { LOG_DIR, nodeDir, writeState, type ClusterState, type NodeState, type ProcessState } from './state.js';
 import type { NodeSpec } from './topology.js';
 
@@ -130,4 +131,16 @@ export function startInNode(state: ClusterState, node: NodeState, name: string, 
 /** Runs a command to its end inside `node`'s mount and network namespaces; resolves its stdout. */
 export function runInNode(node: Pick<NodeState, 'holderPid'>, command: string, args: string[], options: RunOptions = {}): Promise<string> {
   return run('nsenter', ['-t', String(node.holderPid), '-m', '-n', '--', command, ...args], options);
+}
+
+/** Stops what startInNode started on `node` as `name` (SIGTERM, SIGKILL after 10 s) and forgets it; nothing when none runs. */
+export async function stopInNode(state: ClusterState, node: NodeState, name: string): Promise<void> {
+  for (const proc of node.processes.filter((p) => p.name === name)) {
+    process.kill(proc.pid, 'SIGTERM');
+    for (let i = 0; i < 100 && alive(proc.pid); i++) await sleep(100);
+    if (alive(proc.pid)) process.kill(proc.pid, 'SIGKILL');
+    for (let i = 0; i < 50 && alive(proc.pid); i++) await sleep(100);
+    node.processes.splice(node.processes.indexOf(proc), 1);
+    writeState(state);
+  }
 }

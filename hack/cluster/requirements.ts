@@ -14,6 +14,8 @@ const TOOLS: [command: string, pkg: string][] = [
   ['nsenter', 'util-linux'],
   ['iptables', 'iptables'],
   ['conntrack', 'conntrack'],
+  // The DNS route's resolver (dns-resolver.ts).
+  ['dnsmasq', 'dnsmasq'],
 ];
 
 export function clusterSkipReason(): string | undefined {

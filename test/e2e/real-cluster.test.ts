@@ -8,7 +8,8 @@
 //
 // Then each route deployed from the manifests by `npm run cluster -- deploy`'s
 // code, one after the other on the same cluster (egress-selector, then
-// iptables), and every kubectl command users run (test/support/kubectl-matrix.ts)
+// iptables, then dns with dnsmasq in the cloud node serving the DNS
+// controller's records to kube-apiserver), and every kubectl command users run (test/support/kubectl-matrix.ts)
 // against a pod on each edge node and on the cloud node; on the
 // egress-selector route once more with the server scaled to 0, where every
 // one of them must fail.
@@ -23,6 +24,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { findClusterBinaries } from '../../hack/cluster/binaries.js';
 import { deploy, ROUTES } from '../../hack/cluster/deploy.js';
+import { DNS_HOSTS_FILE } from '../../hack/cluster/dns-resolver.js';
 import { down } from '../../hack/cluster/down.js';
 import { privatePath } from '../../hack/cluster/holder.js';
 import { BUSYBOX_IMAGE, LOCAL_IMAGE } from '../../hack/cluster/images.js';
@@ -227,6 +229,17 @@ test(
             );
           }
           t.diagnostic(`${route}: deploy started → kubectl logs on every edge pod in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+          if (route === 'dns') {
+            // kube-apiserver found the kubelets by name through dnsmasq, which serves the DNS controller's records:
+            // edge nodes at the internal Service's ClusterIP (kube-proxy's DNAT to the server), the cloud node at its own.
+            const tunnelIP = await mustKubectl(['-n', 'kube-system', 'get', 'svc', 'x-tunnel-server-internal-svc', '-o', 'jsonpath={.spec.clusterIP}']);
+            const want = NODES.map((n) => `${n.role === 'edge' ? tunnelIP : n.address}\t${n.name}`).sort();
+            assert.deepEqual(readFileSync(DNS_HOSTS_FILE, 'utf8').trim().split('\n').sort(), want);
+            assert.match(
+              await mustKubectl(['-n', 'kube-system', 'get', 'cm', 'yurt-tunnel-nodes', '-o', 'jsonpath={.data.tunnel-nodes}']),
+              new RegExp(escape(want[0]!)),
+            );
+          }
           // The server writes its certificates as its route's user (root on iptables): all of them its own, what an
           // earlier route's server left too, or it cannot keep what it was issued.
           const pki = privatePath(CLOUD.name, '/var/lib/yurttunnel-server/pki');
