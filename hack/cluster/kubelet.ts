@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { ClusterBinaries } from './binaries.js';
 import { cgroupRoot } from './cgroups.js';
 import { NODE_FILES } from './certs.js';
-import { privatePath, startInNode } from './holder.js';
+import { privatePath, startInNode, stopInNode } from './holder.js';
 import { PAUSE_IMAGE } from './images.js';
 import { nodeDir, type ClusterState, type NodeState } from './state.js';
 import { CLUSTER_CIDR, EDGE_LABEL, type NodeSpec } from './topology.js';
@@ -66,4 +66,10 @@ export function startKubeProxy(state: ClusterState, node: NodeState, spec: NodeS
   };
   writeFileSync(config, JSON.stringify(kubeProxyConfig, null, 2));
   startInNode(state, node, 'kube-proxy', bins.kubeProxy, [`--config=${config}`, '--v=1']);
+}
+
+/** Restarts `node`'s kubelet process (SIGTERM, then the same flags): its pods keep running, as on a real node. */
+export async function restartKubelet(state: ClusterState, node: NodeState, spec: NodeSpec, bins: ClusterBinaries): Promise<void> {
+  await stopInNode(state, node, 'kubelet');
+  startKubelet(state, node, spec, bins);
 }

@@ -44,7 +44,7 @@ async function startEgress(h: Harness, server: TestServer): Promise<string> {
 }
 
 /** The real yurt-tunnel-agent for node edge-1 (127.0.0.1), connected to `server`. */
-async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> {
+async function startAgentProcess(h: Harness, server: TestServer, extra: string[] = []): Promise<Proc> {
   const pki = testPKI();
   const files = await writePKIFiles(await tempDir(h), pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
   const agent = startProcess(h, AGENT_BIN, [
@@ -68,6 +68,7 @@ async function startAgentProcess(h: Harness, server: TestServer): Promise<Proc> 
     // connections would wait for it (session-resume.test.ts); here they end at once.
     '--resume-window',
     '0',
+    ...extra,
   ]);
   await agent.waitForLine(/connected to tunnel server/);
   await waitFor('the agent to register', () => server.tunnel.registry.agentCount === 1);
@@ -344,6 +345,29 @@ test(
     assert.equal(await secureEnd, 'ECONNRESET');
   },
 );
+
+// kubectl delete of an agent pod: SIGTERM, DRAIN, then the agent waits for its connections until the drain timeout.
+// A `logs -f` or exec still open then was cut, not finished: its caller must see a reset, not a normal end.
+test('an agent stopped (SIGTERM) with exec sessions open: after its drain timeout both master ports reset their caller', LIMIT, async (t) => {
+  const h = harness(t);
+  const server = await startServer(h);
+  const { securePort, insecurePort } = await startMaster(h, server, { tlsToKubelet: true });
+  const kubelet = await startKubelet(h);
+  const agent = await startAgentProcess(h, server, ['--drain-timeout', '1s']);
+  const host = `127.0.0.1:${kubelet.port}`;
+
+  const plain = await dialPlain(h, insecurePort);
+  await webSocketExec(plain, host);
+  const secure = await dialSecure(h, securePort);
+  await spdyExec(secure, host);
+  const plainEnd = endOf(plain);
+  const secureEnd = endOf(secure);
+
+  agent.kill('SIGTERM');
+  await agent.waitForLine(/drain timeout passed/, 10_000);
+  assert.equal(await plainEnd, 'ECONNRESET');
+  assert.equal(await secureEnd, 'ECONNRESET');
+});
 
 test('a kubelet that resets mid-exec: both master ports reset their caller (ECONNRESET)', LIMIT, async (t) => {
   const h = harness(t);
