@@ -22,6 +22,7 @@ import assert from 'node:assert/strict';
 import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { findClusterBinaries } from '../../hack/cluster/binaries.js';
 import { deploy, ROUTES } from '../../hack/cluster/deploy.js';
 import { DNS_HOSTS_FILE } from '../../hack/cluster/dns-resolver.js';
@@ -31,9 +32,12 @@ import { BUSYBOX_IMAGE, LOCAL_IMAGE } from '../../hack/cluster/images.js';
 import { kubectl, mustKubectl, waitFor } from '../../hack/cluster/kubectl.js';
 import { listNodes } from '../../hack/cluster/nodes.js';
 import { clusterSkipReason } from '../../hack/cluster/requirements.js';
-import { readState, STATE_DIR } from '../../hack/cluster/state.js';
-import { CLOUD, NODES, PREFIX, ROUTERS } from '../../hack/cluster/topology.js';
+import { readState, STATE_DIR, type ClusterState, type NodeState } from '../../hack/cluster/state.js';
+import { CLOUD, NODES, PREFIX, ROUTERS, type NodeSpec } from '../../hack/cluster/topology.js';
 import { up } from '../../hack/cluster/up.js';
+import { restartKubelet } from '../../hack/cluster/kubelet.js';
+import { inNetns } from '../../hack/cluster/network.js';
+import { followLogs, gapsAndRepeats, logsTimeline, logsWorkAfter, longestGap, type StreamEnd } from '../support/cluster-life-events.js';
 import { run } from '../../hack/image.js';
 import { expectedMatrix, foldMatrix, matrixPod, matrixPodName, runMatrix } from '../support/kubectl-matrix.js';
 import { NETNS_TOOL, type ProbeResult } from '../support/netns/index.js';
@@ -129,6 +133,152 @@ function leftOnMachine(pidsBefore: Set<string>): string[] {
   }
   if (existsSync(STATE_DIR)) left.push(`folder ${STATE_DIR}`);
   return left;
+}
+
+const secs = (ms: number | undefined): string => (ms === undefined ? 'never' : `${(ms / 1000).toFixed(1)} s`);
+
+/** The agent pods on `node` (a deleted one while it drains, its replacement). */
+async function agentPodsOn(node: string): Promise<{ name: string; ready: boolean }[]> {
+  const out = await mustKubectl([
+    '-n',
+    'kube-system',
+    'get',
+    'pods',
+    '-l',
+    'k8s-app=yurt-tunnel-agent',
+    `--field-selector=spec.nodeName=${node}`,
+    '-o',
+    'json',
+  ]);
+  const list = JSON.parse(out) as {
+    items: { metadata: { name: string; deletionTimestamp?: string }; status: { conditions?: { type: string; status: string }[] } }[];
+  };
+  return list.items.map((p) => ({
+    name: `pod/${p.metadata.name}`,
+    ready: p.metadata.deletionTimestamp === undefined && (p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false),
+  }));
+}
+
+async function agentPodOn(node: string): Promise<string> {
+  const pods = await agentPodsOn(node);
+  assert.equal(pods.length, 1, `agent pods on ${node}: ${JSON.stringify(pods)}`);
+  return pods[0]!.name;
+}
+
+/**
+ * Issue 34 item 7 on the iptables route (the quickest to deploy), each event with `kubectl logs -f` running.
+ * First the premise the edge events rest on: kube-apiserver ends `logs -f` normally (exit 0, nothing on stderr)
+ * when the kubelet's stream breaks, with no tunnel on the way (the cloud node's kubelet restarted). So no tunnel
+ * can make kubectl fail there: what users see is how soon the stream ends and how soon a new one works. That our
+ * side cuts (resets) what an agent going away still carried is test/e2e/cut-streams.test.ts's.
+ */
+async function lifeEvents(t: TestContext): Promise<void> {
+  const bins = findClusterBinaries();
+  if ('missing' in bins) throw new Error(bins.missing);
+  const state = (): ClusterState => readState()!;
+  const nodeState = (s: ClusterState, name: string): NodeState => s.nodes.find((n) => n.name === name)!;
+  const spec = (name: string): NodeSpec => NODES.find((n) => n.name === name)!;
+
+  const kubeletRestart = async (node: string): Promise<{ end: StreamEnd; linesBefore: number; newLogsMs: number | undefined }> => {
+    const logs = followLogs(matrixPodName(node));
+    try {
+      assert.ok(await logs.more(3, 20_000), `logs -f ${matrixPodName(node)}: no lines`);
+      const linesBefore = logs.numbers.length;
+      const s = state();
+      const t0 = Date.now();
+      logs.since(t0);
+      await restartKubelet(s, nodeState(s, node), spec(node), bins);
+      const end = await Promise.race([logs.ended, sleep(60_000).then(() => undefined)]);
+      assert.ok(end !== undefined, `logs -f ${matrixPodName(node)} still running 60 s after its kubelet restarted`);
+      return { end, linesBefore, newLogsMs: await logsWorkAfter(matrixPodName(node), 60_000, t0) };
+    } finally {
+      await logs.stop();
+    }
+  };
+
+  await t.test("premise: the cloud node's kubelet restarted under logs -f (no tunnel): kube-apiserver ends the stream normally", async () => {
+    const r = await kubeletRestart(CLOUD.name);
+    t.diagnostic(
+      `cloud kubelet restart: logs -f ended exit ${r.end.code} after ${secs(r.end.atMs)}, stderr ${JSON.stringify(r.end.stderr)}; new logs after ${secs(r.newLogsMs)}`,
+    );
+    assert.deepEqual({ code: r.end.code, stderr: r.end.stderr }, { code: 0, stderr: '' });
+    assert.ok(r.newLogsMs !== undefined);
+  });
+
+  await t.test('an edge agent pod deleted: logs -f ends within the drain (30 s) and a bound; kubectl logs works before and after the replacement', async () => {
+    const node = ROUTERS[0]!.edge.name;
+    const pod = matrixPodName(node);
+    const agent = await agentPodOn(node);
+    const logs = followLogs(pod);
+    try {
+      assert.ok(await logs.more(3, 20_000), `logs -f ${pod}: no lines`);
+      const t0 = Date.now();
+      logs.since(t0);
+      await mustKubectl(['-n', 'kube-system', 'delete', agent, '--wait=false']);
+      let replacedMs: number | undefined;
+      const replaced = async (): Promise<boolean> => {
+        replacedMs ??= (await agentPodsOn(node)).some((p) => p.name !== agent && p.ready) ? Date.now() - t0 : undefined;
+        return replacedMs !== undefined;
+      };
+      const samples = await logsTimeline(pod, replaced, 120_000, t0);
+      const end = await Promise.race([logs.ended, sleep(0).then(() => undefined)]);
+      const gap = longestGap(samples);
+      t.diagnostic(
+        `agent pod deleted: logs -f went on ${secs(end?.atMs)} and ended ${end === undefined ? '(not)' : `exit ${end.code}, stderr ${JSON.stringify(end.stderr)}`}; ` +
+          `the replacement Ready ${secs(replacedMs)} after the delete; kubectl logs first worked ${secs(samples.find((s) => s.ok)?.atMs)} after it, ` +
+          `${gap === undefined ? 'with no failure' : `failed from ${secs(gap.fromMs)} to ${secs(gap.toMs)}`} (${samples.length} tries)`,
+      );
+      assert.ok(end !== undefined && end.atMs < 45_000, "logs -f did not end within 45 s of the agent pod's delete");
+      assert.ok(replacedMs !== undefined, 'no replacement agent Ready within 120 s');
+      assert.equal(samples.at(-1)?.ok, true, 'kubectl logs does not work through the new agent');
+      assert.ok(gap === undefined || gap.toMs - gap.fromMs < 30_000, `kubectl logs failed for ${secs(gap && gap.toMs - gap.fromMs)}`);
+      const again = followLogs(pod);
+      try {
+        assert.ok(await again.more(3, 10_000), 'a new logs -f shows no lines');
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      await logs.stop();
+    }
+  });
+
+  await t.test("a 3 s outage of an edge node's NAT router: logs -f goes on, every line exactly once", async () => {
+    const router = ROUTERS[1]!;
+    const pod = matrixPodName(router.edge.name);
+    const logs = followLogs(pod);
+    try {
+      assert.ok(await logs.more(3, 20_000), `logs -f ${pod}: no lines`);
+      await inNetns(router.netns, 'iptables', ['-I', 'FORWARD', '1', '-j', 'DROP']);
+      try {
+        await sleep(3000);
+      } finally {
+        await inNetns(router.netns, 'iptables', ['-D', 'FORWARD', '-j', 'DROP']);
+      }
+      const t0 = Date.now();
+      const seen = logs.numbers.length;
+      assert.ok(await logs.more(1, 30_000), 'no line after the outage');
+      const firstAfterMs = Date.now() - t0;
+      assert.ok(await logs.more(10, 10_000), 'fewer than 10 lines in 10 s after the outage');
+      const { missing, repeated } = gapsAndRepeats(logs.numbers);
+      t.diagnostic(
+        `NAT outage 3 s: ${logs.numbers.length} lines, ${seen} by the outage's end, the next ${secs(firstAfterMs)} after it; missing ${missing.length}, repeated ${repeated.length}`,
+      );
+      assert.deepEqual({ missing, repeated }, { missing: [], repeated: [] });
+    } finally {
+      await logs.stop();
+    }
+    assert.equal(await Promise.race([logs.ended, sleep(0).then(() => 'running')]), 'running');
+  });
+
+  await t.test("an edge node's kubelet restarted: logs -f ends normally, a new logs works once the kubelet is back", async () => {
+    const r = await kubeletRestart(ROUTERS[1]!.edge.name);
+    t.diagnostic(
+      `edge kubelet restart: logs -f ended exit ${r.end.code} after ${secs(r.end.atMs)}, stderr ${JSON.stringify(r.end.stderr)}; new logs after ${secs(r.newLogsMs)}`,
+    );
+    assert.equal(r.end.code, 0, r.end.stderr);
+    assert.ok(r.newLogsMs !== undefined && r.newLogsMs < 30_000, `no kubectl logs within 30 s of the kubelet restart (${secs(r.newLogsMs)})`);
+  });
 }
 
 const byName = <T extends { name: string }>(a: T, b: T): number => a.name.localeCompare(b.name);
@@ -260,6 +410,7 @@ test(
           );
         },
       );
+      if (route === 'iptables') await lifeEvents(t);
       if (route === 'egress-selector') {
         // Every path of kube-apiserver's to a kubelet goes through the server's socket on this route: the cloud pod's too.
         await t.test('egress-selector route without the server: every command fails, on edge and cloud pods', async () => {
