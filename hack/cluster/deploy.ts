@@ -144,6 +144,8 @@ export interface DeployOptions {
   manifests?: string;
   /** Progress lines, one per step with its time. */
   progress?: (line: string) => void;
+  /** Called just before `kubectl apply -k` (the real-cluster test times apply → first kubectl logs from here). */
+  applying?: () => void;
   timeoutMs?: number;
 }
 
@@ -168,6 +170,7 @@ export async function deploy(state: ClusterState, route: Route, bins: ClusterBin
   // Steps 2 and 4.
   const dir = writeKustomization(route, manifests);
   await mustKubectl(['apply', '--dry-run=server', '-k', dir]);
+  opts.applying?.();
   await mustKubectl(['apply', '-k', dir]);
   state.route = route;
   writeState(state);

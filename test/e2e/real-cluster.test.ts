@@ -37,6 +37,7 @@ import { CLOUD, NODES, PREFIX, ROUTERS, type NodeSpec } from '../../hack/cluster
 import { up } from '../../hack/cluster/up.js';
 import { restartKubelet } from '../../hack/cluster/kubelet.js';
 import { inNetns } from '../../hack/cluster/network.js';
+import { resourceFigures, sampleResources, sampleResourcesAfter, type ResourceFigure } from '../support/cluster-figures.js';
 import { followLogs, gapsAndRepeats, logsTimeline, logsWorkAfter, longestGap, type StreamEnd } from '../support/cluster-life-events.js';
 import { run } from '../../hack/image.js';
 import { expectedMatrix, foldMatrix, matrixPod, matrixPodName, runMatrix } from '../support/kubectl-matrix.js';
@@ -366,18 +367,28 @@ test(
 
     // Each route deployed by `npm run cluster -- deploy`'s code, on this same cluster, one after the other.
     const bins = findClusterBinaries();
+    const figures = { applyToLogs: [] as string[], resources: [] as ({ route: string } & ResourceFigure)[] };
     for (const route of ROUTES) {
       await t.test(
         `${route} route from the manifests: logs, logs -f, exec, exec -i, attach, port-forward, cp both ways, node proxy on edge and cloud pods`,
         async () => {
           if ('missing' in bins) throw new Error(bins.missing);
           const t0 = Date.now();
-          await deploy(readState()!, route, bins, { progress: (line) => t.diagnostic(line) });
+          // Apply → the first kubectl logs through the tunnel (edge-1's pod), polled from the apply on.
+          let firstLogs: Promise<number | undefined> | undefined;
+          await deploy(readState()!, route, bins, {
+            progress: (line) => t.diagnostic(line),
+            applying: () => {
+              firstLogs = logsWorkAfter(matrixPodName(ROUTERS[0]!.edge.name), 240_000);
+            },
+          });
           for (const r of ROUTERS) {
             await waitFor(`kubectl logs ${matrixPodName(r.edge.name)} through the tunnel`, 60_000, async () =>
               (await kubectl(['logs', '--tail=1', matrixPodName(r.edge.name)])).code === 0 ? true : undefined,
             );
           }
+          const applyToLogsMs = await firstLogs;
+          figures.applyToLogs.push(`${route}: ${secs(applyToLogsMs)}`);
           t.diagnostic(`${route}: deploy started → kubectl logs on every edge pod in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
           if (route === 'dns') {
             // kube-apiserver found the kubelets by name through dnsmasq, which serves the DNS controller's records:
@@ -401,7 +412,10 @@ test(
             `files in ${pki} not owned by uid ${uid}`,
           );
           const t1 = Date.now();
+          const before = await sampleResources(readState()!);
           const results = await Promise.all(NODES.map((n) => runMatrix(n.name)));
+          const after = await sampleResourcesAfter(readState()!, before);
+          for (const f of resourceFigures(before, after)) figures.resources.push({ route, ...f });
           t.diagnostic(`${route}: the kubectl matrix on ${NODES.length} pods in ${((Date.now() - t1) / 1000).toFixed(1)} s`);
           assert.deepEqual(
             results.map(foldMatrix),
@@ -415,6 +429,8 @@ test(
         // Every path of kube-apiserver's to a kubelet goes through the server's socket on this route: the cloud pod's too.
         await t.test('egress-selector route without the server: every command fails, on edge and cloud pods', async () => {
           await mustKubectl(['-n', 'kube-system', 'scale', 'deployment/yurt-tunnel-server', '--replicas=0']);
+          // Gone is gone: no need to sit out the server's 30 s grace period (its drain) for this.
+          await mustKubectl(['-n', 'kube-system', 'delete', 'pods', '-l', 'k8s-app=yurt-tunnel-server', '--grace-period=1', '--wait=false']);
           await waitFor('no server pod', 60_000, async () => {
             const r = await kubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=yurt-tunnel-server', '-o', 'name']);
             return r.code === 0 && r.stdout.trim() === '' ? true : undefined;
@@ -429,6 +445,19 @@ test(
         });
       }
     }
+
+    // Issue 34 item 8, for the report: one table (CPU averaged over the kubectl matrix on the three pods).
+    console.log(`kubectl apply → first kubectl logs through the tunnel: ${figures.applyToLogs.join(', ')}`);
+    console.table(
+      figures.resources.map((f) => ({
+        route: f.route,
+        node: f.node,
+        what: f.what,
+        memory: f.memory,
+        'CPU (millicores)': f.cpuMillicores,
+        'over (s)': f.overSeconds,
+      })),
+    );
 
     await t.test('down removes everything and says so; a second down is a no-op', async () => {
       const t0 = Date.now();
