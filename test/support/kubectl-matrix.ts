@@ -16,6 +16,8 @@ import { run } from '../../hack/image.js';
 
 export const MATRIX_PORT = 8000;
 const LINE = /^line \d+$/;
+/** How long a stream may take to show its first line. */
+const FIRST_LINE_MS = 20_000;
 
 /** The pod the matrix runs against on `node`. */
 export function matrixPod(node: string): object {
@@ -39,7 +41,11 @@ interface Stream {
   exited: number | undefined;
 }
 
-/** Runs kubectl for `ms` (or until it exits), then ends it. */
+/**
+ * Runs kubectl until `ms` after its first numbered line (at most FIRST_LINE_MS
+ * for that line: kubectl's start and the stream's setup are not what is
+ * measured, and take seconds on a loaded machine), or until it exits; then ends it.
+ */
 function streamFor(args: string[], ms: number): Promise<Stream> {
   const [command, ...prefix] = kubectlCommand();
   return new Promise((resolve) => {
@@ -48,12 +54,21 @@ function streamFor(args: string[], ms: number): Promise<Stream> {
     let stderr = '';
     let exited: number | undefined;
     let timeUp = false;
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const timer = setTimeout(() => {
+    const end = (): void => {
       timeUp = true;
       child.kill('SIGTERM');
-    }, ms);
+    };
+    let timer = setTimeout(end, FIRST_LINE_MS + ms);
+    let counting = false;
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+      if (!counting && stdout.split('\n').some((l) => LINE.test(l))) {
+        counting = true;
+        clearTimeout(timer);
+        timer = setTimeout(end, ms);
+      }
+    });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     // kubectl exits with a code on SIGTERM too: only an exit before the time is up is its own.
     child.on('exit', (code, signal) => {
       if (!timeUp) exited = code ?? (signal === null ? -1 : 128);
@@ -65,7 +80,7 @@ function streamFor(args: string[], ms: number): Promise<Stream> {
   });
 }
 
-/** New numbered lines a stream shows in 2 s, and whether it was still running then. */
+/** New numbered lines a stream shows in the 2 s after its first, and whether it was still running then. */
 async function linesFor(args: string[]): Promise<{ lines: number; running: boolean; stderr: string }> {
   const s = await streamFor(args, 2000);
   return { lines: s.stdout.split('\n').filter((l) => LINE.test(l)).length, running: s.exited === undefined, stderr: s.stderr.trim() };
