@@ -1,5 +1,5 @@
 // npm run cluster -- up [--route egress-selector|iptables] | deploy --route ... |
-// down | status: a local Kubernetes cluster of real kubelets in network
+// down | status (deploy --ha: a second cloud node and two server replicas): a local Kubernetes cluster of real kubelets in network
 // namespaces, two edge nodes behind NAT routers, with our image imported on
 // every node and, given a route, our manifests deployed on it (`deploy`
 // switches a running cluster to another route). hack/cluster/up.ts says what
@@ -10,18 +10,20 @@ import { parseArgs } from 'node:util';
 import { findClusterBinaries } from './cluster/binaries.js';
 import { deploy, isRoute, ROUTES, type Route } from './cluster/deploy.js';
 import { down } from './cluster/down.js';
+import { addSecondCloudNode } from './cluster/second-cloud-node.js';
 import { readState } from './cluster/state.js';
+import { CLOUD_2 } from './cluster/topology.js';
 import { statusText } from './cluster/status.js';
 import { AlreadyUpError, up } from './cluster/up.js';
 
 const ROUTE = `--route ${ROUTES.join('|')} [--manifests DIR]`;
-const USAGE = `usage: npm run cluster -- up [${ROUTE}] | deploy ${ROUTE} | down | status`;
+const USAGE = `usage: npm run cluster -- up [${ROUTE}] | deploy ${ROUTE} [--ha] | down | status`;
 
 async function main(): Promise<number> {
   const log = (line: string): void => void process.stderr.write(`${line}\n`);
   let parsed;
   try {
-    parsed = parseArgs({ allowPositionals: true, options: { route: { type: 'string' }, manifests: { type: 'string' } } });
+    parsed = parseArgs({ allowPositionals: true, options: { route: { type: 'string' }, manifests: { type: 'string' }, ha: { type: 'boolean' } } });
   } catch (err: unknown) {
     log(`${(err as Error).message}\n${USAGE}`);
     return 2;
@@ -36,7 +38,8 @@ async function main(): Promise<number> {
     positionals.length !== 1 ||
     (values.route !== undefined && route === undefined) ||
     (values.manifests !== undefined && route === undefined) ||
-    (command === 'deploy' && route === undefined)
+    (command === 'deploy' && route === undefined) ||
+    (values.ha === true && command !== 'deploy')
   ) {
     log(USAGE);
     return 2;
@@ -66,7 +69,11 @@ async function main(): Promise<number> {
       if (route === undefined) return 2;
       const t0 = Date.now();
       try {
-        await deploy(state, route, bins, { manifests, progress: log });
+        if (values.ha === true) {
+          await addSecondCloudNode(state, bins);
+          log(`  node ${CLOUD_2.name} Ready`);
+        }
+        await deploy(state, route, bins, { manifests, progress: log, ha: values.ha === true });
       } catch (err: unknown) {
         log(`deploy failed: ${(err as Error).message}`);
         return 1;

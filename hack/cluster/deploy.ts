@@ -52,7 +52,7 @@ async function prepareAPIServer(state: ClusterState, cloud: NodeState, route: Ro
 }
 
 /** The user's kustomization of manifests/README.md step 2, in the state folder (kustomize wants relative paths). */
-function writeKustomization(route: Route, manifests: string): string {
+function writeKustomization(route: Route, manifests: string, ha: boolean): string {
   const dir = join(STATE_DIR, 'deploy', route);
   mkdirSync(dir, { recursive: true });
   const overlay = relative(dir, join(manifests, 'overlays', route));
@@ -64,6 +64,7 @@ function writeKustomization(route: Route, manifests: string): string {
       'kind: Kustomization',
       'resources:',
       `- ${overlay}`,
+      ...(ha ? ['components:', `- ${relative(dir, join(manifests, 'components/ha'))}`] : []),
       'images:',
       '- name: yurt-tunnel',
       `  newName: ${imageBaseName(LOCAL_IMAGE)}`,
@@ -144,6 +145,11 @@ export interface DeployOptions {
   manifests?: string;
   /** Progress lines, one per step with its time. */
   progress?: (line: string) => void;
+  /**
+   * With the HA component (two server replicas, a node each: second-cloud-node.ts adds the second). On the
+   * route already deployed, only the changed kustomization is applied (kube-apiserver keeps running).
+   */
+  ha?: boolean;
   /** Called just before `kubectl apply -k` (the real-cluster test times apply → first kubectl logs from here). */
   applying?: () => void;
   timeoutMs?: number;
@@ -158,17 +164,20 @@ export async function deploy(state: ClusterState, route: Route, bins: ClusterBin
     opts.progress?.(`  ${what} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
     t0 = Date.now();
   };
-  if (state.route !== undefined) {
+  const again = state.route === route;
+  if (state.route !== undefined && !again) {
     await undeploy(state);
     done('the previous route removed');
   }
-  // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
-  await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
-  // Step 6, before the apply: kube-apiserver with the route's flags.
-  await restartAPIServer(state, cloud, bins, await prepareAPIServer(state, cloud, route, manifests));
-  done(`kube-apiserver restarted with the ${route} route's flags`);
+  if (!again) {
+    // Step 3: the overlays pin the server to control-plane nodes (a kubelet may not set node-role labels itself).
+    await mustKubectl(['label', 'node', CLOUD.name, 'node-role.kubernetes.io/control-plane=', '--overwrite']);
+    // Step 6, before the apply: kube-apiserver with the route's flags.
+    await restartAPIServer(state, cloud, bins, await prepareAPIServer(state, cloud, route, manifests));
+    done(`kube-apiserver restarted with the ${route} route's flags`);
+  }
   // Steps 2 and 4.
-  const dir = writeKustomization(route, manifests);
+  const dir = writeKustomization(route, manifests, opts.ha ?? false);
   await mustKubectl(['apply', '--dry-run=server', '-k', dir]);
   opts.applying?.();
   await mustKubectl(['apply', '-k', dir]);

@@ -10,7 +10,7 @@ import { run } from '../image.js';
 import { existingCgroupRoots, removeCgroup } from './cgroups.js';
 import { clusterPids, mountsUnder, stopAll } from './procs.js';
 import { emptyState, readState, STATE_DIR, type ClusterState } from './state.js';
-import { ALL_NETNS, NODES } from './topology.js';
+import { ALL_NETNS, CLOUD_2, NODES } from './topology.js';
 
 export interface DownResult {
   /** False when there was nothing to take down. */
@@ -73,7 +73,7 @@ export async function leftovers(state: ClusterState): Promise<string[]> {
 export async function down(progress: (line: string) => void = () => undefined): Promise<DownResult> {
   const netns = await ourNetns();
   // Without state.json (lost, or an `up` cut short before it wrote it), what the names say is ours.
-  const state = readState() ?? { ...emptyState(), netns, cgroups: existingCgroupRoots(NODES.map((n) => n.name)) };
+  const state = readState() ?? { ...emptyState(), netns, cgroups: existingCgroupRoots([...NODES, CLOUD_2].map((n) => n.name)) };
   if (state.nodes.length === 0 && netns.length === 0 && state.cgroups.length === 0 && !existsSync(STATE_DIR)) return { wasUp: false, left: [] };
   const t0 = Date.now();
   const since = (): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;

@@ -4,7 +4,7 @@
 
 import { run } from '../image.js';
 import { writeState, type ClusterState } from './state.js';
-import { CLOUD, CLOUD_ADDRESS, ROUTERS } from './topology.js';
+import { CLOUD, CLOUD_2, CLOUD_2_LINK, CLOUD_ADDRESS, ROUTERS } from './topology.js';
 
 const ip = (netns: string, ...args: string[]): Promise<string> => run('ip', ['-n', netns, ...args]);
 
@@ -70,4 +70,17 @@ export async function makeNetworks(state: ClusterState): Promise<void> {
   // dialling an edge kubelet) rewrite it. Without one both failed with ENETUNREACH before any rule applied. What
   // is not rewritten goes to the first router, which rejects it: the cloud still never reaches an edge node.
   await ip(CLOUD.netns, 'route', 'add', 'default', 'via', ROUTERS[0]!.uplink.router);
+}
+
+/** The optional second cloud node's namespace, its address on its loopback, and a link to the cloud namespace that routes it and its pods. */
+export async function makeSecondCloudNetwork(state: ClusterState): Promise<void> {
+  await addNetns(state, CLOUD_2.netns);
+  await ip(CLOUD_2.netns, 'addr', 'add', `${CLOUD_2.address}/32`, 'dev', 'lo');
+  await veth(
+    { netns: CLOUD.netns, name: 'to-cloud-2', cidr: `${CLOUD_2_LINK.cloud}/30` },
+    { netns: CLOUD_2.netns, name: 'uplink', cidr: `${CLOUD_2_LINK.node}/30` },
+  );
+  await ip(CLOUD.netns, 'route', 'add', `${CLOUD_2.address}/32`, 'via', CLOUD_2_LINK.node);
+  await ip(CLOUD.netns, 'route', 'add', CLOUD_2.podCIDR, 'via', CLOUD_2_LINK.node);
+  await ip(CLOUD_2.netns, 'route', 'add', 'default', 'via', CLOUD_2_LINK.cloud);
 }

@@ -14,7 +14,7 @@ export async function statusText(): Promise<{ up: boolean; text: string }> {
   const lines: string[] = [
     `cluster up since ${state.startedAt} (${STATE_DIR})`,
     `network namespaces: ${state.netns.join(', ')}`,
-    `route: ${state.route === undefined ? 'none deployed (npm run cluster -- deploy --route egress-selector|iptables)' : `${state.route} (kubectl -n kube-system get pods -o wide)`}`,
+    `route: ${state.route === undefined ? 'none deployed (npm run cluster -- deploy --route egress-selector|iptables|dns)' : `${state.route} (kubectl -n kube-system get pods -o wide)`}`,
     '',
   ];
   const nodes = await listNodes();

@@ -54,4 +54,11 @@ export const ROUTERS: RouterSpec[] = [1, 2].map((i) => ({
 
 export const NODES: NodeSpec[] = [CLOUD, ...ROUTERS.map((r) => r.edge)];
 
-export const ALL_NETNS: string[] = [CLOUD.netns, ...ROUTERS.flatMap((r) => [r.netns, r.edge.netns])];
+/**
+ * An optional second cloud node (kubelet, containerd and kube-proxy only), linked to the cloud namespace
+ * (172.30.9.0/30): where a second host-network server replica fits (second-cloud-node.ts). Not in NODES.
+ */
+export const CLOUD_2: NodeSpec = { name: 'cloud-2', role: 'cloud', netns: `${PREFIX}cloud-2`, address: '10.10.0.2', podCIDR: '10.244.3.0/24' };
+export const CLOUD_2_LINK = { cloud: '172.30.9.1', node: '172.30.9.2' };
+
+export const ALL_NETNS: string[] = [CLOUD.netns, ...ROUTERS.flatMap((r) => [r.netns, r.edge.netns]), CLOUD_2.netns];

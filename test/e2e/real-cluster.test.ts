@@ -33,9 +33,10 @@ import { kubectl, mustKubectl, waitFor } from '../../hack/cluster/kubectl.js';
 import { listNodes } from '../../hack/cluster/nodes.js';
 import { clusterSkipReason } from '../../hack/cluster/requirements.js';
 import { readState, STATE_DIR, type ClusterState, type NodeState } from '../../hack/cluster/state.js';
-import { CLOUD, NODES, PREFIX, ROUTERS, type NodeSpec } from '../../hack/cluster/topology.js';
+import { CLOUD, CLOUD_2, NODES, PREFIX, ROUTERS, type NodeSpec } from '../../hack/cluster/topology.js';
 import { up } from '../../hack/cluster/up.js';
 import { restartKubelet } from '../../hack/cluster/kubelet.js';
+import { addSecondCloudNode } from '../../hack/cluster/second-cloud-node.js';
 import { inNetns } from '../../hack/cluster/network.js';
 import { resourceFigures, sampleResources, sampleResourcesAfter, type ResourceFigure } from '../support/cluster-figures.js';
 import { followLogs, gapsAndRepeats, logsTimeline, logsWorkAfter, longestGap, type StreamEnd } from '../support/cluster-life-events.js';
@@ -130,7 +131,7 @@ function leftOnMachine(pidsBefore: Set<string>): string[] {
     if ([STATE_DIR, '/var/lib/kubelet', '/var/lib/containerd', '/run/containerd', '/etc/kubernetes'].some((p) => at.startsWith(p))) left.push(`mount ${at}`);
   }
   for (const h of readdirSync('/sys/fs/cgroup')) {
-    for (const node of NODES) if (existsSync(join('/sys/fs/cgroup', h, `${PREFIX}${node.name}`))) left.push(`cgroup ${h}/${PREFIX}${node.name}`);
+    for (const node of [...NODES, CLOUD_2]) if (existsSync(join('/sys/fs/cgroup', h, `${PREFIX}${node.name}`))) left.push(`cgroup ${h}/${PREFIX}${node.name}`);
   }
   if (existsSync(STATE_DIR)) left.push(`folder ${STATE_DIR}`);
   return left;
@@ -282,6 +283,57 @@ async function lifeEvents(t: TestContext): Promise<void> {
   });
 }
 
+/**
+ * `kubectl rollout restart` of the server with two replicas, with `logs -f` running. The server runs on the host
+ * network, so two replicas need two nodes it may run on: the second cloud node is added for this. On the DNS
+ * route, where kube-apiserver reaches a replica through the internal Service's ClusterIP (kube-proxy picks a
+ * ready one); agents keep a link to each replica.
+ */
+async function rolloutRestart(t: TestContext): Promise<void> {
+  await t.test(
+    'rollout restart of the server with two replicas (dns route, a second cloud node): kubectl logs works throughout or after a short gap',
+    async () => {
+      const bins = findClusterBinaries();
+      if ('missing' in bins) throw new Error(bins.missing);
+      const t0 = Date.now();
+      await addSecondCloudNode(readState()!, bins);
+      await deploy(readState()!, 'dns', bins, { ha: true, progress: (line) => t.diagnostic(line) });
+      await mustKubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/yurt-tunnel-server', '--timeout=180s']);
+      const placed = await mustKubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=yurt-tunnel-server', '-o', 'jsonpath={.items[*].spec.nodeName}']);
+      assert.deepEqual(placed.split(' ').sort(), [CLOUD.name, CLOUD_2.name]);
+      t.diagnostic(`second cloud node and two server replicas in ${secs(Date.now() - t0)}`);
+
+      const pod = matrixPodName(ROUTERS[0]!.edge.name);
+      assert.ok((await logsWorkAfter(pod, 60_000)) !== undefined, 'kubectl logs does not work with two replicas');
+      const logs = followLogs(pod);
+      try {
+        assert.ok(await logs.more(3, 20_000), `logs -f ${pod}: no lines`);
+        const t1 = Date.now();
+        logs.since(t1);
+        await mustKubectl(['-n', 'kube-system', 'rollout', 'restart', 'deployment/yurt-tunnel-server']);
+        let rolledMs: number | undefined;
+        const rolledOut = async (): Promise<boolean> => {
+          const r = await kubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/yurt-tunnel-server', '--watch=false']);
+          if (r.code === 0 && /successfully rolled out/.test(r.stdout)) rolledMs ??= Date.now() - t1;
+          return rolledMs !== undefined;
+        };
+        const samples = await logsTimeline(pod, rolledOut, 240_000, t1);
+        const end = await Promise.race([logs.ended, sleep(0).then(() => undefined)]);
+        const gap = longestGap(samples);
+        t.diagnostic(
+          `rollout restart: done ${secs(rolledMs)} after it; logs -f ${end === undefined ? 'still running' : `ended after ${secs(end.atMs)}, exit ${end.code}, stderr ${JSON.stringify(end.stderr)}`}; ` +
+            `kubectl logs ${gap === undefined ? 'worked throughout' : `failed from ${secs(gap.fromMs)} to ${secs(gap.toMs)}`} (${samples.length} tries, ${samples.filter((x) => !x.ok).length} failed)`,
+        );
+        assert.ok(rolledMs !== undefined, 'the rollout did not finish within 240 s');
+        assert.equal(samples.at(-1)?.ok, true, 'kubectl logs does not work after the rollout');
+        assert.ok(gap === undefined || gap.toMs - gap.fromMs < 30_000, `kubectl logs failed for ${secs(gap && gap.toMs - gap.fromMs)}`);
+      } finally {
+        await logs.stop();
+      }
+    },
+  );
+}
+
 const byName = <T extends { name: string }>(a: T, b: T): number => a.name.localeCompare(b.name);
 
 test(
@@ -425,6 +477,7 @@ test(
         },
       );
       if (route === 'iptables') await lifeEvents(t);
+      if (route === 'dns') await rolloutRestart(t);
       if (route === 'egress-selector') {
         // Every path of kube-apiserver's to a kubelet goes through the server's socket on this route: the cloud pod's too.
         await t.test('egress-selector route without the server: every command fails, on edge and cloud pods', async () => {
