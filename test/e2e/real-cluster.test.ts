@@ -9,14 +9,18 @@
 // Then each route deployed from the manifests by `npm run cluster -- deploy`'s
 // code, one after the other on the same cluster (egress-selector, then
 // iptables, then dns with dnsmasq in the cloud node serving the DNS
-// controller's records to kube-apiserver), and every kubectl command users run (test/support/kubectl-matrix.ts)
-// against a pod on each edge node and on the cloud node; on the
-// egress-selector route once more with the server scaled to 0, where every
-// one of them must fail.
+// controller's records to kube-apiserver), and every kubectl command users
+// run (test/support/kubectl-matrix.ts) against a pod on each edge node and on
+// the cloud node; on the egress-selector route once more with the server
+// gone, where every one of them must fail. On the iptables route, life events
+// with `logs -f` running (an agent pod deleted, a NAT router's outage,
+// kubelets restarted); on the DNS route, a second cloud node and a rollout
+// restart of two server replicas. The figures (apply → first logs, memory and
+// CPU) are printed as one table.
 //
-// Root only (network namespaces, mounts, cgroups). About 35-55 s with our
+// Root only (network namespaces, mounts, cgroups). About 60 s to `up` with our
 // image's archive cached (CACHE_DIR), a minute more when the image is built,
-// and about 2 minutes for the routes.
+// and about 8 minutes for the rest on a loaded 2-core machine.
 
 import assert from 'node:assert/strict';
 import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
@@ -298,7 +302,12 @@ async function rolloutRestart(t: TestContext): Promise<void> {
       const t0 = Date.now();
       await addSecondCloudNode(readState()!, bins);
       await deploy(readState()!, 'dns', bins, { ha: true, progress: (line) => t.diagnostic(line) });
-      await mustKubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/yurt-tunnel-server', '--timeout=180s']);
+      const status = await kubectl(['-n', 'kube-system', 'rollout', 'status', 'deployment/yurt-tunnel-server', '--timeout=180s'], { timeoutMs: 190_000 });
+      assert.equal(
+        status.code,
+        0,
+        `two server replicas not rolled out: ${status.stdout}${status.stderr}\n${await mustKubectl(['-n', 'kube-system', 'get', 'pods', '-o', 'wide'])}`,
+      );
       const placed = await mustKubectl(['-n', 'kube-system', 'get', 'pods', '-l', 'k8s-app=yurt-tunnel-server', '-o', 'jsonpath={.items[*].spec.nodeName}']);
       assert.deepEqual(placed.split(' ').sort(), [CLOUD.name, CLOUD_2.name]);
       t.diagnostic(`second cloud node and two server replicas in ${secs(Date.now() - t0)}`);
