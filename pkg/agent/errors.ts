@@ -23,3 +23,14 @@ export type ServerConnectionErrorCode =
 export class ServerConnectionError extends CodedError<ServerConnectionErrorCode> {
   override readonly name = 'ServerConnectionError';
 }
+
+export type ProxyErrorCode =
+  /** The proxy answered no: an HTTP status other than 2xx to CONNECT, a SOCKS5 failure or refused credentials. */
+  | 'YT_ERR_PROXY_REFUSED'
+  /** The proxy could not be reached or spoke no protocol we understand. */
+  | 'YT_ERR_PROXY_FAILED';
+
+/** The agent could not open a connection through its proxy; the message names the proxy (never its credentials) and its answer. */
+export class ProxyError extends CodedError<ProxyErrorCode> {
+  override readonly name = 'ProxyError';
+}

@@ -38,7 +38,8 @@ async function packagesAtStart(cli: 'yurt-tunnel-agent' | 'yurt-tunnel-server'):
   return JSON.parse(line[1]!) as string[];
 }
 
-const NEVER_AT_START = ['@kubernetes/client-node', '@opentelemetry/api', 'tdigest', 'bintrees'];
+// socks (the SOCKS5 client, pkg/agent/proxy/socks5.ts) only for an agent given a socks5:// proxy.
+const NEVER_AT_START = ['@kubernetes/client-node', '@opentelemetry/api', 'tdigest', 'bintrees', 'socks'];
 
 function packagesLine(who: string, text: string): string[] {
   const line = /^yt-packages (.*)$/m.exec(text);
