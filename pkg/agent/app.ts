@@ -21,6 +21,7 @@ import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
 import { runStartupRehearsal, type RehearsalTiering } from '../grpc/data-path-rehearsal.js';
 import { rehearseAgent } from './rehearsal.js';
+import { proxyConfigFrom, type ProxyConfig, type ProxySettings } from './proxy/proxy-config.js';
 
 export interface AgentOptions {
   nodeName: string;
@@ -67,6 +68,8 @@ export interface AgentOptions {
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;
+  /** The proxy to the servers: --proxy-url, --proxy-credentials-file and the *_PROXY variables (proxy/proxy-config.ts). */
+  proxy?: ProxySettings;
   logger: Logger;
 }
 
@@ -164,7 +167,14 @@ function checkedOptions(opts: AgentOptions): { identifiers: string; allowList: A
 }
 
 /** The set of links to the tunnel servers, not started. */
-function newClientSet(opts: AgentOptions, tls: AgentTLS, identifiers: string, allowList: AllowList, metrics: AgentMetrics): ClientSet {
+function newClientSet(
+  opts: AgentOptions,
+  tls: AgentTLS,
+  identifiers: string,
+  allowList: AllowList,
+  metrics: AgentMetrics,
+  proxy: ProxyConfig | undefined,
+): ClientSet {
   return new ClientSet({
     connection: {
       address: opts.tunnelServerAddr,
@@ -176,6 +186,7 @@ function newClientSet(opts: AgentOptions, tls: AgentTLS, identifiers: string, al
       keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
       resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
       dialLimit: new DialLimit(opts.maxConcurrentDials),
+      proxy,
       metrics,
       logger: opts.logger,
     },
@@ -247,6 +258,7 @@ export class TunnelAgent {
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
     const { identifiers, allowList } = checkedOptions(opts);
+    const proxy = await proxyConfigFrom(opts.proxy ?? {});
     const credentials = await agentCredentials(opts);
     if (opts.startupRehearsal === true)
       await runStartupRehearsal(
@@ -260,7 +272,7 @@ export class TunnelAgent {
         opts.rehearsalTiering,
       );
     const metrics = new AgentMetrics();
-    const clients = newClientSet(opts, credentials.tls, identifiers, allowList, metrics);
+    const clients = newClientSet(opts, credentials.tls, identifiers, allowList, metrics, proxy);
     const discover = opts.tunnelServerAddr === '';
     const search = { problem: 'not read yet' };
     opts.logger.info('yurt-tunnel-agent starting', {
@@ -268,6 +280,7 @@ export class TunnelAgent {
       server: discover ? `from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}` : opts.tunnelServerAddr,
       identifiers,
       allowedDestinations: allowList.description,
+      ...(proxy !== undefined && { proxy: `${proxy.server.display} (${proxy.server.namedBy})`, noProxy: proxy.noProxy.text }),
       nodeOptions: runningNodeOptions(),
     });
     credentials.manager?.onRotated((pair) => {

@@ -4,6 +4,7 @@ import type { Logger } from '../log/logger.js';
 import type { DialLimit } from './dial-limit.js';
 import type { Dialer } from './dialer.js';
 import type { AgentMetrics } from './metrics.js';
+import type { ProxyConfig } from './proxy/proxy-config.js';
 import type { AgentTLS } from './server-dial.js';
 
 /** Keepalive interval shared by a client set's links, so a server's complaint slows them all. */
@@ -27,6 +28,8 @@ export interface ServerConnectionOptions {
   keepalive?: KeepalivePolicy;
   /** How long a ping may go unanswered. Default 20 s. */
   keepaliveTimeoutMs?: number;
+  /** The HTTP or SOCKS proxy to reach the server through (proxy/proxy-config.ts); undefined: directly. */
+  proxy?: ProxyConfig;
   /** How long to wait for the server's response headers. Default 30 s. */
   handshakeTimeoutMs?: number;
   /** HTTP/2 receive window per stream (connection: 4×). Default 4 MiB. */

@@ -141,6 +141,7 @@ export class ServerConnection {
       halfClose: this.opts.halfClose !== false,
       handshakeTimeoutMs: this.opts.handshakeTimeoutMs ?? 30_000,
       resume: windowMs > 0 ? { windowMs, claims } : undefined,
+      proxy: this.opts.proxy,
     };
   }
 

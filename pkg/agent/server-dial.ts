@@ -6,13 +6,15 @@
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import { isIP, type Socket } from 'node:net';
-import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import { responseRefusal, startCall } from '../grpc/client-call-head.js';
 import { metadataValues } from '../grpc/metadata.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
-import { ServerConnectionError } from './errors.js';
+import { ProxyError, ServerConnectionError } from './errors.js';
+import { openServerSocket } from './proxy/open-server-socket.js';
+import { proxyFor, type ProxyConfig } from './proxy/proxy-config.js';
 import { CONN_WINDOW_HEADER, parseConnWindow, type FlowWindows } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER, announcesHalfClose } from '../protocol/half-close.js';
 import { PROBE_HEADER } from '../protocol/probe.js';
@@ -68,6 +70,8 @@ export interface DialTarget {
   resume: { windowMs: number; claims: SessionClaim[] } | undefined;
   /** We hold links to every server we know of: this dial looks for another (protocol/probe.ts). */
   probe?: boolean;
+  /** The HTTP or SOCKS proxy the server is reached through (undefined: directly). */
+  proxy?: ProxyConfig;
 }
 
 /** A call the server answered: its connection, its stream (not read yet), and what the headers said. */
@@ -85,12 +89,12 @@ export interface DialedCall {
   offer: SessionOffer | undefined;
 }
 
-export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<DialedCall> {
+export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<DialedCall> {
   const target = splitHostPort(t.address);
   if (target === undefined) {
-    return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`));
+    throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
   }
-  const { session, beneath } = connectSession(t, target, log);
+  const { session, beneath } = connectSession(t, target, await serverSocket(t, target, signal), log);
   return new Promise<DialedCall>((resolve, reject) => {
     let settled = false;
     /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
@@ -104,8 +108,10 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
       if (explaining) return;
       // The close that follows is this error's; the timer and the signal still end the wait.
       explaining = true;
-      void presentedCertificate({ ...target, servername: sniFor(t.verifyName) }, t.handshakeTimeoutMs, signal).then((presented) =>
-        fail(`${untrustedChainHint(presented)} (${errorMessage(err)})`, err),
+      // Through a proxy, a second look would dial around it.
+      const proxied = proxyFor(t.proxy, target.host, target.port) !== undefined;
+      void (proxied ? Promise.resolve(undefined) : presentedCertificate({ ...target, servername: sniFor(t.verifyName) }, t.handshakeTimeoutMs, signal)).then(
+        (presented) => fail(`${untrustedChainHint(presented)} (${errorMessage(err)})`, err),
       );
     };
     const onError = (err: Error): void => failOn(err);
@@ -128,10 +134,7 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
       }
     };
     const fail = (text: string, cause?: Error): void => settle(connectFailed(t, text, cause));
-    const timer = setTimeout(
-      () => settle(new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`)),
-      t.handshakeTimeoutMs,
-    );
+    const timer = setTimeout(() => settle(handshakeTimeout(t)), t.handshakeTimeoutMs);
     timer.unref();
     session.once('connect', () => (securedAt = performance.now()));
     if (signal !== undefined) {
@@ -160,21 +163,52 @@ export function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Pr
   });
 }
 
-/** Opens the HTTP/2 connection to the server; `beneath.socket` is its TLS socket once connected. */
+/**
+ * The TCP connection beneath TLS, direct or through the proxy, within the
+ * handshake timeout. A proxy's refusal stays a ProxyError naming the proxy.
+ */
+async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
+  const ending = new AbortController();
+  const timer = setTimeout(() => ending.abort(handshakeTimeout(t)), t.handshakeTimeoutMs);
+  timer.unref();
+  const onStop = (): void => ending.abort(connectFailed(t, 'the agent is stopping'));
+  if (signal?.aborted === true) onStop();
+  signal?.addEventListener('abort', onStop, { once: true });
+  try {
+    return await openServerSocket(target, t.proxy, ending.signal);
+  } catch (err: unknown) {
+    if (err instanceof ServerConnectionError || err instanceof ProxyError) throw err;
+    throw connectFailed(t, errorMessage(err), err instanceof Error ? err : undefined);
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onStop);
+  }
+}
+
+function handshakeTimeout(t: DialTarget): ServerConnectionError {
+  return new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`);
+}
+
+/** Opens the HTTP/2 connection to the server over `socket`; `beneath.socket` is its TLS socket once connected. */
 function connectSession(
   t: DialTarget,
   target: { host: string; port: number },
+  socket: Socket,
   log: Logger,
 ): { session: ClientHttp2Session; beneath: { socket: Socket | undefined } } {
   const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
   const session = http2.connect(`https://${authority}`, {
-    ca: t.tls.ca,
-    cert: t.tls.cert,
-    key: t.tls.key,
-    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-    servername: isIP(t.verifyName) === 0 ? t.verifyName : IP_TARGET_SNI,
-    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
-    ALPNProtocols: ['h2'],
+    createConnection: () =>
+      tlsConnect({
+        socket,
+        ca: t.tls.ca,
+        cert: t.tls.cert,
+        key: t.tls.key,
+        // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+        servername: sniFor(t.verifyName),
+        checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
+        ALPNProtocols: ['h2'],
+      }),
     maxSessionMemory: 64,
     settings: { initialWindowSize: t.receiveWindow, enablePush: false },
   });

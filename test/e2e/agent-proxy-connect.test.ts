@@ -1,0 +1,124 @@
+// The agent through an HTTP CONNECT proxy, all on loopback and in process: a
+// small proxy (node:http's 'connect' event) that checks Basic credentials and
+// pipes to the target, in front of a real server. The agent joins through it
+// and carries data; a wrong password is one warning naming the proxy and its
+// 407, never the password nor a TLS error; NO_PROXY goes around it; a proxy
+// that is down or hangs fails the dial with its name and leaves nothing open.
+// The real proxies (squid, tinyproxy, dante) are in agent-proxies.test.ts.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { ProxyError } from '../../pkg/agent/errors.js';
+import { NoProxy } from '../../pkg/agent/proxy/no-proxy.js';
+import { openServerSocket } from '../../pkg/agent/proxy/open-server-socket.js';
+import { parseProxyUrl, type ProxyConfig } from '../../pkg/agent/proxy/proxy-config.js';
+import { harness, type Harness } from '../support/harness.js';
+import { closedPort, roundTrip, startEchoServer, startHangingListener, startServer, startAgent, waitFor } from '../support/tunnel.js';
+
+const LIMIT = { timeout: 30_000 };
+
+interface TestProxy {
+  port: number;
+  /** CONNECT targets asked for, with the credentials presented. */
+  asked: { target: string; auth: string | undefined }[];
+}
+
+/** An HTTP CONNECT proxy on loopback that wants Basic `user:secret`. */
+async function startConnectProxy(h: Harness): Promise<TestProxy> {
+  const asked: TestProxy['asked'] = [];
+  const sockets = new Set<Socket>();
+  const server = createHttpServer();
+  server.on('connect', (req: IncomingMessage, client: Socket, head: Buffer) => {
+    sockets.add(client);
+    client.on('error', () => client.destroy());
+    const auth = req.headers['proxy-authorization'];
+    asked.push({ target: req.url ?? '', auth });
+    if (auth !== `Basic ${Buffer.from('user:secret').toString('base64')}`) {
+      client.end('HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n\r\n');
+      return;
+    }
+    const [host, port] = (req.url ?? '').split(':');
+    const upstream = connect(Number(port), host);
+    sockets.add(upstream);
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    upstream.once('connect', () => {
+      client.write('HTTP/1.1 200 Connection established\r\n\r\n');
+      if (head.length > 0) upstream.write(head);
+      client.pipe(upstream).pipe(client);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  h.defer(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => server.close(r));
+  });
+  return { port: (server.address() as AddressInfo).port, asked };
+}
+
+function config(url: string, noProxy = ''): ProxyConfig {
+  return { server: parseProxyUrl(url, '--proxy-url'), noProxy: new NoProxy(noProxy) };
+}
+
+test('an agent joins through an HTTP CONNECT proxy with Basic credentials and carries data', LIMIT, async (t) => {
+  const h = harness(t);
+  const proxy = await startConnectProxy(h);
+  const server = await startServer(h);
+  const echo = await startEchoServer(h);
+  startAgent(h, server.agentAddress, { nodeName: 'edge-1', connection: { proxy: config(`http://user:secret@127.0.0.1:${proxy.port}`) } });
+  await waitFor('agent edge-1 to register through the proxy', () => server.tunnel.registry.agentCount === 1);
+  assert.deepEqual(proxy.asked, [{ target: server.agentAddress, auth: `Basic ${Buffer.from('user:secret').toString('base64')}` }]);
+  assert.equal(await roundTrip(server.udsPath, `127.0.0.1:${echo.port}`, 'through the proxy'), 'through the proxy');
+});
+
+test('a proxy that answers 407 is one warning naming the proxy and its answer, without the password', LIMIT, async (t) => {
+  const h = harness(t);
+  const proxy = await startConnectProxy(h);
+  const server = await startServer(h);
+  const agent = startAgent(h, server.agentAddress, { nodeName: 'edge-1', connection: { proxy: config(`http://user:wrong@127.0.0.1:${proxy.port}`) } });
+  await waitFor('a retry warning', () => agent.log.find('could not connect to the tunnel server').length > 0);
+  const [warning] = agent.log.find('could not connect to the tunnel server');
+  assert.equal(
+    warning!.fields.error,
+    `proxy http://127.0.0.1:${proxy.port} (--proxy-url) refused CONNECT to ${server.agentAddress}: 407 Proxy Authentication Required`,
+  );
+  assert.doesNotMatch(JSON.stringify(agent.log.records), /wrong/);
+  assert.equal(server.tunnel.registry.agentCount, 0);
+});
+
+test('NO_PROXY sends the agent around the proxy', LIMIT, async (t) => {
+  const h = harness(t);
+  const proxy = await startConnectProxy(h);
+  const server = await startServer(h);
+  startAgent(h, server.agentAddress, {
+    nodeName: 'edge-1',
+    connection: { proxy: config(`http://user:secret@127.0.0.1:${proxy.port}`, 'example.com, 127.0.0.0/8') },
+  });
+  await waitFor('agent edge-1 to register directly', () => server.tunnel.registry.agentCount === 1);
+  assert.deepEqual(proxy.asked, []);
+});
+
+test('a proxy that is down, or hangs until the dial is abandoned, fails with its name and leaves nothing open', LIMIT, async (t) => {
+  const h = harness(t);
+  const down = await closedPort();
+  const target = { host: '127.0.0.1', port: 1 };
+  await assert.rejects(openServerSocket(target, config(`http://user:secret@127.0.0.1:${down}`), new AbortController().signal), (err: unknown) => {
+    assert.ok(err instanceof ProxyError);
+    assert.equal(err.code, 'YT_ERR_PROXY_FAILED');
+    assert.match(err.message, new RegExp(`^proxy http://127\\.0\\.0\\.1:${down} \\(--proxy-url\\) for 127\\.0\\.0\\.1:1: connect ECONNREFUSED`));
+    return true;
+  });
+  for (const scheme of ['http', 'socks5h']) {
+    const hanging = await startHangingListener(h);
+    const abandon = new AbortController();
+    const reason = new Error('given up');
+    const dial = openServerSocket(target, config(`${scheme}://127.0.0.1:${hanging}`), abandon.signal);
+    setTimeout(() => abandon.abort(reason), 200);
+    await assert.rejects(dial, (err: unknown) => err === reason);
+  }
+});
