@@ -27,6 +27,8 @@ interface AgentFlags {
   nodeName?: string;
   nodeIp?: string;
   tunnelserverAddr?: string;
+  proxyUrl?: string;
+  proxyCredentialsFile?: string;
   caFile?: string;
   certFile?: string;
   keyFile?: string;
@@ -66,6 +68,12 @@ const program = new Command('yurt-tunnel-agent')
       'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
     parseHostPort,
   )
+  .option(
+    '--proxy-url <url>',
+    'HTTP(S) or SOCKS5 proxy to reach the server through: http://, https:// (CONNECT) or socks5://, socks5h:// with optional user:password@ ' +
+      '(default: env https_proxy, HTTPS_PROXY, all_proxy, ALL_PROXY; NO_PROXY exempts servers in both cases)',
+  )
+  .option('--proxy-credentials-file <path>', "a file holding the proxy's user:password (wins over credentials in the proxy URL)")
   .option(
     '--cert-dir <dir>',
     'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster',
@@ -138,6 +146,7 @@ addProcessOptions(program).action(async (flags: AgentFlags) => {
     nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
     nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
     tunnelServerAddr: flags.tunnelserverAddr ?? '',
+    proxy: { proxyUrl: flags.proxyUrl, credentialsFile: flags.proxyCredentialsFile, env: process.env },
     certDir: flags.certDir,
     kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),
     caFile: flags.caFile,
