@@ -261,3 +261,22 @@ test('a port another process holds: exit 1 naming the flag, the address and what
   assert.equal(server.code, 1, server.lines.join('\n'));
   assert.match(server.lines.at(-1)!, inUse('--secure-port'));
 });
+
+test('agent --proxy-url with another scheme, or an unreadable --proxy-credentials-file: exit 1 naming the flag', LIMIT, async (t) => {
+  const h = harness(t);
+  const files = await agentFiles(h);
+  const tls = ['--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile];
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...files.flags, ...tls, '--proxy-url', 'ftp://user:secret@proxy.example:21'],
+    /^yurt-tunnel-agent: --proxy-url: proxy scheme "ftp:" is not supported; use http:\/\/, https:\/\/, socks5:\/\/ or socks5h:\/\/$/,
+  );
+  const missing = join(files.dir, 'no-such-credentials');
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...files.flags, ...tls, '--proxy-url', 'http://proxy.example:3128', '--proxy-credentials-file', missing],
+    new RegExp(`^yurt-tunnel-agent: --proxy-credentials-file: cannot read ${escaped(missing)}: ENOENT`),
+  );
+});
