@@ -91,7 +91,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
       '--startup-rehearsal',
       'false',
     ]);
-    serverAddr = /address=(\S+)/.exec(await server.waitForLine(/listening for agents/, 30_000))![1]!;
+    serverAddr = /address=(\S+)/.exec(await server.waitForLine(/listening for agents/, 60_000))![1]!;
     agentDir = join(dir, 'agent');
     const issued = await runProcess(suite, SERVER_BIN, [
       'issue-agent-cert',
@@ -151,7 +151,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     ].join('\n');
     await writeFile(join(dir, 'squid.conf'), `${conf}\n`, { mode: 0o644 });
     const squid = mid.startProcess(suite, 'squid', ['-N', '-d', '1', '-f', join(dir, 'squid.conf')], {}, { node: false });
-    await squid.waitForLine(/Accepting HTTP Socket connections/, 30_000);
+    await squid.waitForLine(/Accepting HTTP Socket connections/, 60_000);
   }
 
   async function startTinyproxy(): Promise<void> {
@@ -276,18 +276,18 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
       const display = p.url('x').replace(/\/\/[^@]*@/, '//');
 
       const agent = startEdgeAgent(...given(password));
-      await agent.waitForLine(/connected to tunnel server/, 30_000);
+      await agent.waitForLine(/connected to tunnel server/, 60_000);
       await transfer();
       await stopAgent(agent);
 
       const impostor = startEdgeAgent(...given(password), 'edge-9');
-      await server.waitForLine(/agent refused by the identity check.*edge-9/, 30_000);
+      await server.waitForLine(/agent refused by the identity check.*edge-9/, 60_000);
       await stopAgent(impostor);
       assert.equal(impostor.lines.filter((l) => /connected to tunnel server/.test(l)).length, 0);
 
       const wrong = `not-${password}`;
       const refused = startEdgeAgent(...given(wrong));
-      const warning = await refused.waitForLine(/could not connect to the tunnel server; will retry/, 30_000);
+      const warning = await refused.waitForLine(/could not connect to the tunnel server; will retry/, 60_000);
       await stopAgent(refused);
       assert.ok(warning.includes(`proxy ${display} (${p.by})`), warning);
       assert.match(warning, p.refusal);
@@ -301,7 +301,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     await edge.ip('route', 'add', '10.77.1.0/24', 'via', '10.77.3.1');
     try {
       const agent = startEdgeAgent([], { HTTPS_PROXY: `http://edge:wrong@${MID_EDGE_IP}:3128`, NO_PROXY: 'example.com,10.77.1.0/24' });
-      await agent.waitForLine(/connected to tunnel server/, 30_000);
+      await agent.waitForLine(/connected to tunnel server/, 60_000);
       await transfer();
       await stopAgent(agent);
     } finally {
