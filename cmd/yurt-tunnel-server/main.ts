@@ -23,6 +23,7 @@ import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../../pkg/tunnel/options.js
 import { DEFAULT_RESUME_MEMORY_BUDGET } from '../../pkg/mux/resume-budget.js';
 import { DEFAULT_MAX_UNKNOWN_PACKETS, UNKNOWN_PACKET_WINDOW_MS } from '../../pkg/tunnel/unknown-packets.js';
 import { parseProxyStrategies } from '../../pkg/tunnel/backend-registry.js';
+import { DEFAULT_HTTP_PROXY_ALLOWED_PORTS } from '../../pkg/kube/server-config.js';
 import { holdProcessOpen, onShutdownSignals } from '../common/signals.js';
 import { rehearsalTiering } from '../common/v8-tiering.js';
 import {
@@ -56,6 +57,8 @@ interface ServerFlags {
   proxyClientKeyFile?: string;
   kubeletCaFile?: string;
   localhostProxyPorts: number[];
+  httpProxyPort: number;
+  httpProxyAllowedPorts: number[];
   interceptorProxierUds: string;
   egressSelectorEnable: boolean;
   egressSelectorUds: string;
@@ -123,6 +126,21 @@ const program = new Command('yurt-tunnel-server')
   .option('--proxy-client-key-file <path>', 'key of --proxy-client-cert-file')
   .option('--kubelet-ca-file <path>', 'CA of kubelet serving certificates; without it they are not verified')
   .option('--localhost-proxy-ports <list>', "comma list of ports reached on the edge node's loopback, e.g. 10266,10267", parsePortList, [])
+  .option(
+    '--http-proxy-port <port>',
+    'HTTP proxy for cloud clients (Prometheus proxy_url) on --bind-address: TLS with a client certificate from --client-ca-file; ' +
+      'absolute-URI requests and CONNECT to a node name or address; 0 is off',
+    parsePort,
+    0,
+  )
+  .addOption(
+    new Option(
+      '--http-proxy-allowed-ports <list>',
+      "comma list of destination ports --http-proxy-port lets callers reach (the server ConfigMap's http-proxy-allowed-ports overrides it)",
+    )
+      .argParser(parsePortList)
+      .default([...DEFAULT_HTTP_PROXY_ALLOWED_PORTS], DEFAULT_HTTP_PROXY_ALLOWED_PORTS.join(',')),
+  )
   .option('--interceptor-proxier-uds <path>', 'Unix socket of the HTTP CONNECT proxier (CONNECT host:port, optional X-Tunnel-Proxy-Host)', DEFAULT_PROXIER_UDS)
   .option(
     '--egress-selector-enable [bool]',
@@ -318,6 +336,8 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     proxyClientKeyFile: flags.proxyClientKeyFile,
     kubeletCAFile: flags.kubeletCaFile,
     localhostProxyPorts: flags.localhostProxyPorts,
+    httpProxyPort: flags.httpProxyPort === 0 ? undefined : flags.httpProxyPort,
+    httpProxyAllowedPorts: flags.httpProxyAllowedPorts,
     interceptorProxierUDS: flags.interceptorProxierUds,
     egressSelector: flags.egressSelectorEnable
       ? { uds: flags.egressSelectorUds, mode: flags.egressSelectorMode, directDial: flags.egressDirectDial }

@@ -3,7 +3,9 @@
 // - secure (--secure-port, 10263): HTTPS, HTTP/1.1 only so upgrades work, and a
 //   client certificate from --client-ca-file is required;
 // - insecure (--insecure-port, 10264): plain HTTP, on loopback unless the
-//   operator binds it elsewhere.
+//   operator binds it elsewhere;
+// - proxy (--http-proxy-port, off by default): an HTTP proxy for cloud
+//   clients (http-proxy.ts), TLS with client certificates as the secure port.
 // Each request runs the middleware chain (trace, localhost) and then the
 // interceptor, which carries it through the tunnel. A caller whose stream is
 // cut by a failure has its TCP connection reset, on the secure port too
@@ -31,6 +33,7 @@ import { errorCode, errorMessage } from '../protocol/errors.js';
 import { HttpError } from './errors.js';
 import type { LoopGuard } from '../frontend/loop-guard.js';
 import { markedByTunnel } from './loop-mark.js';
+import type { HttpProxy } from './http-proxy.js';
 import type { Middleware } from './middleware/middleware.js';
 import { PROXY_DEST_HEADER, PROXY_HOST_HEADER, pathClass, type RequestContext } from './request-context.js';
 import type { RequestInterceptor } from './request-interceptor.js';
@@ -49,9 +52,17 @@ export const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 /** How long a caller's idle keep-alive connection stays open. */
 const KEEP_ALIVE_TIMEOUT_MS = 60_000;
 
+/** The master server's ports. */
+export type MasterPortName = 'secure' | 'insecure' | 'proxy';
+
+const PORT_TEXT: Record<MasterPortName, string> = { secure: 'secure master port', insecure: 'insecure master port', proxy: 'HTTP proxy port' };
+const PORT_FLAG: Record<MasterPortName, string> = { secure: '--secure-port', insecure: '--insecure-port', proxy: '--http-proxy-port' };
+
 export interface MasterServerOptions {
   secure?: SecurePortOptions;
   insecure?: { host: string; port: number };
+  /** The HTTP proxy port: its TLS as the secure port's, and the proxy that serves it. */
+  proxy?: SecurePortOptions & { handler: HttpProxy };
   /** Default DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS. */
   tlsHandshakeTimeoutMs?: number;
   /** Time for each request head (after its TLS handshake, on the secure port). Default DEFAULT_REQUEST_HEAD_TIMEOUT_MS. */
@@ -76,7 +87,7 @@ function servernameOf(req: IncomingMessage): string | undefined {
 }
 
 export class MasterServer {
-  private readonly servers: Array<{ server: Server; name: 'secure' | 'insecure'; host: string; port: number }> = [];
+  private readonly servers: Array<{ server: Server; name: MasterPortName; host: string; port: number }> = [];
   private readonly sockets = new ConnectionSet();
   private readonly inFlight: Gauge<'verb' | 'path'>;
   private readonly total: Counter<'verb' | 'path'>;
@@ -90,7 +101,7 @@ export class MasterServer {
   /** Sockets already being closed after a client error. */
   private readonly answered = new WeakSet<object>();
   /** Callers each port closed before their request, by why. */
-  private readonly refused: Record<'secure' | 'insecure', CallerRefusals>;
+  private readonly refused: Record<MasterPortName, CallerRefusals>;
   private closing: Promise<void> | undefined;
 
   constructor(private readonly opts: MasterServerOptions) {
@@ -102,6 +113,7 @@ export class MasterServer {
     this.refused = {
       secure: new CallerRefusals('secure', reasons, opts.metricsRegistry),
       insecure: new CallerRefusals('insecure', reasons, opts.metricsRegistry),
+      proxy: new CallerRefusals('http_proxy', reasons, opts.metricsRegistry),
     };
     this.inFlight = new Gauge({
       name: 'yurttunnel_server_in_proxy_requests',
@@ -115,49 +127,64 @@ export class MasterServer {
       labelNames: ['verb', 'path'],
       registers,
     });
-    if (opts.secure !== undefined) {
-      const s = opts.secure;
-      const server = createHTTPSServer(
-        {
-          cert: s.cert,
-          key: s.key,
-          ca: s.clientCA,
-          requestCert: true,
-          rejectUnauthorized: true,
-          minVersion: 'TLSv1.2',
-          // HTTP/1.1 only: exec, attach and port-forward are HTTP/1.1 upgrades.
-          ALPNProtocols: ['http/1.1'],
-          handshakeTimeout: this.tlsHandshakeTimeoutMs,
-          ...httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS),
-        },
-        (req, res) => this.onRequest(req, res, true),
-      );
-      // The TCP socket each TLS session runs over, so that an abort can reset it.
-      const tcpByPeer = new Map<string, Socket>();
-      const peer = (s: Socket): string | undefined => (s.remotePort === undefined ? undefined : `${s.remoteAddress}|${s.remotePort}`);
-      server.on('connection', (socket: Socket) => {
-        const key = peer(socket);
-        if (key === undefined) return;
-        tcpByPeer.set(key, socket);
-        socket.once('close', () => {
-          if (tcpByPeer.get(key) === socket) tcpByPeer.delete(key);
-        });
-      });
-      server.on('secureConnection', (tls: TLSSocket) => {
-        this.secured.add(tls);
-        const key = peer(tls);
-        const tcp = key === undefined ? undefined : tcpByPeer.get(key);
-        if (tcp === undefined) return;
-        tcpByPeer.delete(key!);
-        abortsThrough(tls, tcp);
-      });
-      server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
-      this.wire(server, 'secure', s.host, s.port, true);
-    }
+    if (opts.secure !== undefined) this.wireSecure('secure', opts.secure);
     if (opts.insecure !== undefined) {
-      const server = createHTTPServer(httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS), (req, res) => this.onRequest(req, res, false));
+      const server = createHTTPServer(httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS), (req, res) => this.onRequest(req, res, 'insecure'));
       this.wire(server, 'insecure', opts.insecure.host, opts.insecure.port, false);
     }
+    if (opts.proxy !== undefined) {
+      const handler = opts.proxy.handler;
+      const server = this.wireSecure('proxy', opts.proxy);
+      server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+        this.guarded(
+          'connect',
+          req,
+          (message) => socket.end(errorResponse(500, message)),
+          () => handler.handleConnect(req, socket, head),
+        ),
+      );
+    }
+  }
+
+  /** An HTTPS port whose callers need a client certificate from `s.clientCA`. */
+  private wireSecure(name: 'secure' | 'proxy', s: SecurePortOptions): Server {
+    const server = createHTTPSServer(
+      {
+        cert: s.cert,
+        key: s.key,
+        ca: s.clientCA,
+        requestCert: true,
+        rejectUnauthorized: true,
+        minVersion: 'TLSv1.2',
+        // HTTP/1.1 only: exec, attach and port-forward are HTTP/1.1 upgrades.
+        ALPNProtocols: ['http/1.1'],
+        handshakeTimeout: this.tlsHandshakeTimeoutMs,
+        ...httpTimeouts(this.requestHeadTimeoutMs, KEEP_ALIVE_TIMEOUT_MS),
+      },
+      (req, res) => this.onRequest(req, res, name),
+    );
+    // The TCP socket each TLS session runs over, so that an abort can reset it.
+    const tcpByPeer = new Map<string, Socket>();
+    const peer = (s: Socket): string | undefined => (s.remotePort === undefined ? undefined : `${s.remoteAddress}|${s.remotePort}`);
+    server.on('connection', (socket: Socket) => {
+      const key = peer(socket);
+      if (key === undefined) return;
+      tcpByPeer.set(key, socket);
+      socket.once('close', () => {
+        if (tcpByPeer.get(key) === socket) tcpByPeer.delete(key);
+      });
+    });
+    server.on('secureConnection', (tls: TLSSocket) => {
+      this.secured.add(tls);
+      const key = peer(tls);
+      const tcp = key === undefined ? undefined : tcpByPeer.get(key);
+      if (tcp === undefined) return;
+      tcpByPeer.delete(key!);
+      abortsThrough(tls, tcp);
+    });
+    server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(name, err, socket));
+    this.wire(server, name, s.host, s.port, true);
+    return server;
   }
 
   /**
@@ -165,34 +192,34 @@ export class MasterServer {
    * here: an answer written to it could never be flushed, and a socket only
    * ended would stay open (CLOSE-WAIT) after the caller went away.
    */
-  private onTLSError(err: Error, socket: TLSSocket): void {
+  private onTLSError(name: 'secure' | 'proxy', err: Error, socket: TLSSocket): void {
     const refusal = tlsRefusal(err, socket);
-    const soFar = this.refused.secure.add(refusal.reason);
+    const soFar = this.refused[name].add(refusal.reason);
     if (refusal.reason === 'tls_handshake_timeout') {
-      this.limited.warn('caller did not finish its TLS handshake in time on the secure master port; closed', {
+      this.limited.warn(`caller did not finish its TLS handshake in time on the ${PORT_TEXT[name]}; closed`, {
         timeoutMs: this.tlsHandshakeTimeoutMs,
         closedSoFar: soFar,
       });
     } else {
-      this.limited.warn('caller refused on the secure master port', { error: refusal.error, refusedSoFar: soFar });
+      this.limited.warn(`caller refused on the ${PORT_TEXT[name]}`, { error: refusal.error, refusedSoFar: soFar });
     }
     socket.destroy();
   }
 
-  private wire(server: Server, name: 'secure' | 'insecure', host: string, port: number, tls: boolean): void {
+  private wire(server: Server, name: MasterPortName, host: string, port: number, tls: boolean): void {
     // Raw connections, so that one still in its TLS handshake is closed on close() too.
     server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
       // Beneath a TLS session nobody else listens: a failed reset must not end the process.
       socket.on('error', (err) => this.opts.logger.verbose(3, 'caller connection error', { port: name, error: errorMessage(err) }));
     });
-    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head, tls));
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head, name));
     server.on('clientError', (err: Error, socket: Socket) => this.onClientError(name, tls, err, socket));
     this.servers.push({ server, name, host, port });
   }
 
   /** A request head that was malformed or did not come in time (Node may report one socket more than once). */
-  private onClientError(name: 'secure' | 'insecure', tls: boolean, err: Error, socket: Socket): void {
+  private onClientError(name: MasterPortName, tls: boolean, err: Error, socket: Socket): void {
     if (this.answered.has(socket)) return;
     this.answered.add(socket);
     if (tls && !this.secured.has(socket)) {
@@ -216,19 +243,20 @@ export class MasterServer {
       const raw = (err as { rawPacket?: unknown }).rawPacket;
       const control = Buffer.isBuffer(raw) ? controlCharacterReason(raw) : undefined;
       if (control !== undefined) message = `malformed request: ${control}`;
-      this.limited.verbose(2, 'malformed request on a master port', { port: name, error: control ?? errorMessage(err) });
+      this.limited.verbose(2, `malformed request on the ${PORT_TEXT[name]}`, { port: name, error: control ?? errorMessage(err) });
       if (code === 'HPE_HEADER_OVERFLOW') status = 431;
     }
     if (!socket.writable || this.responding.has(socket)) socket.destroy();
     else answerAndClose(socket, errorResponse(status, message));
   }
 
-  /** Serves a new certificate (and caller CA) on the secure port from the next handshake on. */
+  /** Serves a new certificate (and caller CA) on the secure and HTTP proxy ports from the next handshake on. */
   setTLS(tls: { cert: string; key: string; clientCA: string }): void {
-    const secure = this.servers.find((s) => s.name === 'secure');
-    if (secure === undefined) return;
-    (secure.server as HTTPSServer).setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.clientCA, minVersion: 'TLSv1.2' });
-    this.opts.logger.info('serving certificate replaced on the secure master port for new connections');
+    for (const s of this.servers) {
+      if (s.name === 'insecure') continue;
+      (s.server as HTTPSServer).setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.clientCA, minVersion: 'TLSv1.2' });
+      this.opts.logger.info(`serving certificate replaced on the ${PORT_TEXT[s.name]} for new connections`);
+    }
   }
 
   async start(): Promise<void> {
@@ -237,12 +265,12 @@ export class MasterServer {
         s.server,
         { port: s.port, host: s.host },
         {
-          name: `${s.name} master port`,
+          name: PORT_TEXT[s.name],
           logger: this.opts.logger,
-          flag: s.name === 'secure' ? '--secure-port' : '--insecure-port',
+          flag: PORT_FLAG[s.name],
         },
       );
-      this.opts.logger.info(`master server listening (${s.name})`, { address: this.addressText(s.server) });
+      this.opts.logger.info(s.name === 'proxy' ? 'HTTP proxy listening' : `master server listening (${s.name})`, { address: this.addressText(s.server) });
     }
   }
 
@@ -252,7 +280,7 @@ export class MasterServer {
   }
 
   /** Callers `port` closed before their request so far, by why. */
-  refusedCallers(port: 'secure' | 'insecure'): Readonly<Partial<Record<RefusalReason, number>>> {
+  refusedCallers(port: MasterPortName): Readonly<Partial<Record<RefusalReason, number>>> {
     return this.refused[port].counts;
   }
 
@@ -262,7 +290,7 @@ export class MasterServer {
   }
 
   /** Bound address of the secure (or insecure) port. */
-  address(name: 'secure' | 'insecure'): AddressInfo {
+  address(name: MasterPortName): AddressInfo {
     const s = this.servers.find((x) => x.name === name);
     if (s === undefined) throw new TypeError(`the ${name} master port is not configured`);
     return s.server.address() as AddressInfo;
@@ -330,7 +358,12 @@ export class MasterServer {
     }
   }
 
-  private onRequest(req: IncomingMessage, res: ServerResponse, tls: boolean): void {
+  /** Whether `name` is configured. */
+  has(name: MasterPortName): boolean {
+    return this.servers.some((s) => s.name === name);
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse, port: MasterPortName): void {
     const socket = req.socket;
     this.responding.add(socket);
     res.once('close', () => this.responding.delete(socket));
@@ -345,11 +378,11 @@ export class MasterServer {
         res.writeHead(500, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
         res.end(message + '\n');
       },
-      () => this.handleRequest(req, res, tls),
+      () => (port === 'proxy' ? this.opts.proxy!.handler.handleRequest(req, res) : this.handleRequest(req, res, port === 'secure')),
     );
   }
 
-  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, tls: boolean): void {
+  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, port: MasterPortName): void {
     this.guarded(
       'upgrade',
       req,
@@ -357,7 +390,7 @@ export class MasterServer {
         if (socket.destroyed) return;
         socket.end(errorResponse(500, message));
       },
-      () => this.handleUpgrade(req, socket, head, tls),
+      () => (port === 'proxy' ? this.opts.proxy!.handler.handleUpgrade(socket) : this.handleUpgrade(req, socket, head, port === 'secure')),
     );
   }
 
@@ -396,6 +429,7 @@ export class MasterServer {
   close(): Promise<void> {
     this.closing ??= (async () => {
       this.limited.flush();
+      this.opts.proxy?.handler.flush();
       const closed = this.servers.map((s) => stopListening(s.server));
       this.sockets.destroyAll();
       await Promise.all(closed);

@@ -23,6 +23,8 @@ export interface RequestContext {
   forwardedUri: string | undefined;
   /** The TLS server name (SNI) the caller asked for: a node name when it dialled one. */
   serverName: string | undefined;
+  /** The Host to send instead of the caller's: the HTTP proxy's absolute-URI authority (RFC 9112 §3.2.2). */
+  hostHeader?: string;
   /** Via as received (every line, comma-joined): a tunnel server's mark means a loop (loop-mark.ts). */
   via?: string;
 }

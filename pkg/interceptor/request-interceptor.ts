@@ -61,6 +61,14 @@ export function forwardedHeaders(raw: readonly string[], upgrade: boolean): stri
   return out;
 }
 
+/** The raw header list with its Host replaced by `host`, when given. */
+function withHost(headers: string[], host: string | undefined): string[] {
+  if (host === undefined) return headers;
+  const out = ['Host', host];
+  for (let i = 0; i + 1 < headers.length; i += 2) if (headers[i]!.toLowerCase() !== 'host') out.push(headers[i]!, headers[i + 1]!);
+  return out;
+}
+
 /**
  * Status and one-line reason for a failure before any answer came; a failed
  * dial's reason names the node of its address (`nodeNameOf`) when no agent took it.
@@ -175,9 +183,9 @@ export class RequestInterceptor {
       host: address.host,
       port: address.port,
       method: req.method,
-      path: req.url,
+      path: ctx.url,
       // An array keeps the caller's header names and order (node ≥ 18.16 accepts rawHeaders form).
-      headers: withLoopMark(forwardedHeaders(req.rawHeaders, upgrade)),
+      headers: withLoopMark(withHost(forwardedHeaders(req.rawHeaders, upgrade), ctx.hostHeader)),
       setHost: false,
       tunnel: this.target(ctx),
       tunnelSignal: signal,

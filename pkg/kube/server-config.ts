@@ -1,14 +1,21 @@
 // The server's ConfigMap `kube-system/yurt-tunnel-server-cfg` (spec/yurttunnel.md §5),
 // parsed into typed values: which extra ports are sent to which master port
 // (iptables DNAT, the internal Service's `dnat-<port>` ports, the TLS of the
-// far end), and which ports are served on the edge node's loopback. A bad
-// entry is skipped with a problem naming its key and value; the rest applies.
+// far end), which ports are served on the edge node's loopback, and which
+// destination ports the HTTP proxy port (--http-proxy-port) lets callers
+// reach. A bad entry is skipped with a problem naming its key and value; the
+// rest applies.
 
 export const SERVER_CONFIGMAP = 'yurt-tunnel-server-cfg';
 export const DNAT_PORTS_PAIR_KEY = 'dnat-ports-pair';
 export const HTTP_PROXY_PORTS_KEY = 'http-proxy-ports';
 export const HTTPS_PROXY_PORTS_KEY = 'https-proxy-ports';
 export const LOCALHOST_PROXY_PORTS_KEY = 'localhost-proxy-ports';
+/** Not OpenYurt's http-proxy-ports (ports sent to the HTTP master port): the allow-list of our HTTP proxy port. */
+export const HTTP_PROXY_ALLOWED_PORTS_KEY = 'http-proxy-allowed-ports';
+
+/** --http-proxy-allowed-ports' default: the kubelet's ports and node_exporter's. */
+export const DEFAULT_HTTP_PROXY_ALLOWED_PORTS: readonly number[] = [9100, 10250, 10255];
 
 /** The kubelet's ports: always sent to the tunnel, whatever the ConfigMap says. */
 export const KUBELET_SECURE_PORT = 10250;
@@ -22,6 +29,8 @@ export interface ServerConfig {
   readonly proxyPorts: ReadonlyMap<number, MasterPort>;
   /** Ports served on the edge node's loopback. */
   readonly localhostProxyPorts: ReadonlySet<number>;
+  /** Destination ports the HTTP proxy port lets callers reach. */
+  readonly httpProxyAllowedPorts: ReadonlySet<number>;
 }
 
 export interface ServerConfigDefaults {
@@ -29,6 +38,8 @@ export interface ServerConfigDefaults {
   insecurePort: number;
   /** Used while the ConfigMap (or its key) is absent: --localhost-proxy-ports. */
   localhostProxyPorts: readonly number[];
+  /** Used while the ConfigMap (or its key) is absent: --http-proxy-allowed-ports; default DEFAULT_HTTP_PROXY_ALLOWED_PORTS. */
+  httpProxyAllowedPorts?: readonly number[];
 }
 
 export interface ParsedServerConfig {
@@ -39,7 +50,11 @@ export interface ParsedServerConfig {
 
 /** The configuration without a ConfigMap. */
 export function defaultServerConfig(defaults: ServerConfigDefaults): ServerConfig {
-  return { proxyPorts: new Map(), localhostProxyPorts: new Set(defaults.localhostProxyPorts) };
+  return {
+    proxyPorts: new Map(),
+    localhostProxyPorts: new Set(defaults.localhostProxyPorts),
+    httpProxyAllowedPorts: new Set(defaults.httpProxyAllowedPorts ?? DEFAULT_HTTP_PROXY_ALLOWED_PORTS),
+  };
 }
 
 /** Every port sent to a master port: 10250 → secure, 10255 → insecure, then the ConfigMap's, in port order. */
@@ -123,31 +138,38 @@ export function parseServerConfig(data: Readonly<Record<string, string>> | undef
     }
   }
 
-  let localhostProxyPorts = new Set(defaults.localhostProxyPorts);
-  const localhost = data?.[LOCALHOST_PROXY_PORTS_KEY];
-  if (localhost !== undefined) {
-    localhostProxyPorts = new Set();
-    for (const entry of entries(localhost)) {
+  /** A key's port list, or `fallback` while the key is absent; sorted. */
+  const portSet = (key: string, fallback: readonly number[]): Set<number> => {
+    const value = data?.[key];
+    if (value === undefined) return new Set([...fallback].sort((a, b) => a - b));
+    const ports = new Set<number>();
+    for (const entry of entries(value)) {
       const p = port(entry);
-      if (p === undefined) problems.push(notAPort(LOCALHOST_PROXY_PORTS_KEY, entry));
-      else localhostProxyPorts.add(p);
+      if (p === undefined) problems.push(notAPort(key, entry));
+      else ports.add(p);
     }
-  }
+    return new Set([...ports].sort((a, b) => a - b));
+  };
+  const localhostProxyPorts = portSet(LOCALHOST_PROXY_PORTS_KEY, defaults.localhostProxyPorts);
+  const httpProxyAllowedPorts = portSet(HTTP_PROXY_ALLOWED_PORTS_KEY, defaults.httpProxyAllowedPorts ?? DEFAULT_HTTP_PROXY_ALLOWED_PORTS);
 
   const sortedPorts = new Map([...proxyPorts].sort(([a], [b]) => a - b));
-  return { config: { proxyPorts: sortedPorts, localhostProxyPorts: new Set([...localhostProxyPorts].sort((a, b) => a - b)) }, problems };
+  return { config: { proxyPorts: sortedPorts, localhostProxyPorts, httpProxyAllowedPorts }, problems };
 }
 
 export function sameServerConfig(a: ServerConfig, b: ServerConfig): boolean {
   return describeServerConfig(a) === describeServerConfig(b);
 }
 
-/** One line for logs: `http=8080,9100 https=9443 localhost=10266,10267`. */
+/** One line for logs: `http=8080,9100 https=9443 localhost=10266,10267 proxy-allowed=9100,10250,10255`. */
 export function describeServerConfig(config: ServerConfig): string {
   const of = (to: MasterPort): string =>
     [...config.proxyPorts]
       .filter(([, m]) => m === to)
       .map(([p]) => p)
       .join(',');
-  return `http=${of('insecure')} https=${of('secure')} localhost=${[...config.localhostProxyPorts].join(',')}`;
+  return (
+    `http=${of('insecure')} https=${of('secure')} localhost=${[...config.localhostProxyPorts].join(',')} ` +
+    `proxy-allowed=${[...config.httpProxyAllowedPorts].join(',')}`
+  );
 }

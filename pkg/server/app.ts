@@ -53,6 +53,7 @@ async function serverCertificates(opts: ServerOptions): Promise<{ certs: ServerC
     certDNSNames: opts.certDNSNames,
     insecurePort: opts.insecurePort,
     localhostProxyPorts: opts.localhostProxyPorts,
+    ...(opts.httpProxyAllowedPorts !== undefined ? { httpProxyAllowedPorts: opts.httpProxyAllowedPorts } : {}),
     logger: opts.logger,
     csrPollMs: opts.csrPollMs,
     ...(opts.enableCSRApprover !== false ? { csrApprover: { serverServiceAccount: opts.serverServiceAccount } } : {}),
@@ -174,6 +175,7 @@ export class TunnelServer {
         opts.egressSelector === undefined ? 'off' : (opts.egressSelector.directDial ?? 'auto') === 'auto' && cluster !== undefined ? 'on' : 'off',
       securePort: this.master.address('secure').port,
       insecurePort: this.master.address('insecure').port,
+      httpProxyPort: this.master.has('proxy') ? this.master.address('proxy').port : 'off',
       metaPort: this.meta?.address.port ?? 'off',
       strategies: opts.proxyStrategies.join(','),
     });

@@ -43,6 +43,8 @@ export interface ClusterOptions {
   insecurePort: number;
   /** --localhost-proxy-ports: used while the server ConfigMap does not set them. */
   localhostProxyPorts: readonly number[];
+  /** --http-proxy-allowed-ports: used while the server ConfigMap does not set them. */
+  httpProxyAllowedPorts?: readonly number[];
   logger: Logger;
   /** For tests: how often a pending CSR is read. */
   csrPollMs?: number;
@@ -167,6 +169,7 @@ export class ClusterServices {
     const config = new ServerConfigSource(client, {
       insecurePort: opts.insecurePort,
       localhostProxyPorts: opts.localhostProxyPorts,
+      ...(opts.httpProxyAllowedPorts !== undefined ? { httpProxyAllowedPorts: opts.httpProxyAllowedPorts } : {}),
       logger: kubeLog,
     });
     const signer = new CsrSigner(client, { logger: kubeLog, ...(opts.csrPollMs !== undefined ? { pollMs: opts.csrPollMs } : {}) });

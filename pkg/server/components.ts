@@ -9,6 +9,7 @@ import { DirectDialer } from '../frontend/direct-dial.js';
 import type { LoopGuard } from '../frontend/loop-guard.js';
 import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
+import { HttpProxy } from '../interceptor/http-proxy.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
 import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
@@ -130,16 +131,33 @@ export interface MasterParts {
   connector: KubeletConnector;
 }
 
-/** The secure and insecure master ports, their middleware and the request interceptor. */
+/** The secure and insecure master ports (and the HTTP proxy port, when on), their middleware and the request interceptor. */
 export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
   const log = opts.logger;
   // The port settings: the flags, or in cluster mode the server ConfigMap, followed live.
   const settings = serverSettings(opts, p.cluster);
+  const interceptor = new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf, loopGuard: p.loopGuard });
+  const tls = { cert: p.certs.server.cert, key: p.certs.server.key, clientCA: p.files.clientCA ?? p.certs.ca };
+  const proxy =
+    opts.httpProxyPort === undefined
+      ? undefined
+      : new HttpProxy({
+          resolver: p.resolver,
+          allowedPorts: () => settings().httpProxyAllowedPorts,
+          localhostPorts: () => settings().localhostProxyPorts,
+          interceptor,
+          connector: p.connector,
+          nodeNameOf: p.nodeNameOf,
+          loopGuard: p.loopGuard,
+          logger: log,
+          metricsRegistry: opts.metricsRegistry,
+        });
   return new MasterServer({
-    secure: { host: opts.bindAddress, port: opts.securePort, cert: p.certs.server.cert, key: p.certs.server.key, clientCA: p.files.clientCA ?? p.certs.ca },
+    secure: { host: opts.bindAddress, port: opts.securePort, ...tls },
     insecure: { host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress), port: opts.insecurePort },
+    ...(proxy === undefined ? {} : { proxy: { host: opts.bindAddress, port: opts.httpProxyPort!, ...tls, handler: proxy } }),
     middleware: [traceRequest(p.resolver, log), localhostProxy(() => settings().localhostProxyPorts, p.resolver), masterPortTLS(() => settings().mappings)],
-    interceptor: new RequestInterceptor(p.connector, log, { nodeNameOf: p.nodeNameOf, loopGuard: p.loopGuard }),
+    interceptor,
     loopGuard: p.loopGuard,
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs,
     requestHeadTimeoutMs: opts.requestHeadTimeoutMs,
@@ -154,6 +172,7 @@ export function watchOwnListeners(guard: LoopGuard, p: { agentEndpoint: AgentEnd
   guard.listeners.add('agent port', () => p.agentEndpoint.address);
   guard.listeners.add('secure master port', () => p.master.address('secure'));
   guard.listeners.add('insecure master port', () => p.master.address('insecure'));
+  if (p.master.has('proxy')) guard.listeners.add('HTTP proxy port', () => p.master.address('proxy'));
   const meta = p.meta;
   if (meta !== undefined) guard.listeners.add('meta port', () => meta.address);
 }
@@ -241,13 +260,25 @@ export async function startIptables(cluster: ClusterServices, master: MasterServ
 
 interface ServerSettings {
   localhostProxyPorts: ReadonlySet<number>;
+  httpProxyAllowedPorts: ReadonlySet<number>;
   mappings: ReadonlyMap<number, 'secure' | 'insecure'>;
 }
 
 /** The current port settings, recomputed only when the server ConfigMap changes. */
 function serverSettings(opts: ServerOptions, cluster: ClusterServices | undefined): () => ServerSettings {
-  const of = (config: ServerConfig): ServerSettings => ({ localhostProxyPorts: config.localhostProxyPorts, mappings: masterPortMappings(config) });
-  let settings = of(cluster?.config.current() ?? defaultServerConfig({ insecurePort: opts.insecurePort, localhostProxyPorts: opts.localhostProxyPorts }));
+  const of = (config: ServerConfig): ServerSettings => ({
+    localhostProxyPorts: config.localhostProxyPorts,
+    httpProxyAllowedPorts: config.httpProxyAllowedPorts,
+    mappings: masterPortMappings(config),
+  });
+  let settings = of(
+    cluster?.config.current() ??
+      defaultServerConfig({
+        insecurePort: opts.insecurePort,
+        localhostProxyPorts: opts.localhostProxyPorts,
+        httpProxyAllowedPorts: opts.httpProxyAllowedPorts,
+      }),
+  );
   cluster?.config.subscribe((config) => {
     settings = of(config);
   });

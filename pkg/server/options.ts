@@ -42,6 +42,13 @@ export interface ServerOptions {
   kubeletCAFile?: string;
   /** Ports served on the edge node's loopback (localhost-proxy-ports). */
   localhostProxyPorts: number[];
+  /**
+   * The HTTP proxy for cloud clients (pkg/interceptor/http-proxy.ts) on bindAddress: off when undefined; 0 picks a
+   * port (the CLI's --http-proxy-port 0 means off).
+   */
+  httpProxyPort?: number;
+  /** Destination ports the HTTP proxy lets callers reach, while the server ConfigMap does not say; default 9100,10250,10255. */
+  httpProxyAllowedPorts?: number[];
   interceptorProxierUDS: string;
   /** Serve kube-apiserver's egress selector on egressSelectorUDS, in egressSelectorMode. */
   egressSelector?: { uds: string; mode: EgressSelectorMode; directDial?: EgressDirectDial };

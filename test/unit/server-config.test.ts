@@ -40,7 +40,7 @@ test('http and https proxy ports map to the insecure and secure master ports, tr
     [...masterPortMappings(p.config)].map(([port]) => port),
     [8080, 9100, 9443, 10250, 10255],
   );
-  assert.equal(describeServerConfig(p.config), 'http=8080,9100 https=9443 localhost=10266');
+  assert.equal(describeServerConfig(p.config), 'http=8080,9100 https=9443 localhost=10266 proxy-allowed=9100,10250,10255');
 });
 
 test('a bad entry is skipped with a problem naming the key and the value; the rest applies', () => {
@@ -116,4 +116,14 @@ test('sameServerConfig compares the parsed values, not the text', () => {
   assert.ok(sameServerConfig(parse({ 'http-proxy-ports': '9100,8080' }).config, parse({ 'http-proxy-ports': ' 8080 , 9100' }).config));
   assert.ok(!sameServerConfig(parse({ 'http-proxy-ports': '9100' }).config, parse({ 'https-proxy-ports': '9100' }).config));
   assert.ok(!sameServerConfig(parse({}).config, parse({ 'localhost-proxy-ports': '' }).config));
+});
+
+test('http-proxy-allowed-ports: the flag until the key says otherwise; an empty key allows nothing; bad entries skipped', () => {
+  assert.deepEqual([...parse(undefined).config.httpProxyAllowedPorts], [9100, 10250, 10255]);
+  assert.deepEqual([...parseServerConfig(undefined, { ...defaults, httpProxyAllowedPorts: [8080] }).config.httpProxyAllowedPorts], [8080]);
+  const p = parse({ 'http-proxy-allowed-ports': '9256, 9100,x' });
+  assert.deepEqual([...p.config.httpProxyAllowedPorts], [9100, 9256]);
+  assert.deepEqual(p.problems, ['http-proxy-allowed-ports: "x" is not a port (1-65535); skipped']);
+  assert.deepEqual([...parse({ 'http-proxy-allowed-ports': '' }).config.httpProxyAllowedPorts], []);
+  assert.equal(sameServerConfig(parse(undefined).config, p.config), false);
 });

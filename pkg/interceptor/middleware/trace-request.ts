@@ -50,6 +50,21 @@ function unknownHint(resolver: NodeResolver): string {
   return resolver.unknownNodeHint ?? 'no connected agent advertises it';
 }
 
+/**
+ * Steps 4 and 5 alone: a destination that names a node goes to the node's
+ * address (an unknown name gets 400); an IP goes as it is. The HTTP proxy
+ * routes its absolute URIs and CONNECT targets with it: their host is the
+ * destination itself, never a hint about one.
+ */
+export function routeByHost(ctx: RequestContext, resolver: NodeResolver): void {
+  const target = splitAddress(ctx.dialAddress);
+  if (target === undefined) throw new HttpError(400, `destination ${JSON.stringify(ctx.dialAddress)} is not host:port`);
+  if (isIP(target.host) !== 0) return;
+  const node = resolver.node(target.host);
+  if (node === undefined) throw new HttpError(400, `node "${target.host}" is not known to the tunnel server: ${unknownHint(resolver)}`);
+  routeTo(ctx, node, target.port);
+}
+
 export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
   return (ctx) => {
     const target = splitAddress(ctx.dialAddress);
@@ -84,11 +99,7 @@ export function traceRequest(resolver: NodeResolver, log: Logger): Middleware {
     }
 
     if (isIP(target.host) === 0) {
-      const node = resolver.node(target.host);
-      if (node === undefined) {
-        throw new HttpError(400, `node "${target.host}" is not known to the tunnel server: ${unknownHint(resolver)}`);
-      }
-      routeTo(ctx, node, target.port);
+      routeByHost(ctx, resolver);
       return;
     }
 
