@@ -63,11 +63,22 @@ export function isThisMachine(host: string): boolean {
 }
 
 export class OwnListeners {
-  private readonly listeners: Array<{ name: string; address: () => AddressInfo | null }> = [];
+  private readonly listeners: Array<{ name: string; addresses: () => readonly AddressInfo[] }> = [];
 
   /** `address` is read at each check (null until it listens): a listener on port 0 is known once it listens. */
   add(name: string, address: () => AddressInfo | null): void {
-    this.listeners.push({ name, address });
+    this.listeners.push({
+      name,
+      addresses: () => {
+        const a = address();
+        return a === null ? [] : [a];
+      },
+    });
+  }
+
+  /** A set of listeners that comes and goes (the mapped TCP ports), read at each check. */
+  addEach(name: string, addresses: () => readonly AddressInfo[]): void {
+    this.listeners.push({ name, addresses });
   }
 
   /**
@@ -78,10 +89,7 @@ export class OwnListeners {
    * agent's resolver, not ours, would answer for them.
    */
   reached(host: string, port: number, agentHere: () => boolean): OwnListener | undefined {
-    const bound = this.listeners.flatMap((l) => {
-      const a = l.address();
-      return a !== null && a.port === port ? [{ name: l.name, a }] : [];
-    });
+    const bound = this.listeners.flatMap((l) => l.addresses().flatMap((a) => (a.port === port ? [{ name: l.name, a }] : [])));
     // Most dials name no port of ours: the interfaces are read only when one does.
     if (bound.length === 0) return undefined;
     const h = normalHost(host);

@@ -7,6 +7,7 @@ import { Registry } from '../metrics/prom.js';
 import type { AgentEndpoint } from '../endpoint/agent-endpoint.js';
 import type { DirectDialer } from '../frontend/direct-dial.js';
 import type { HttpConnectServer } from '../frontend/http-connect.js';
+import { TcpPortMap } from '../frontend/tcp-port-map.js';
 import type { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import type { MasterServer } from '../interceptor/master-server.js';
 import type { IptablesManager } from '../iptables/manager.js';
@@ -31,7 +32,7 @@ import {
   watchOwnListeners,
   type EgressFrontend,
 } from './components.js';
-import type { ServerOptions } from './options.js';
+import { loopbackFor, type ServerOptions } from './options.js';
 import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
 import { runStartupRehearsal } from '../grpc/data-path-rehearsal.js';
 import { rehearseServer } from './rehearsal.js';
@@ -74,6 +75,8 @@ export class TunnelServer {
   private shuttingDown = false;
   /** The iptables manager, when it runs (cluster mode, --enable-iptables, and it could start). */
   iptables: IptablesManager | undefined;
+  /** Cluster mode's ports mapped to nodes' addresses (the server ConfigMap's tcp-proxy-ports). */
+  tcpPorts: TcpPortMap | undefined;
   /** Cluster mode's DNS record controller (--enable-dns-controller). */
   private dns: import('../dns/controller.js').DnsController | undefined;
 
@@ -156,6 +159,11 @@ export class TunnelServer {
     await this.proxier.start();
     await this.egress?.start();
     await this.master.start();
+    if (cluster !== undefined && this.tcpPorts !== undefined) {
+      const ports = this.tcpPorts;
+      cluster.config.subscribe((config) => void ports.apply(config.tcpProxyPorts));
+      await ports.apply(cluster.config.current().tcpProxyPorts);
+    }
     this.listening = true;
     if (cluster !== undefined && opts.enableDNSController) await this.startDnsController(cluster, opts);
     this.afterFlood.start();
@@ -211,13 +219,23 @@ export class TunnelServer {
       },
       opts,
     );
-    watchOwnListeners(loopGuard, { agentEndpoint, master, meta });
+    const tcpPorts =
+      cluster === undefined
+        ? undefined
+        : new TcpPortMap(tunnel, {
+            defaultHost: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
+            logger: opts.logger,
+            metricsRegistry: opts.metricsRegistry,
+          });
+    watchOwnListeners(loopGuard, { agentEndpoint, master, meta, tcpPorts });
     // After a flood of connections, their memory goes back at once instead of when V8 next needs room.
     const afterFlood = new GarbageAfterFlood({
-      openConnections: () => master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0),
+      openConnections: () =>
+        master.connectionCount + agentEndpoint.connectionCount + proxier.connectionCount + (egress?.connectionCount ?? 0) + (tcpPorts?.connectionCount ?? 0),
       logger: opts.logger,
     });
     server = new TunnelServer(serverID, tunnel, agentEndpoint, proxier, egress, direct, master, meta, connector, opts.logger, cluster, afterFlood);
+    server.tcpPorts = tcpPorts;
     return server;
   }
 
@@ -252,6 +270,7 @@ export class TunnelServer {
     this.proxier.stopAccepting();
     this.egress?.stopAccepting();
     this.master.stopAccepting();
+    await this.tcpPorts?.apply(new Map());
     const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount + (this.direct?.openCount ?? 0);
     this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
     const deadline = performance.now() + graceMs;
@@ -270,6 +289,7 @@ export class TunnelServer {
       this.afterFlood.stop();
       await this.meta?.close();
       await this.master.close();
+      await this.tcpPorts?.close();
       this.connector.destroy();
       await this.proxier.close();
       await this.egress?.close();

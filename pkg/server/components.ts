@@ -9,6 +9,7 @@ import { DirectDialer } from '../frontend/direct-dial.js';
 import type { LoopGuard } from '../frontend/loop-guard.js';
 import { GrpcProxyServer } from '../frontend/grpc-proxy.js';
 import { HttpConnectServer } from '../frontend/http-connect.js';
+import type { TcpPortMap } from '../frontend/tcp-port-map.js';
 import { HttpProxy } from '../interceptor/http-proxy.js';
 import { KubeletConnector } from '../interceptor/kubelet-connector.js';
 import { MasterServer } from '../interceptor/master-server.js';
@@ -167,12 +168,17 @@ export function masterFor(opts: ServerOptions, p: MasterParts): MasterServer {
 }
 
 /** The TCP listeners a tunnel dial must never reach (frontend/loop-guard.ts); their Unix sockets no agent can dial. */
-export function watchOwnListeners(guard: LoopGuard, p: { agentEndpoint: AgentEndpoint; master: MasterServer; meta: MetaServer | undefined }): void {
+export function watchOwnListeners(
+  guard: LoopGuard,
+  p: { agentEndpoint: AgentEndpoint; master: MasterServer; meta: MetaServer | undefined; tcpPorts: TcpPortMap | undefined },
+): void {
   // Read at every check: a server's address() is null until it listens.
   guard.listeners.add('agent port', () => p.agentEndpoint.address);
   guard.listeners.add('secure master port', () => p.master.address('secure'));
   guard.listeners.add('insecure master port', () => p.master.address('insecure'));
   if (p.master.has('proxy')) guard.listeners.add('HTTP proxy port', () => p.master.address('proxy'));
+  const tcpPorts = p.tcpPorts;
+  if (tcpPorts !== undefined) guard.listeners.addEach('mapped TCP port', () => tcpPorts.addresses());
   const meta = p.meta;
   if (meta !== undefined) guard.listeners.add('meta port', () => meta.address);
 }

@@ -127,3 +127,29 @@ test('http-proxy-allowed-ports: the flag until the key says otherwise; an empty 
   assert.deepEqual([...parse({ 'http-proxy-allowed-ports': '' }).config.httpProxyAllowedPorts], []);
   assert.equal(sameServerConfig(parse(undefined).config, p.config), false);
 });
+
+test('tcp-proxy-ports: [<listen-ip>:]<port>=<node>/<host>:<port>; bad and repeated entries skipped, naming them', () => {
+  const p = parse({ 'tcp-proxy-ports': '16443=edge-1/127.0.0.1:6443, 0.0.0.0:2222=edge-2/[fd00::1]:22, [::1]:3333=edge-1/db.local:5432' });
+  assert.deepEqual(p.problems, []);
+  assert.deepEqual(
+    [...p.config.tcpProxyPorts.values()],
+    [
+      { listenHost: '0.0.0.0', port: 2222, node: 'edge-2', address: '[fd00::1]:22' },
+      { listenHost: '::1', port: 3333, node: 'edge-1', address: 'db.local:5432' },
+      { listenHost: undefined, port: 16443, node: 'edge-1', address: '127.0.0.1:6443' },
+    ],
+  );
+  assert.match(
+    describeServerConfig(p.config),
+    / tcp=0\.0\.0\.0:2222=edge-2\/\[fd00::1\]:22,\[::1\]:3333=edge-1\/db\.local:5432,16443=edge-1\/127\.0\.0\.1:6443$/,
+  );
+  const bad = parse({ 'tcp-proxy-ports': '16443=edge-1/127.0.0.1:6443,16443=edge-2/127.0.0.1:1,7000=Edge_1/x:1,7001=edge-1/x,7002,host:7003=edge-1/x:1' });
+  assert.deepEqual([...bad.config.tcpProxyPorts.keys()], [16443]);
+  assert.deepEqual(bad.problems, [
+    'tcp-proxy-ports: "16443=edge-2/127.0.0.1:1": port 16443 is mapped already; skipped',
+    'tcp-proxy-ports: "7000=Edge_1/x:1": "Edge_1" is not a node name; skipped',
+    'tcp-proxy-ports: "7001=edge-1/x": "x" is not <host>:<port>; skipped',
+    'tcp-proxy-ports: "7002" is not [<listen-ip>:]<port>=<node>/<host>:<port>; skipped',
+    'tcp-proxy-ports: "host:7003=edge-1/x:1": "host:7003" is not <port> or <listen-ip>:<port>; skipped',
+  ]);
+});
