@@ -115,6 +115,8 @@ test('an absolute-URI request by node name is forwarded in origin form with its 
     'Proxy-Connection': 'keep-alive',
     'Proxy-Authorization': 'Bearer secret',
     'X-Scrape': 'yes',
+    // The URI's authority, not a Host that disagrees with it, is what the target gets (RFC 9112 §3.2.2).
+    Host: 'elsewhere:1',
   });
   assert.equal(answer.status, 200);
   const seen = JSON.parse(answer.body.toString()) as { method: string; url: string; headers: Record<string, string> };
