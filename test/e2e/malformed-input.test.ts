@@ -1,5 +1,5 @@
 // Every listener of the real server process gets a corpus of malformed input:
-// both master ports, the CONNECT proxier's socket, the GRPC egress socket and the agent port. Each
+// both master ports, the HTTP proxy port, the CONNECT proxier's socket, the GRPC egress socket and the agent port. Each
 // item gets an answer or a closed connection, never a crash; afterwards every
 // listener still serves, and the process is alive.
 
@@ -83,6 +83,17 @@ const httpCorpus: Array<[string, string | Buffer, boolean?]> = [
   ['a head that stops halfway', `GET /containerLogs/ns/pod/c HTTP/1.1${CRLF}Host: 127.0`, true],
 ];
 
+/** What only an HTTP proxy reads: absolute URIs. */
+const proxyCorpus: Array<[string, string | Buffer, boolean?]> = [
+  ['absolute URI with user info', `GET http://u:p@edge-1:9100/ HTTP/1.1${CRLF}Host: edge-1:9100${CRLF}${CRLF}`],
+  ['absolute URI with port 99999', `GET http://edge-1:99999/ HTTP/1.1${CRLF}Host: edge-1${CRLF}${CRLF}`],
+  ['absolute URI to an unknown node', `GET http://nowhere:9100/metrics HTTP/1.1${CRLF}Host: nowhere:9100${CRLF}${CRLF}`],
+  ['absolute URI to a port not allowed', `GET http://10.0.0.1:22/ HTTP/1.1${CRLF}Host: 10.0.0.1:22${CRLF}${CRLF}`],
+  ['absolute URI with a 10 KiB host', `GET http://${'h'.repeat(10 * 1024)}:9100/ HTTP/1.1${CRLF}${CRLF}`],
+  ['absolute https URI', `GET https://edge-1:10250/ HTTP/1.1${CRLF}Host: edge-1:10250${CRLF}${CRLF}`],
+  ['an upgrade through the proxy', `GET http://edge-1:9100/ HTTP/1.1${CRLF}Host: edge-1:9100${CRLF}Connection: Upgrade${CRLF}Upgrade: websocket${CRLF}${CRLF}`],
+];
+
 const proxierCorpus: Array<[string, string | Buffer, boolean?]> = [
   ['garbage', Buffer.from(Array.from({ length: 2048 }, (_, i) => (i * 37) % 256))],
   ['CONNECT without a port', `CONNECT 127.0.0.1 HTTP/1.1${CRLF}${CRLF}`],
@@ -103,7 +114,10 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const udsPath = join(dir, 'proxier.sock');
   const egressPath = join(dir, 'egress.sock');
   const agentPort = await closedPort();
+  const proxyPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [
+    '--http-proxy-port',
+    String(proxyPort),
     ...localServerFlags({ certDir, agentPort, udsPath }),
     '--v',
     '2',
@@ -139,10 +153,11 @@ test('a corpus of malformed input to every listener of the real server: answers 
   };
 
   const answers: string[] = [];
-  for (const [name, bytes, endAfter] of httpCorpus) {
+  for (const [name, bytes, endAfter] of [...httpCorpus, ...proxyCorpus]) {
     for (const [port, dial] of [
       ['insecure', tcpDial(insecurePort)],
       ['secure', tlsDial(securePort, { ALPNProtocols: ['http/1.1'] })],
+      ['proxy', tlsDial(proxyPort, { ALPNProtocols: ['http/1.1'] })],
     ] as const) {
       const got = await poke(h, dial, bytes, endAfter === true);
       answers.push(`${port} ${name}: ${got.split(CRLF)[0] ?? ''}`);
@@ -163,7 +178,14 @@ test('a corpus of malformed input to every listener of the real server: answers 
     const got = await poke(h, udsDial, bytes, endAfter === true);
     answers.push(`proxier ${name}: ${got.split(CRLF)[0] ?? ''}`);
     assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the proxier:\n${server.lines.join('\n')}`);
+    const viaProxy = await poke(h, tlsDial(proxyPort, { ALPNProtocols: ['http/1.1'] }), bytes, endAfter === true);
+    answers.push(`proxy ${name}: ${viaProxy.split(CRLF)[0] ?? ''}`);
+    assert.equal(server.child.exitCode, null, `the server exited after "${name}" on the HTTP proxy port:\n${server.lines.join('\n')}`);
   }
+  assert.ok(answers.includes('proxy CONNECT to port 99999: HTTP/1.1 400 Bad Request: destination "127.0.0.1:99999" is not host:port'), answers.join('\n'));
+  assert.ok(answers.includes('proxy absolute URI with user info: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+  assert.ok(answers.includes('proxy absolute URI to an unknown node: HTTP/1.1 400 Bad Request'), answers.join('\n'));
+  assert.ok(answers.includes('proxy absolute URI to a port not allowed: HTTP/1.1 403 Forbidden'), answers.join('\n'));
   assert.ok(answers.includes('proxier CONNECT without a port: HTTP/1.1 400 Bad Request: dial address "127.0.0.1" is not host:port'), answers.join('\n'));
 
   // The GRPC egress socket: garbage, HTTP/1.1, a cut preface, undecodable and interleaved header blocks, bad packets.
