@@ -58,6 +58,8 @@ export class TcpPortMap {
   private readonly total: Counter<'result'>;
   /** apply() calls run one after another. */
   private queue: Promise<void> = Promise.resolve();
+  /** stopAccepting() or close() was called: no listener opens again. */
+  private stopped = false;
   private closed: Promise<void> | undefined;
 
   constructor(
@@ -80,7 +82,7 @@ export class TcpPortMap {
   }
 
   private async sync(mappings: ReadonlyMap<number, PortMapping>): Promise<void> {
-    if (this.closed !== undefined) return;
+    if (this.stopped) return;
     const log = this.opts.logger;
     for (const [port, l] of this.listeners) {
       const wanted = mappings.get(port);
@@ -173,9 +175,19 @@ export class TcpPortMap {
     return this.sockets.size;
   }
 
+  /** Graceful shutdown: every listener closes, for good; open connections go on. */
+  stopAccepting(): Promise<void> {
+    this.queue = this.queue.then(() => {
+      this.stopped = true;
+      for (const [port, l] of this.listeners) this.stopListener(port, l);
+    });
+    return this.queue;
+  }
+
   /** Closes every listener and connection. Idempotent: a second call waits for the first. */
   close(): Promise<void> {
     this.closed ??= (async () => {
+      this.stopped = true;
       await this.queue;
       this.limited.flush();
       for (const [port, l] of this.listeners) this.stopListener(port, l);

@@ -270,7 +270,7 @@ export class TunnelServer {
     this.proxier.stopAccepting();
     this.egress?.stopAccepting();
     this.master.stopAccepting();
-    await this.tcpPorts?.apply(new Map());
+    await this.tcpPorts?.stopAccepting();
     const open = (): number => this.tunnel.establishedCount() + this.tunnel.pendingDialCount + (this.direct?.openCount ?? 0);
     this.log.info('shutting down: no new clients or agents; waiting for open connections', { connections: open(), graceMs });
     const deadline = performance.now() + graceMs;

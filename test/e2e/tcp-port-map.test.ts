@@ -171,4 +171,22 @@ describe('tcp-proxy-ports, live', { skip }, () => {
     assert.equal(await transfer(open, Buffer.from('y')), `A ${sha256(Buffer.from('xy'))}`);
     await waitFor('no tunnelled connection left', () => server.tunnel.establishedCount() === 0);
   });
+
+  test('graceful shutdown: the mapped ports stop listening at once, an open connection finishes', async () => {
+    const sink = await startSink('S');
+    suite.defer(() => sink.close());
+    const port = await closedPort();
+    await setConfigMap({ 'tcp-proxy-ports': `${port}=edge-1/${NODE_IP}:${sink.port}` });
+    await waitFor('the mapped port to listen', () => listening(port));
+    const open = await dialMapped(port);
+    open.write('x');
+    await waitFor('the open connection to reach the sink', () => server.tunnel.establishedCount() === 1);
+    const shutdown = server.shutdown(10_000);
+    await waitFor('the mapped port to close', () => !listening(port));
+    const refused = connect(port, '127.0.0.1');
+    const [err] = (await once(refused, 'error')) as [NodeJS.ErrnoException];
+    assert.equal(err.code, 'ECONNREFUSED');
+    assert.equal(await transfer(open, Buffer.from('y')), `S ${sha256(Buffer.from('xy'))}`);
+    await shutdown;
+  });
 });
