@@ -17,10 +17,12 @@ import { connect, createServer, type AddressInfo, type Server, type Socket } fro
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../log/logger.js';
 import type { Registry } from '../metrics/prom.js';
-import { SocketRelay } from '../mux/socket-relay.js';
+import { AGENT_CLOSE, SERVER_CLOSE } from '../mux/close-handshake.js';
+import type { PacketLink } from '../mux/packet-link.js';
+import { SocketRelay, type SocketRelayOptions } from '../mux/socket-relay.js';
 import { acceptWithSocketDefaults } from '../net/socket-options.js';
 import { errorMessage, RehearsalError } from '../protocol/errors.js';
-import type { KnownPacket, Packet } from '../protocol/packet.js';
+import type { Packet } from '../protocol/packet.js';
 import { startCall } from './client-call-head.js';
 import { AGENT_CONNECT_PATH } from './services.js';
 
@@ -59,17 +61,15 @@ export interface RehearsalResult {
 
 /** The agent's half of a tunnelled connection, for the server's rehearsal: ends with CLOSE_RSP, as the agent's does. */
 export class StandInRelay extends SocketRelay {
-  protected readonly endsWithFinalPacket = true;
-  protected finalPacket(): KnownPacket {
-    return { type: 'CLOSE_RSP', connectID: this.connectID, error: '' };
+  constructor(link: PacketLink, connectID: bigint, opts?: SocketRelayOptions) {
+    super(link, connectID, AGENT_CLOSE, opts);
   }
 }
 
 /** The server's half, for the agent's rehearsal: asks for the close with CLOSE_REQ and waits for CLOSE_RSP, as the server's does. */
 export class StandInServerRelay extends SocketRelay {
-  protected readonly endsWithFinalPacket = false;
-  protected finalPacket(remoteInitiated: boolean): KnownPacket | undefined {
-    return remoteInitiated ? undefined : { type: 'CLOSE_REQ', connectID: this.connectID };
+  constructor(link: PacketLink, connectID: bigint, opts?: SocketRelayOptions) {
+    super(link, connectID, SERVER_CLOSE, opts);
   }
 }
 

@@ -13,19 +13,15 @@
 // What waits for a reader that is behind costs about its bytes: small
 // payloads are copied together and pushed as one (coalescer.ts).
 //
-// Konnectivity has no half-close: when either side finishes, the whole
-// connection ends. Subclasses say which packet announces that (the server
-// sends CLOSE_REQ and waits for CLOSE_RSP; the agent answers with CLOSE_RSP).
-// Between our own ends a negotiated CLOSE_WRITE carries a half-close instead,
-// and against upstream peers the server side can linger after its own end so
-// that the answer to a client that half-closed still comes back.
+// The close handshake, half-close, flow control's credit and window, holding
+// the link and the linger are the connection core's (conn-core.ts): this
+// class is its Duplex, for callers in this process; socket-relay.ts joins
+// the same core straight to a socket.
 
 import { Duplex } from 'node:stream';
-import { answersPeer, armCloseTimer } from './close-handshake.js';
-import { ConnectionStalledError } from '../protocol/errors.js';
-import type { FlowWindows } from '../protocol/flow-control.js';
-import type { KnownPacket } from '../protocol/packet.js';
-import { readMarkFor, ReceiveWindow } from '../protocol/receive-window.js';
+import type { CloseRole } from './close-handshake.js';
+import { ConnCore, PeerState, type ConnCoreOptions, type CoreOwner } from './conn-core.js';
+import { readMarkFor } from '../protocol/receive-window.js';
 import { holdable, isPooled } from './buffer-pool.js';
 import { Coalescer } from './coalescer.js';
 import type { MuxConn } from './mux-conn.js';
@@ -40,7 +36,7 @@ export const REMOTE_CLOSE_EVENT = 'remote-close';
 /** Largest DATA payload we send: Go peers refuse gRPC messages over 4 MiB. */
 export const MAX_DATA_PAYLOAD = 1024 * 1024;
 
-export interface PacketConnOptions {
+export interface PacketConnOptions extends ConnCoreOptions {
   /** Bytes buffered each way before back-pressure applies (no flow control). Default 256 KiB. */
   highWaterMark?: number;
   /**
@@ -48,32 +44,9 @@ export interface PacketConnOptions {
    * writers wait (the writable side's highWaterMark). Default: highWaterMark.
    */
   sendHighWaterMark?: number;
-  /** How long to wait for the peer to finish closing before giving up. Default 10 s. */
-  closeTimeoutMs?: number;
-  /** Per-connection flow control, when the link negotiated it. */
-  flow?: FlowWindows;
-  /**
-   * Half-close, when the link negotiated it: ending our side sends
-   * CLOSE_WRITE and we keep reading; the peer's CLOSE_WRITE ends our reading
-   * and we keep writing. The connection closes once both directions are done.
-   */
-  halfClose?: boolean;
-  /**
-   * Without half-close: once our side has ended, keep reading what the peer
-   * still sends (the answer to what we sent) until the peer closes or nothing
-   * arrives for this long. Unset: our end closes the connection at once.
-   */
-  lingerAfterEndMs?: number;
-  /**
-   * Without flow control a full connection pauses the whole link (as
-   * Konnectivity does); if its reader has not drained it within this long,
-   * the connection is closed (ConnectionStalledError) so the link's other
-   * connections and new dials keep flowing. Unset: no limit.
-   */
-  stallTimeoutMs?: number;
 }
 
-export abstract class PacketConn extends Duplex implements MuxConn {
+export class PacketConn extends Duplex implements MuxConn, CoreOwner {
   readonly connectID: bigint;
   protected readonly link: PacketLink;
   /** Bytes received from / sent to the peer, for logs and metrics. */
@@ -81,29 +54,11 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   bytesSent = 0;
   /** When the connection was established (ms since the epoch). */
   readonly openedAt = Date.now();
+  /** The connection's states, its close handshake and flow control. */
+  protected readonly core: ConnCore;
 
-  /** The peer has ended the connection: nothing more will arrive. */
-  private remoteEnded = false;
-  private finalSent = false;
-  private holdingLink = false;
-  private closeTimer: NodeJS.Timeout | undefined;
-  private readonly closeTimeoutMs: number;
-  private readonly halfClose: boolean;
-  /** The peer's CLOSE_WRITE arrived: it sends no more, but still reads. */
-  private peerWriteEnded = false;
-  /** We sent CLOSE_WRITE. */
-  private writeEndSent = false;
-  private readonly lingerAfterEndMs: number | undefined;
-  private lingerTimer: NodeJS.Timeout | undefined;
-  private readonly stallTimeoutMs: number | undefined;
-  private stallTimer: NodeJS.Timeout | undefined;
-
-  /** Bytes we may still send before the peer grants more. */
-  private sendCredit: number;
   /** A write waiting for credit. */
   private waitingForCredit: (() => void) | undefined;
-  /** What the peer may send: starts at flow.receiveWindow, sized to how fast the reader takes it. */
-  private readonly window: ReceiveWindow | undefined;
   /**
    * Small payloads behind what the reader has not taken yet, copied together
    * (coalescer.ts): a window of 1-byte DATA costs about its bytes, not a
@@ -112,7 +67,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
    */
   private readonly held = new Coalescer();
 
-  constructor(link: PacketLink, connectID: bigint, opts: PacketConnOptions = {}) {
+  constructor(link: PacketLink, connectID: bigint, role: CloseRole, opts: PacketConnOptions = {}) {
     const flow = opts.flow;
     // With flow control the peer never sends past our window, and the buffer
     // is bounded by it, not by the mark; the mark is where _read (which grants)
@@ -123,44 +78,27 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       readableHighWaterMark: readHwm,
       writableHighWaterMark: opts.sendHighWaterMark ?? opts.highWaterMark ?? 256 * 1024,
     });
-    this.halfClose = opts.halfClose === true;
-    this.lingerAfterEndMs = opts.halfClose === true ? undefined : opts.lingerAfterEndMs;
-    this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
     this.link = link;
     this.connectID = connectID;
-    this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
-    this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, flow.roundTripMs) : undefined;
+    this.core = new ConnCore(link, connectID, role, this, opts);
   }
-
-  /**
-   * The packet that tells the peer this side is done, or undefined if none is
-   * owed. `remoteInitiated` is true when the peer ended the connection first.
-   */
-  protected abstract finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined;
-
-  /** True if, once our final packet is sent, no acknowledgement is awaited. */
-  protected abstract readonly endsWithFinalPacket: boolean;
 
   /** Whether the peer has ended the connection. */
   get remoteClosed(): boolean {
-    return this.remoteEnded;
+    return this.core.peer === PeerState.ENDED;
   }
 
   /** Called by the owner for each DATA packet of this connection. */
   deliver(data: Buffer): void {
-    if (this.remoteEnded || this.peerWriteEnded || this.destroyed || this.readableEnded) return;
-    if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
+    const core = this.core;
+    if (core.peer !== PeerState.OPEN || this.destroyed || this.readableEnded) return;
+    core.received();
     this.bytesReceived += data.length;
     this.toReader(data);
     // With flow control the buffer is bounded by our window; pausing the link
     // is only the fallback for a peer that ignores it (or has none).
-    const full = this.window === undefined ? this.waiting >= this.readableHighWaterMark : this.window.exceeded(this.bytesReceived);
-    if (full && !this.holdingLink) {
-      this.holdingLink = true;
-      this.link.pauseReceive(this);
-      this.startStallTimer();
-    }
+    const window = core.window;
+    if (window === undefined ? this.waitingBytes >= this.readableHighWaterMark : window.exceeded(this.bytesReceived)) core.holdLink();
   }
 
   /**
@@ -197,43 +135,13 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   }
 
   /** Bytes received that the reader has not taken. */
-  private get waiting(): number {
+  get waitingBytes(): number {
     return this.readableLength + this.held.length;
-  }
-
-  private startStallTimer(): void {
-    if (this.stallTimeoutMs === undefined) return;
-    const ms = this.stallTimeoutMs;
-    this.stallTimer = setTimeout(() => {
-      this.stallTimer = undefined;
-      this.destroy(
-        new ConnectionStalledError(
-          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${this.waiting} bytes waited ` +
-            "and the shared link was paused for it; closed so that the link's other connections keep flowing",
-        ),
-      );
-    }, ms);
-    this.stallTimer.unref();
-  }
-
-  /** Stops holding the link paused for this connection. */
-  private releaseLink(): void {
-    if (!this.holdingLink) return;
-    this.holdingLink = false;
-    clearTimeout(this.stallTimer);
-    this.stallTimer = undefined;
-    this.link.resumeReceive(this);
   }
 
   /** Called by the owner on WINDOW_UPDATE: the peer allows `bytes` more. */
   grantCredit(bytes: number): void {
-    if (this.window === undefined || !(bytes > 0)) return;
-    this.sendCredit += bytes;
-    const resume = this.waitingForCredit;
-    if (resume !== undefined) {
-      this.waitingForCredit = undefined;
-      resume();
-    }
+    if (this.core.grantCredit(bytes)) this.releaseWaitingWrite();
   }
 
   /**
@@ -241,8 +149,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
    * data already received is still delivered before 'end'.
    */
   remoteClose(err?: Error): void {
-    if (this.remoteEnded) return;
-    this.remoteEnded = true;
+    if (!this.core.peerEnds()) return;
     if (err !== undefined) {
       this.destroy(err);
       return;
@@ -251,16 +158,14 @@ export abstract class PacketConn extends Duplex implements MuxConn {
     // now, or it would hold our end (and _final) until the close timer.
     this.releaseWaitingWrite();
     this.pushEnd();
-    this.startCloseTimer();
+    this.core.startCloseTimer();
     // Whatever is written from now on is dropped: the owner can stop producing it.
     this.emit(REMOTE_CLOSE_EVENT);
   }
 
   /** Called by the owner on CLOSE_WRITE: the peer sends no more, and still reads what we send. */
   remoteEndWrite(): void {
-    if (!this.halfClose || this.peerWriteEnded || this.remoteEnded) return;
-    this.peerWriteEnded = true;
-    this.pushEnd();
+    if (this.core.peerEndsWrite()) this.pushEnd();
   }
 
   private releaseWaitingWrite(): void {
@@ -270,7 +175,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, cb: (err?: Error | null) => void): void {
-    if (this.remoteEnded || this.finalSent) {
+    if (this.core.sendsNoMore) {
       // The peer is gone for this connection; what is still written is dropped.
       cb();
       return;
@@ -285,17 +190,16 @@ export abstract class PacketConn extends Duplex implements MuxConn {
       cb();
       return;
     }
-    if (this.destroyed || this.finalSent || this.remoteEnded) {
+    if (this.destroyed || this.core.sendsNoMore) {
       // Nobody will read the rest.
       cb();
       return;
     }
-    if (this.sendCredit <= 0) {
+    const n = this.core.takeCredit(Math.min(chunk.length - offset, MAX_DATA_PAYLOAD));
+    if (n === 0) {
       this.waitingForCredit = () => this.sendFrom(chunk, offset, cb);
       return;
     }
-    const n = Math.min(chunk.length - offset, MAX_DATA_PAYLOAD, this.sendCredit);
-    this.sendCredit -= n;
     this.link.sendData(this.connectID, offset === 0 && n === chunk.length ? chunk : chunk.subarray(offset, offset + n), (err) => {
       if (err) cb(err);
       else this.sendFrom(chunk, offset + n, cb);
@@ -303,32 +207,7 @@ export abstract class PacketConn extends Duplex implements MuxConn {
   }
 
   override _final(cb: (err?: Error | null) => void): void {
-    if (this.halfClose && !this.remoteEnded && !this.peerWriteEnded) {
-      // Our direction is done; the peer's goes on until its CLOSE_WRITE.
-      this.writeEndSent = true;
-      this.link.sendControl({ type: 'CLOSE_WRITE', connectID: this.connectID });
-      cb();
-      return;
-    }
-    if (this.lingerAfterEndMs !== undefined && !this.remoteEnded) {
-      // An upstream peer cannot half-close: read its answer until it closes, or it goes quiet.
-      this.lingerTimer = setTimeout(() => {
-        this.lingerTimer = undefined;
-        this.destroy();
-      }, this.lingerAfterEndMs);
-      this.lingerTimer.unref();
-      cb();
-      return;
-    }
-    this.sendFinal(null);
-    if (this.endsWithFinalPacket) {
-      if (!this.remoteEnded) {
-        this.remoteEnded = true;
-        this.pushEnd();
-      }
-    } else {
-      this.startCloseTimer();
-    }
+    if (this.core.localEnds()) this.pushEnd();
     cb();
   }
 
@@ -353,59 +232,32 @@ export abstract class PacketConn extends Duplex implements MuxConn {
 
   override _read(): void {
     // A reader that asks with nothing left (not even held) is waiting on the window.
-    this.taken(this.waiting === 0);
+    this.taken(this.waitingBytes === 0);
   }
 
   /** The reader took bytes, or asks for more. */
   private taken(keepsUp: boolean): void {
     if (this.destroyed) return;
     // Held bytes count as not taken: a read hands them over first.
-    if (this.waiting < this.readableHighWaterMark) this.releaseLink();
-    if (this.window !== undefined && !this.remoteEnded) {
-      // Grant back what the reader has consumed (receive-window.ts). A reader
-      // that has emptied the buffer is waiting on the window, not the other
-      // way round: only its window may widen. A slow reader's buffer is never
-      // empty here, so its window, and the memory it can pin, stays small.
-      const bytes = this.window.grant(this.bytesReceived - this.waiting, keepsUp);
-      if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
-    }
+    const waiting = this.waitingBytes;
+    if (waiting < this.readableHighWaterMark) this.core.releaseLink();
+    // Grant back what the reader has consumed. A reader that has emptied the
+    // buffer is waiting on the window, not the other way round. A slow
+    // reader's buffer is never empty here, so its window stays small.
+    this.core.grant(this.bytesReceived - waiting, keepsUp);
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    this.sendFinal(err);
+    this.core.close(err);
     // A write waiting for credit ends (sendFrom drops it, the connection being destroyed):
     // its callback, and those of the writes queued behind it, still run, once each.
     this.releaseWaitingWrite();
-    clearTimeout(this.lingerTimer);
-    if (this.closeTimer !== undefined) {
-      clearTimeout(this.closeTimer);
-      this.closeTimer = undefined;
-    }
-    this.releaseLink();
     this.held.clear();
     cb(err);
   }
 
-  private sendFinal(err: Error | null): void {
-    if (this.finalSent) return;
-    this.finalSent = true;
-    const packet = this.finalPacket(answersPeer(this.remoteEnded, this.peerWriteEnded, this.writeEndSent, err), err);
-    if (packet !== undefined) this.link.sendControl(packet);
-  }
-
   /** The link's transport is gone for now and may come back (session resume): waiting on the peer is no failure yet. */
   get linkSuspended(): boolean {
-    return this.link.suspended === true;
-  }
-
-  /** A peer (or a local reader) that never finishes closing must not keep the connection forever. */
-  private startCloseTimer(): void {
-    if (this.closeTimer !== undefined || this.destroyed) return;
-    this.closeTimer = armCloseTimer(
-      this.connectID,
-      this.closeTimeoutMs,
-      () => this.linkSuspended,
-      (err) => this.destroy(err),
-    );
+    return this.core.linkSuspended;
   }
 }

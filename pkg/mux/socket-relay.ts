@@ -1,28 +1,22 @@
 // One tunnelled connection joined straight to a local socket: the agent's
-// connection to its target, the server's to an HTTP CONNECT client. Chunks
-// move between the socket and the packet link with explicit back-pressure,
-// and one close path ends both. It keeps every promise of a PacketConn joined
-// to a socket by splice() (packet-conn.ts and splice.ts say what they are),
-// without the Duplex and the two pipe()s per connection that profiles showed
-// as a quarter of what a new connection costs:
-// - flow control (the peer's window and our grants), or, without it, the
-//   shared link paused while the socket is full, with the stall limit;
-// - half-close (CLOSE_WRITE) between our own ends; against upstream peers the
-//   server lingers after its caller's end for the rest of the answer;
-// - the close handshake: the final packet owed by each side, once, and the
-//   close timer for a peer or a socket that never finishes closing (it, and
-//   the linger, wait on while the link is suspended: session resume);
-// - a cut connection is not a finished one: a failure on either side is an
-//   abortive close of the other (abortStream; a final packet carrying the
-//   error); a clean end (EOF) stays an end, after the last bytes.
+// connection to its target, the server's to an HTTP CONNECT client. The
+// peer's half (the states, the close handshake, flow control's credit and
+// window, holding the link with the stall limit, the linger) is the
+// connection core's (conn-core.ts), as for a PacketConn; this class moves
+// chunks between the socket and the link with explicit back-pressure, and
+// ends the socket on the one close path (destroy → finish). It does without
+// the Duplex and the two pipe()s per connection of a PacketConn joined to a
+// socket by splice(), which profiles showed as a quarter of what a new
+// connection costs. A cut connection is not a finished one: a failure on
+// either side is an abortive close of the other (abortStream; a final packet
+// carrying the error); a clean end (EOF) stays an end, after the last bytes.
 // What waits for a socket that has not written what it holds costs about its
 // bytes: small payloads are copied together and written as one (coalescer.ts).
 
 import type { Socket } from 'node:net';
-import { answersPeer, armCloseTimer } from './close-handshake.js';
-import { ConnectionClosedError, ConnectionStalledError, InternalError } from '../protocol/errors.js';
-import type { KnownPacket } from '../protocol/packet.js';
-import { ReceiveWindow } from '../protocol/receive-window.js';
+import type { CloseRole } from './close-handshake.js';
+import { ConnCore, PeerState } from './conn-core.js';
+import { ConnectionClosedError, InternalError } from '../protocol/errors.js';
 import { abortStream } from './abort.js';
 import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
 import { Coalescer } from './coalescer.js';
@@ -46,7 +40,7 @@ const CUT = 'the other side of the connection closed before its end';
 /** What a finished relay leaves on its socket for an error still to come (abortStream's, on the next tick). */
 const ignoreLateError = (): void => {};
 
-export abstract class SocketRelay implements MuxConn {
+export class SocketRelay implements MuxConn {
   readonly connectID: bigint;
   protected readonly link: PacketLink;
   bytesReceived = 0;
@@ -60,16 +54,8 @@ export abstract class SocketRelay implements MuxConn {
   private early: Buffer[] | undefined;
   /** Why the connection failed before the socket was attached. */
   private failure: Error | undefined;
-  private done = false;
-
-  // The peer's side.
-  /** The peer has ended the connection: nothing more will arrive. */
-  private remoteEnded = false;
-  /** The peer's CLOSE_WRITE arrived: it sends no more, but still reads. */
-  private peerWriteEnded = false;
-  /** We sent CLOSE_WRITE. */
-  private writeEndSent = false;
-  private finalSent = false;
+  /** The connection's states, its close handshake and flow control. */
+  protected readonly core: ConnCore;
 
   // The socket's side.
   /** The socket's EOF was seen. */
@@ -85,16 +71,8 @@ export abstract class SocketRelay implements MuxConn {
   /** The socket closed cleanly while bytes for the peer still waited. */
   private socketClosed = false;
 
-  private readonly halfClose: boolean;
-  private readonly lingerAfterEndMs: number | undefined;
-  private readonly stallTimeoutMs: number | undefined;
-  private readonly closeTimeoutMs: number;
   private readonly highWaterMark: number;
   private readonly sendHighWaterMark: number;
-  private closeTimer: NodeJS.Timeout | undefined;
-  private lingerTimer: NodeJS.Timeout | undefined;
-  private stallTimer: NodeJS.Timeout | undefined;
-  private holdingLink = false;
 
   // Socket → link.
   /** Chunks read from the socket and not yet handed to the link; the first from `queueOffset`. */
@@ -107,8 +85,6 @@ export abstract class SocketRelay implements MuxConn {
   private inLink = false;
   private inSendCall = false;
   private socketPaused = false;
-  /** Bytes we may still send before the peer grants more. */
-  private sendCredit: number;
 
   // Link → socket.
   /** The socket's write buffer (with what is held) is over its mark: what it holds is not consumed yet. */
@@ -121,39 +97,30 @@ export abstract class SocketRelay implements MuxConn {
   private readonly held = new Coalescer();
   /** Writes of what was held that the socket has not called back: the last one's callback writes what is held since. */
   private writesOut = 0;
-  /** What the peer may send: starts at flow.receiveWindow, sized to how fast the socket takes it. */
-  private readonly window: ReceiveWindow | undefined;
+  /** The close role's endsWithFinalPacket: the agent's side, which awaits no answer to its CLOSE_RSP. */
+  private readonly agentSide: boolean;
 
-  constructor(link: PacketLink, connectID: bigint, opts: SocketRelayOptions = {}) {
-    const flow = opts.flow;
+  constructor(link: PacketLink, connectID: bigint, role: CloseRole, opts: SocketRelayOptions = {}) {
     this.link = link;
     this.connectID = connectID;
-    this.halfClose = opts.halfClose === true;
-    this.lingerAfterEndMs = this.halfClose ? undefined : opts.lingerAfterEndMs;
-    this.stallTimeoutMs = flow === undefined ? opts.stallTimeoutMs : undefined;
-    this.closeTimeoutMs = opts.closeTimeoutMs ?? 10_000;
+    this.agentSide = role.endsWithFinalPacket;
     this.highWaterMark = opts.highWaterMark ?? 256 * 1024;
     this.sendHighWaterMark = opts.sendHighWaterMark ?? this.highWaterMark;
-    this.sendCredit = flow?.sendWindow ?? Infinity;
-    this.window = flow !== undefined ? new ReceiveWindow(flow.receiveWindow, flow.roundTripMs) : undefined;
+    this.core = new ConnCore(link, connectID, role, this, opts);
   }
 
-  /**
-   * The packet that tells the peer this side is done, or undefined if none is
-   * owed. `remoteInitiated` is true when the peer ended the connection first.
-   */
-  protected abstract finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined;
-
-  /** True if, once our final packet is sent, no acknowledgement is awaited (the agent's side). */
-  protected abstract readonly endsWithFinalPacket: boolean;
-
   get remoteClosed(): boolean {
-    return this.remoteEnded;
+    return this.core.peer === PeerState.ENDED;
   }
 
   /** Whether the connection is over. */
   get closed(): boolean {
-    return this.done;
+    return this.core.closed;
+  }
+
+  /** Bytes received that the socket has not written yet (for the stall error). */
+  get waitingBytes(): number {
+    return (this.socket?.writableLength ?? 0) + this.held.length;
   }
 
   /**
@@ -165,7 +132,7 @@ export abstract class SocketRelay implements MuxConn {
   attach(socket: Socket, pending: readonly Buffer[] = [], reads?: PooledReads): void {
     if (this.socket !== undefined) throw new InternalError(`connection ${this.connectID} is already attached to a socket`);
     this.socket = socket;
-    if (this.done) {
+    if (this.core.closed) {
       abortStream(socket, this.failure ?? new ConnectionClosedError(CUT));
       return;
     }
@@ -194,8 +161,9 @@ export abstract class SocketRelay implements MuxConn {
   // ------------------------------------------------------------ link → socket
 
   deliver(data: Buffer): void {
-    if (this.remoteEnded || this.peerWriteEnded || this.inboundEnded || this.done) return;
-    if (this.lingerTimer !== undefined) this.lingerTimer.refresh();
+    const core = this.core;
+    if (core.peer !== PeerState.OPEN || this.inboundEnded || core.closed) return;
+    core.received();
     this.bytesReceived += data.length;
     const socket = this.socket;
     if (socket === undefined) this.holdEarly(data);
@@ -226,14 +194,14 @@ export abstract class SocketRelay implements MuxConn {
       this.grant(true);
       return;
     }
-    const buffered = socket.writableLength + this.held.length;
-    if (this.window === undefined) {
-      if (buffered >= this.highWaterMark) this.holdLink(buffered);
-    } else if (this.window.exceeded(this.bytesReceived)) {
+    const window = this.core.window;
+    if (window === undefined) {
+      if (socket.writableLength + this.held.length >= this.highWaterMark) this.core.holdLink();
+    } else if (window.exceeded(this.bytesReceived)) {
       // A peer that ignores our window (it has sent more than we granted it):
       // pause the link, as without flow control. The socket's buffer alone is
       // no sign of that: it also holds granted bytes its reader has not taken.
-      this.holdLink(buffered);
+      this.core.holdLink();
     }
   }
 
@@ -287,7 +255,7 @@ export abstract class SocketRelay implements MuxConn {
   private readonly onSocketDrain = (): void => {
     const socket = this.socket!;
     // After the socket's end nothing more is written (or granted), as no 'drain' comes after end().
-    if (this.done || this.inboundEnded || socket.destroyed) return;
+    if (this.core.closed || this.inboundEnded || socket.destroyed) return;
     this.writeHeld(socket);
     // Over its mark (what was held, or a payload written after it), the socket's 'drain' is the release.
     if (socket.writableNeedDrain) {
@@ -296,47 +264,14 @@ export abstract class SocketRelay implements MuxConn {
     }
     if (!this.awaitingDrain) return;
     this.awaitingDrain = false;
-    this.releaseLink();
+    this.core.releaseLink();
     // A reader that held us up gets its credit back, but no wider window.
     this.grant(false);
   };
 
-  /**
-   * Grants back what the socket took (receive-window.ts: in batches of a
-   * quarter window, the window sized to how fast the socket takes bytes). A
-   * reader that keeps up is waiting on the window, not the other way round:
-   * only its window widens. A slow reader's, and the memory it can pin, does not.
-   */
+  /** Grants back what the socket took: only a socket that keeps up gets a wider window. */
   private grant(keepsUp: boolean): void {
-    if (this.window === undefined || this.remoteEnded) return;
-    const bytes = this.window.grant(this.bytesReceived, keepsUp);
-    if (bytes > 0) this.link.sendControl({ type: 'WINDOW_UPDATE', connectID: this.connectID, bytes: BigInt(bytes) });
-  }
-
-  private holdLink(buffered: number): void {
-    if (this.holdingLink) return;
-    this.holdingLink = true;
-    this.link.pauseReceive(this);
-    const ms = this.stallTimeoutMs;
-    if (ms === undefined) return;
-    this.stallTimer = setTimeout(() => {
-      this.stallTimer = undefined;
-      this.fail(
-        new ConnectionStalledError(
-          `connection ${this.connectID}: its reader took nothing for ${ms} ms while ${(this.socket?.writableLength ?? buffered) + this.held.length} bytes waited ` +
-            "and the shared link was paused for it; closed so that the link's other connections keep flowing",
-        ),
-      );
-    }, ms);
-    this.stallTimer.unref();
-  }
-
-  private releaseLink(): void {
-    if (!this.holdingLink) return;
-    this.holdingLink = false;
-    clearTimeout(this.stallTimer);
-    this.stallTimer = undefined;
-    this.link.resumeReceive(this);
+    this.core.grant(this.bytesReceived, keepsUp);
   }
 
   /** Ends what goes to the socket, after what was delivered. */
@@ -353,22 +288,20 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   remoteEndWrite(): void {
-    if (!this.halfClose || this.peerWriteEnded || this.remoteEnded || this.done) return;
-    this.peerWriteEnded = true;
-    this.endInbound();
+    if (this.core.closed) return;
+    if (this.core.peerEndsWrite()) this.endInbound();
   }
 
   remoteClose(err?: Error): void {
-    if (this.remoteEnded || this.done) return;
-    this.remoteEnded = true;
+    if (this.core.closed || !this.core.peerEnds()) return;
     if (err !== undefined) {
-      this.fail(err);
+      this.destroy(err);
       return;
     }
     // The peer reads nothing more: what waits to be sent is dropped.
     this.dropQueue();
     const socket = this.socket;
-    if (this.endsWithFinalPacket && this.localEnded && socket !== undefined && socket.writableLength === 0 && this.held.length === 0) {
+    if (this.agentSide && this.localEnded && socket !== undefined && socket.writableLength === 0 && this.held.length === 0) {
       // The agent, its target's EOF read and nothing left to write: a close
       // is a FIN as an end() would be (nothing unread can make it a reset),
       // without the shutdown, the wait for 'finish' and the close timer, and
@@ -379,14 +312,14 @@ export abstract class SocketRelay implements MuxConn {
       return;
     }
     this.endInbound();
-    this.startCloseTimer();
+    this.core.startCloseTimer();
     // The agent stops reading its target: left to flow, the socket would be
     // drained at full speed into garbage until the target answers our FIN
     // (megabytes per connection on a fast link; under churn, most of the
     // agent's memory peak). A server without half-close ends at once too, as
     // a Duplex that may not stay half-open. Only a half-closing server waits
     // for its caller's end.
-    if (this.endsWithFinalPacket || !this.halfClose) {
+    if (this.agentSide || !this.core.halfClose) {
       this.stopReading = true;
       if (this.socket !== undefined) this.closeAfterFlush(this.socket);
     }
@@ -401,7 +334,7 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   private readonly closeSocketCleanly = (): void => {
-    if (this.done) return;
+    if (this.core.closed) return;
     this.closingSocket = true;
     this.socket!.destroy();
   };
@@ -410,7 +343,7 @@ export abstract class SocketRelay implements MuxConn {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     // The peer is gone for this connection: nobody will read it.
-    if (this.remoteEnded || this.finalSent || this.done) {
+    if (this.core.sendsNoMore) {
       releaseSlab(chunk);
       return;
     }
@@ -418,8 +351,8 @@ export abstract class SocketRelay implements MuxConn {
     this.queued += chunk.length;
     this.queue.push(chunk);
     if (!this.inLink) this.pump();
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- pump() may end the connection (the link's callback runs synchronously)
-    if (this.queued >= this.sendHighWaterMark && !this.socketPaused && !this.done) {
+    // pump() may end the connection (the link's callback runs synchronously).
+    if (this.queued >= this.sendHighWaterMark && !this.socketPaused && !this.core.closed) {
       this.socketPaused = true;
       this.socket!.pause();
     }
@@ -429,14 +362,14 @@ export abstract class SocketRelay implements MuxConn {
   private pump(): void {
     const queue = this.queue;
     while (queue.length > 0) {
-      if (this.remoteEnded || this.finalSent || this.done) {
+      if (this.core.sendsNoMore) {
         this.dropQueue();
         break;
       }
-      if (this.sendCredit <= 0) return;
       const chunk = queue[0]!;
       const offset = this.queueOffset;
-      const n = Math.min(chunk.length - offset, MAX_DATA_PAYLOAD, this.sendCredit);
+      const n = this.core.takeCredit(Math.min(chunk.length - offset, MAX_DATA_PAYLOAD));
+      if (n === 0) return;
       const piece = offset === 0 && n === chunk.length ? chunk : chunk.subarray(offset, offset + n);
       const last = offset + n === chunk.length;
       if (last) {
@@ -445,7 +378,6 @@ export abstract class SocketRelay implements MuxConn {
       } else {
         this.queueOffset = offset + n;
       }
-      this.sendCredit -= n;
       this.inFlight = n;
       this.inLink = true;
       this.inSendCall = true;
@@ -465,16 +397,14 @@ export abstract class SocketRelay implements MuxConn {
     this.queued -= this.inFlight;
     this.inFlight = 0;
     if (err) {
-      this.fail(err);
+      this.destroy(err);
       return;
     }
     if (!this.inSendCall) this.pump();
   };
 
   grantCredit(bytes: number): void {
-    if (this.window === undefined || !(bytes > 0)) return;
-    this.sendCredit += bytes;
-    if (!this.inLink && this.queue.length > 0) this.pump();
+    if (this.core.grantCredit(bytes) && !this.inLink && this.queue.length > 0) this.pump();
   }
 
   private dropQueue(): void {
@@ -486,7 +416,7 @@ export abstract class SocketRelay implements MuxConn {
 
   /** Everything read from the socket is with the link. */
   private sendQueueEmpty(): void {
-    if (this.done) return;
+    if (this.core.closed) return;
     if (this.socketPaused) {
       this.socketPaused = false;
       if (!this.stopReading) this.socket?.resume();
@@ -496,7 +426,7 @@ export abstract class SocketRelay implements MuxConn {
   }
 
   private readonly onSocketEnd = (): void => {
-    if (this.localEnded || this.done) return;
+    if (this.localEnded || this.core.closed) return;
     this.localEnded = true;
     // Otherwise pump() gets here once the link has taken the last bytes.
     if (!this.inLink && this.queue.length === 0) this.localEnd();
@@ -504,61 +434,28 @@ export abstract class SocketRelay implements MuxConn {
 
   /** The socket's bytes have all gone to the peer after its EOF: tell the peer. */
   private localEnd(): void {
-    if (this.localEndHandled || this.done) return;
+    if (this.localEndHandled || this.core.closed) return;
     this.localEndHandled = true;
-    if (this.halfClose && !this.remoteEnded && !this.peerWriteEnded) {
-      // Our direction is done; the peer's goes on until its CLOSE_WRITE.
-      this.writeEndSent = true;
-      this.link.sendControl({ type: 'CLOSE_WRITE', connectID: this.connectID });
-      return;
-    }
-    if (this.lingerAfterEndMs !== undefined && !this.remoteEnded) {
-      // An upstream peer cannot half-close: read its answer until it closes, or it goes quiet.
-      this.lingerTimer = setTimeout(this.onLingerExpired, this.lingerAfterEndMs);
-      this.lingerTimer.unref();
-      return;
-    }
-    this.sendFinal(null);
-    if (this.endsWithFinalPacket) {
-      if (!this.remoteEnded) {
-        this.remoteEnded = true;
-        this.endInbound();
-      }
-    } else {
-      this.startCloseTimer();
-    }
+    if (this.core.localEnds()) this.endInbound();
   }
 
-  private readonly onLingerExpired = (): void => {
-    // While the link is suspended (session resume) the peer cannot answer: its silence says nothing yet.
-    if (this.linkSuspended && !this.done) {
-      this.lingerTimer?.refresh();
-      return;
-    }
-    this.lingerTimer = undefined;
-    if (this.done) return;
-    this.sendFinal(null);
-    if (this.socket !== undefined) abortStream(this.socket, new ConnectionClosedError(CUT));
-    this.finish(undefined);
-  };
-
-  private readonly onSocketError = (err: Error): void => this.fail(err);
+  private readonly onSocketError = (err: Error): void => this.destroy(err);
 
   private readonly onSocketClose = (): void => {
-    if (this.done) return;
+    if (this.core.closed) return;
     if (this.closingSocket) {
       this.finish(undefined);
       return;
     }
     if (!this.localEnded) {
       // A close without EOF: a reset, or a local destroy.
-      this.fail(new ConnectionClosedError(CUT));
+      this.destroy(new ConnectionClosedError(CUT));
       return;
     }
     if (this.inLink || this.queue.length > 0) {
       // The last bytes still wait for the link or the peer's window.
       this.socketClosed = true;
-      this.startCloseTimer();
+      this.core.startCloseTimer();
       return;
     }
     this.localEnd();
@@ -567,31 +464,21 @@ export abstract class SocketRelay implements MuxConn {
 
   // ------------------------------------------------------------ the close path
 
-  /** Closes the connection now: the socket abortively, the peer told (with `err`, if any). */
+  /**
+   * Closes the connection now: the socket abortively, the peer told (with
+   * `err`, a failure, if any; a socket attached later is aborted too).
+   */
   destroy(err?: Error): void {
-    if (this.done) return;
+    if (this.core.closed) return;
     if (this.socket !== undefined) abortStream(this.socket, err ?? new ConnectionClosedError(CUT));
-    this.finish(err);
-  }
-
-  /** A failure: the socket is closed abortively, the peer told why. */
-  private fail(err: Error): void {
-    if (this.done) return;
-    if (this.socket !== undefined) abortStream(this.socket, err);
     else this.failure = err;
     this.finish(err);
   }
 
   private finish(err: Error | undefined): void {
-    if (this.done) return;
-    this.done = true;
-    this.sendFinal(err ?? null);
-    clearTimeout(this.closeTimer);
-    clearTimeout(this.lingerTimer);
-    clearTimeout(this.stallTimer);
-    this.closeTimer = this.lingerTimer = this.stallTimer = undefined;
+    if (this.core.closed) return;
+    this.core.close(err ?? null);
     if (this.socket !== undefined) this.detachFrom(this.socket);
-    this.releaseLink();
     this.dropQueue();
     if (this.early !== undefined) for (const chunk of this.early) releaseSlab(chunk);
     this.early = undefined;
@@ -600,7 +487,6 @@ export abstract class SocketRelay implements MuxConn {
     this.onClose = undefined;
     onClose?.(err);
   }
-
   /**
    * The connection is over and every handler of ours is a no-op: the socket
    * keeps none of them. A closed socket can outlive scavenges in V8's young
@@ -620,26 +506,8 @@ export abstract class SocketRelay implements MuxConn {
     if (socket.listenerCount('error') === 0) socket.on('error', ignoreLateError);
   }
 
-  private sendFinal(err: Error | null): void {
-    if (this.finalSent) return;
-    this.finalSent = true;
-    const packet = this.finalPacket(answersPeer(this.remoteEnded, this.peerWriteEnded, this.writeEndSent, err), err);
-    if (packet !== undefined) this.link.sendControl(packet);
-  }
-
   /** The link's transport is gone for now and may come back (session resume): waiting on the peer is no failure yet. */
   get linkSuspended(): boolean {
-    return this.link.suspended === true;
-  }
-
-  /** A peer (or a socket) that never finishes closing must not keep the connection forever. */
-  private startCloseTimer(): void {
-    if (this.closeTimer !== undefined || this.done) return;
-    this.closeTimer = armCloseTimer(
-      this.connectID,
-      this.closeTimeoutMs,
-      () => this.linkSuspended,
-      (err) => this.fail(err),
-    );
+    return this.core.linkSuspended;
   }
 }

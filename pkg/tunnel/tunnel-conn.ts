@@ -3,9 +3,9 @@
 // with an error says so in the CLOSE_REQ to agents that understand it (our
 // half-close extension), so that the target is reset rather than closed.
 
+import { serverClose } from '../mux/close-handshake.js';
 import { PacketConn, type PacketConnOptions } from '../mux/packet-conn.js';
 import type { PacketLink } from '../mux/packet-link.js';
-import type { KnownPacket } from '../protocol/packet.js';
 
 /** The agent stream a connection rides on: its link, and who is at the other end. */
 export interface TunnelConnAgent {
@@ -22,17 +22,13 @@ export class TunnelConn extends PacketConn {
   readonly address: string;
   private readonly agent: TunnelConnAgent;
   private readonly resumesAtOpen: number;
-  protected readonly endsWithFinalPacket = false;
-  /** The agent reads CLOSE_REQ's error (it negotiated half-close). */
-  private readonly closeWithError: boolean;
 
   constructor(agent: TunnelConnAgent, connectID: bigint, address: string, opts?: PacketConnOptions) {
-    super(agent.link, connectID, opts);
+    super(agent.link, connectID, serverClose(agent.halfClose), opts);
     this.agentID = agent.agentID;
     this.agent = agent;
     this.resumesAtOpen = agent.resumes ?? 0;
     this.address = address;
-    this.closeWithError = agent.halfClose;
   }
 
   /** Times the agent's session was resumed while this connection was open: the blips it survived. */
@@ -50,18 +46,4 @@ export class TunnelConn extends PacketConn {
   unref(): this {
     return this;
   }
-
-  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
-    return serverFinalPacket(this.connectID, this.closeWithError, remoteInitiated, err);
-  }
-}
-
-/**
- * The server's final packet: none when the agent ended first; otherwise
- * CLOSE_REQ, carrying the error to an agent that reads it.
- */
-export function serverFinalPacket(connectID: bigint, closeWithError: boolean, remoteInitiated: boolean, err: Error | null): KnownPacket | undefined {
-  if (remoteInitiated) return undefined;
-  if (err !== null && closeWithError) return { type: 'CLOSE_REQ', connectID, error: err.message || err.name };
-  return { type: 'CLOSE_REQ', connectID };
 }

@@ -13,6 +13,7 @@ import { test } from 'node:test';
 import { setImmediate as tick } from 'node:timers/promises';
 import { BufferPool, releaseSlab } from '../../pkg/mux/buffer-pool.js';
 import { ConnTable, TOMBSTONE_MS } from '../../pkg/mux/conn-table.js';
+import { AGENT_CLOSE } from '../../pkg/mux/close-handshake.js';
 import { MAX_DATA_PAYLOAD, PacketConn, type PacketConnOptions } from '../../pkg/mux/packet-conn.js';
 import { MAX_AUTO_WINDOW } from '../../pkg/protocol/receive-window.js';
 import { PauseGate } from '../../pkg/mux/pause-gate.js';
@@ -46,20 +47,13 @@ function tunnelConn(
 
 /** A PacketConn with the agent's close handshake: one CLOSE_RSP, however it ends. */
 class AgentSideConn extends PacketConn {
-  protected readonly endsWithFinalPacket = true;
-
   constructor(
     link: RecordingLink,
     connectID: bigint,
     readonly address: string,
     opts?: PacketConnOptions,
   ) {
-    super(link, connectID, opts);
-  }
-
-  protected finalPacket(remoteInitiated: boolean, err: Error | null): KnownPacket {
-    const error = err !== null && !remoteInitiated ? err.message || err.name : '';
-    return { type: 'CLOSE_RSP', connectID: this.connectID, error };
+    super(link, connectID, AGENT_CLOSE, opts);
   }
 }
 

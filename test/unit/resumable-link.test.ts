@@ -14,10 +14,12 @@ import { test } from 'node:test';
 import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
 import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import type { MuxConn } from '../../pkg/mux/mux-conn.js';
-import { PacketConn } from '../../pkg/mux/packet-conn.js';
+import { SERVER_CLOSE } from '../../pkg/mux/close-handshake.js';
+import { PacketConn, type PacketConnOptions } from '../../pkg/mux/packet-conn.js';
+import type { PacketLink } from '../../pkg/mux/packet-link.js';
 import { ResumableLink, type ResumableLinkOptions } from '../../pkg/mux/resumable-link.js';
 import { ConnectionClosedError, ResumeError } from '../../pkg/protocol/errors.js';
-import type { KnownPacket, Packet } from '../../pkg/protocol/packet.js';
+import type { Packet } from '../../pkg/protocol/packet.js';
 import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { memoryLinkPair, type MemoryLinkPair } from '../support/memory-link.js';
@@ -319,9 +321,8 @@ test('who paused receiving is paused again on the next transport; close fails he
 
 /** The server's side as TunnelConn is: CLOSE_REQ when it ends first, nothing when the agent did. */
 class ServerSideConn extends PacketConn {
-  protected readonly endsWithFinalPacket = false;
-  protected finalPacket(remoteInitiated: boolean): KnownPacket | undefined {
-    return remoteInitiated ? undefined : { type: 'CLOSE_REQ', connectID: this.connectID };
+  constructor(link: PacketLink, connectID: bigint, opts?: PacketConnOptions) {
+    super(link, connectID, SERVER_CLOSE, opts);
   }
 }
 
