@@ -2,10 +2,10 @@
 // resolved address (so a name cannot smuggle in a forbidden IP), connect with a
 // deadline. Failure messages use Go's wording, which servers classify.
 
+import { addAbortListener } from 'node:events';
 import { lookup } from 'node:dns/promises';
 import { isIP, Socket, type SocketConstructorOpts } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
-import type { Cancel } from '../mux/cancel.js';
 import { PooledReads } from '../mux/pooled-reads.js';
 import { splitHostPort } from '../net/host-port.js';
 import { withSocketDefaults } from '../net/socket-options.js';
@@ -64,8 +64,8 @@ export class Dialer {
   }
 
   /** Connects to `address`; rejects with an AgentDialError whose message is fit for DIAL_RSP. */
-  dial(address: string, cancel?: Cancel): Promise<DialedTarget> {
-    return new Promise((resolve, reject) => this.dialThen(address, cancel, resolve, reject));
+  dial(address: string, signal?: AbortSignal): Promise<DialedTarget> {
+    return new Promise((resolve, reject) => this.dialThen(address, signal, resolve, reject));
   }
 
   /**
@@ -73,13 +73,13 @@ export class Dialer {
    * event (an IP literal needs no lookup, so no promise hop either way).
    * Exactly one of the two is called, perhaps before this returns.
    */
-  dialThen(address: string, cancel: Cancel | undefined, connected: (target: DialedTarget) => void, failed: (err: AgentDialError) => void): void {
+  dialThen(address: string, signal: AbortSignal | undefined, connected: (target: DialedTarget) => void, failed: (err: AgentDialError) => void): void {
     const deadline = Date.now() + this.timeoutMs;
     const target = splitHostPort(address);
     if (target === undefined) return failed(new AgentDialError('YT_ERR_BAD_ADDRESS', `dial tcp ${address}: address is not host:port`));
-    if (isIP(target.host) !== 0) return this.connect(address, target.host, target.port, deadline, cancel, connected, failed);
+    if (isIP(target.host) !== 0) return this.connect(address, target.host, target.port, deadline, signal, connected, failed);
     lookup(target.host).then(
-      ({ address: ip }) => this.connect(address, ip, target.port, deadline, cancel, connected, failed),
+      ({ address: ip }) => this.connect(address, ip, target.port, deadline, signal, connected, failed),
       (err: unknown) => {
         const code = errorCode(err) ?? 'EAI_FAIL';
         const why = code === 'ENOTFOUND' ? 'no such host' : errorMessage(err);
@@ -94,14 +94,14 @@ export class Dialer {
     ip: string,
     port: number,
     deadline: number,
-    cancel: Cancel | undefined,
+    signal: AbortSignal | undefined,
     resolve: (target: DialedTarget) => void,
     reject: (err: AgentDialError) => void,
   ): void {
     if (!this.allowList.allows(ip, port)) {
       return reject(new AgentDialError('YT_ERR_DIAL_DENIED', deniedByPolicyMessage(address, this.allowList.description)));
     }
-    if (cancel?.isCancelled === true) return reject(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
+    if (signal?.aborted === true) return reject(new AgentDialError('YT_ERR_DIAL_CANCELLED', `dial tcp ${address}: operation was canceled`));
     const timeoutMs = Math.max(1, deadline - Date.now());
     const target = this.spare ?? newTargetSocket();
     this.spare = undefined;
@@ -110,7 +110,7 @@ export class Dialer {
     reads.bind(socket);
     const done = (err?: AgentDialError): void => {
       clearTimeout(timer);
-      cancel?.clear();
+      cancelled?.[Symbol.dispose]();
       socket.off('connect', onConnect);
       socket.off('error', onError);
       if (err === undefined) {
@@ -131,7 +131,7 @@ export class Dialer {
     timer.unref();
     socket.once('connect', onConnect);
     socket.once('error', onError);
-    cancel?.listen(onCancel);
+    const cancelled = signal === undefined ? undefined : addAbortListener(signal, onCancel);
   }
 
   /**

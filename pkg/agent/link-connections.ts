@@ -7,7 +7,6 @@
 
 import type { Socket } from 'node:net';
 import type { Logger } from '../log/logger.js';
-import { Cancel } from '../mux/cancel.js';
 import { ConnTable } from '../mux/conn-table.js';
 import { IdMap } from '../mux/id-map.js';
 import type { PacketLink } from '../mux/packet-link.js';
@@ -54,7 +53,7 @@ export interface LinkTerms {
 
 export class LinkConnections {
   private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new IdMap<Cancel>();
+  private readonly dials = new IdMap<AbortController>();
   private nextConnectID = 1n;
   private terms: LinkTerms | undefined;
   private closed = false;
@@ -106,7 +105,7 @@ export class LinkConnections {
     const dial = this.dials.get(random);
     if (dial === undefined) return;
     this.opts.log.verbose(3, 'server cancelled a dial', { dialID: random.toString() });
-    dial.cancel();
+    dial.abort();
   }
 
   /** Answers a DIAL_REQ: DIAL_RSP with a connectID once the target is connected, or with the error. */
@@ -130,16 +129,16 @@ export class LinkConnections {
       fail(`dial ${address}: this agent already runs ${limit.max} dials (--max-concurrent-dials); try again later`);
       return;
     }
-    const cancel = new Cancel();
+    const cancel = new AbortController();
     this.dials.set(random, cancel);
     const started = performance.now();
     this.opts.dialer.dialThen(
       address,
-      cancel,
+      cancel.signal,
       ({ socket, reads }) => {
         this.dials.delete(random);
         limit.release();
-        if (cancel.isCancelled || this.closed || this.terms === undefined) {
+        if (cancel.signal.aborted || this.closed || this.terms === undefined) {
           socket.destroy();
           return;
         }
@@ -160,7 +159,7 @@ export class LinkConnections {
         limit.release();
         this.opts.metrics?.dialFailed(errorCode(err));
         // A cancelled dial needs no answer: the server has forgotten it.
-        if (cancel.isCancelled || this.closed) return;
+        if (cancel.signal.aborted || this.closed) return;
         fail(err.message);
       },
     );
@@ -206,7 +205,7 @@ export class LinkConnections {
   /** The link is gone: every dial is cancelled, and every connection fails (its target is reset). */
   closeAll(err: Error): void {
     this.closed = true;
-    for (const d of this.dials.values()) d.cancel();
+    for (const d of this.dials.values()) d.abort();
     this.dials.clear();
     for (const c of this.conns.takeAll()) c.destroy(err);
   }

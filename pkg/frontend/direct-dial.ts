@@ -8,12 +8,12 @@
 // kube-apiserver can open. The network-reachable master ports never do, so
 // they cannot be used to reach arbitrary hosts from the server.
 
+import { addAbortListener } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { Counter, type Registry } from '../metrics/prom.js';
-import type { Cancel } from '../mux/cancel.js';
 import type { EdgeNodeTest } from '../nodes/node-resolver.js';
 import { DialError, errorMessage, type DialFailureReason } from '../protocol/errors.js';
 import { removePortFromHost } from '../protocol/identifiers.js';
@@ -93,17 +93,18 @@ export class DirectDialer {
    * `connected` and `failed` is called; a failure is a DialError whose
    * message says the dial was direct.
    */
-  dial(address: string, cancel: Cancel, connected: (socket: Socket) => void, failed: (err: DialError) => void): void {
+  dial(address: string, signal: AbortSignal, connected: (socket: Socket) => void, failed: (err: DialError) => void): void {
     const host = removePortFromHost(address);
     const port = Number(address.slice(address.lastIndexOf(':') + 1));
     const started = performance.now();
     let settled = false;
+    let cancelled: Disposable | undefined;
     const socket = connect({ host, port });
     const settle = (): boolean => {
       if (settled) return false;
       settled = true;
       clearTimeout(timer);
-      cancel.clear();
+      cancelled?.[Symbol.dispose]();
       socket.off('connect', onConnect);
       socket.off('error', onError);
       return true;
@@ -135,6 +136,8 @@ export class DirectDialer {
     timer.unref();
     socket.once('connect', onConnect);
     socket.once('error', onError);
-    cancel.listen(() => fail('YT_ERR_DIAL_CANCELLED', `direct dial to ${address} was cancelled by the caller`));
+    const cancel = (): void => fail('YT_ERR_DIAL_CANCELLED', `direct dial to ${address} was cancelled by the caller`);
+    if (signal.aborted) cancel();
+    else cancelled = addAbortListener(signal, cancel);
   }
 }

@@ -20,7 +20,6 @@ import type { Tunnel } from '../tunnel/tunnel.js';
 import { dialFailureReason, type NodeNameOf } from './dial-reason.js';
 import type { Duplex } from 'node:stream';
 import { abortStream } from '../mux/abort.js';
-import { Cancel } from '../mux/cancel.js';
 import type { DirectDialer } from './direct-dial.js';
 import { holdable, writeHolding } from '../mux/buffer-pool.js';
 
@@ -185,15 +184,8 @@ export class EgressStream {
   private async connect(address: string): Promise<StreamConn> {
     const direct = this.opts.direct;
     if (direct?.takes(address) === true) {
-      const cancel = new Cancel();
-      const onAbort = (): void => cancel.cancel();
-      this.abort.signal.addEventListener('abort', onAbort, { once: true });
-      try {
-        const socket = await new Promise<Duplex>((resolve, reject) => direct.dial(address, cancel, resolve, reject));
-        return { socket, connectID: direct.connectID(), address, agentID: undefined };
-      } finally {
-        this.abort.signal.removeEventListener('abort', onAbort);
-      }
+      const socket = await new Promise<Duplex>((resolve, reject) => direct.dial(address, this.abort.signal, resolve, reject));
+      return { socket, connectID: direct.connectID(), address, agentID: undefined };
     }
     const conn = await this.opts.tunnel.dial(address, { signal: this.abort.signal });
     return { socket: conn, connectID: conn.connectID, address: conn.address, agentID: conn.agentID };

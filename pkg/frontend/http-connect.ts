@@ -10,7 +10,6 @@ import type { Registry } from 'prom-client';
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
-import { Cancel } from '../mux/cancel.js';
 import { CallerRefusals } from '../net/caller-refusals.js';
 import { ConnectionSet } from '../net/connection-set.js';
 import { stopListening } from '../net/listen.js';
@@ -163,7 +162,7 @@ export class HttpConnectServer {
     // was sent is delivered, and the answer comes back. An EOF with nothing
     // sent is how a caller such as kube-apiserver abandons a dial (a close
     // and a half-close look the same on a socket): the dial is cancelled.
-    const cancel = new Cancel();
+    const cancel = new AbortController();
     const pendingChunks: Buffer[] = early.length > 0 ? [early] : [];
     let pendingBytes = early.length;
     const onData = (chunk: Buffer): void => {
@@ -172,9 +171,9 @@ export class HttpConnectServer {
       if (pendingBytes >= this.maxHeadBytes) socket.pause();
     };
     const onEnd = (): void => {
-      if (pendingBytes === 0) cancel.cancel();
+      if (pendingBytes === 0) cancel.abort();
     };
-    const onGone = (): void => cancel.cancel();
+    const onGone = (): void => cancel.abort();
     socket.on('data', onData);
     socket.once('end', onEnd);
     socket.once('close', onGone);
@@ -191,16 +190,16 @@ export class HttpConnectServer {
 
     const failed = (err: Error): void => {
       try {
-        this.answerFailedDial(socket, err, target, proxyHost, stopWatching, cancel);
+        this.answerFailedDial(socket, err, target, proxyHost, stopWatching, cancel.signal);
       } catch (thrown: unknown) {
         this.internalError(socket, thrown);
       }
     };
-    // Runs while the tunnel handles the agent's DIAL_RSP: the 200 goes out before anything else is done.
+    // Runs once the agent's DIAL_RSP was handled: the 200 goes out before anything else is done.
     const connected = (conn: TunnelRelay): void => {
       // Not paused: the relay takes the socket's reads over in this same turn (a pause here and its resume in attach cost a tick and two events).
       unwatch();
-      if (socket.destroyed || cancel.isCancelled) {
+      if (socket.destroyed || cancel.signal.aborted) {
         conn.destroy();
         socket.destroy();
         return;
@@ -218,17 +217,18 @@ export class HttpConnectServer {
     };
     const direct = this.opts.direct;
     if (direct?.takes(target, proxyHost) === true) {
-      direct.dial(target, cancel, (conn) => this.joinDirect(socket, conn, pendingChunks, unwatch, cancel), failed);
+      direct.dial(target, cancel.signal, (conn) => this.joinDirect(socket, conn, pendingChunks, unwatch, cancel.signal), failed);
       return;
     }
-    this.tunnel.dialRelayThen(target, { proxyHost, cancel }, connected, failed);
+    // Neither callback throws (each keeps its failures to this client), so nothing is left unhandled.
+    this.tunnel.dial(target, { proxyHost, signal: cancel.signal, relay: true }).then(connected, failed);
   }
 
   /** A direct dial connected: 200, what the client sent meanwhile, then the two sockets joined. */
-  private joinDirect(socket: Socket, conn: Socket, pendingChunks: Buffer[], unwatch: () => void, cancel: Cancel): void {
+  private joinDirect(socket: Socket, conn: Socket, pendingChunks: Buffer[], unwatch: () => void, cancelled: AbortSignal): void {
     // Not paused: splice's pipes take the socket's reads over in this same turn.
     unwatch();
-    if (socket.destroyed || cancel.isCancelled) {
+    if (socket.destroyed || cancelled.aborted) {
       conn.destroy();
       socket.destroy();
       return;
@@ -245,9 +245,9 @@ export class HttpConnectServer {
   }
 
   /** The dial failed: the client gets a status naming the cause (unless it left meanwhile). */
-  private answerFailedDial(socket: Socket, err: Error, target: string, proxyHost: string | undefined, stopWatching: () => void, cancel: Cancel): void {
+  private answerFailedDial(socket: Socket, err: Error, target: string, proxyHost: string | undefined, stopWatching: () => void, cancelled: AbortSignal): void {
     stopWatching();
-    if (socket.destroyed || cancel.isCancelled) {
+    if (socket.destroyed || cancelled.aborted) {
       socket.destroy();
       return;
     }

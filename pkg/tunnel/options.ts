@@ -3,7 +3,6 @@
 
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
-import type { Cancel } from '../mux/cancel.js';
 import type { ProxyStrategy } from './backend-registry.js';
 
 /** Dials one agent may have waiting for its DIAL_RSP by default; more are refused at once. */
@@ -63,9 +62,8 @@ export interface DialOptions {
    * X-Tunnel-Proxy-Host (a port, if any, is ignored).
    */
   proxyHost?: string;
+  /** Gives up the dial (YT_ERR_DIAL_CANCELLED; the agent is told with DIAL_CLS). */
   signal?: AbortSignal;
-  /** Cancels the dial, as `signal` does, for a caller that keeps no AbortController. */
-  cancel?: Cancel;
   /** Overrides the tunnel's dial timeout for this dial. */
   timeoutMs?: number;
 }

@@ -4,7 +4,6 @@
 // An IdMap: an entry comes and goes with every connection.
 
 import type { Backend } from './backend.js';
-import type { Cancel } from '../mux/cancel.js';
 import { IdMap } from '../mux/id-map.js';
 import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
@@ -21,7 +20,6 @@ export interface PendingDial {
   reject(err: Error): void;
   timer?: NodeJS.Timeout;
   abortListener?: Disposable;
-  cancel?: Cancel;
 }
 
 export class PendingDials {
@@ -48,7 +46,6 @@ export class PendingDials {
     dial.backend.pendingDialCount--;
     if (dial.timer !== undefined) clearTimeout(dial.timer);
     dial.abortListener?.[Symbol.dispose]();
-    dial.cancel?.clear();
     return dial;
   }
 

@@ -117,21 +117,15 @@ export class Tunnel {
   /**
    * Opens a TCP connection to `address` (host:port) through the agent that
    * serves it. Resolves once the agent's DIAL_RSP says it is connected;
-   * rejects with a DialError whose `code` says why not.
+   * rejects with a DialError whose `code` says why not (YT_ERR_DIAL_CANCELLED
+   * once `opts.signal` aborts). The connection is a TunnelConn, a Duplex; with
+   * `relay: true`, a TunnelRelay to be joined to a socket (relay.attach),
+   * without a stream object per connection.
    */
-  dial(address: string, opts: DialOptions = {}): Promise<TunnelConn> {
-    return new Promise((resolve, reject) => this.startDial(address, opts, false, resolve as (c: TunnelConn | TunnelRelay) => void, reject));
-  }
-
-  /**
-   * As dial(), but the connection is a TunnelRelay, to be joined to a socket
-   * (relay.attach): no stream object per connection. Callbacks instead of a
-   * promise: `connected` runs while the agent's DIAL_RSP is handled, so the
-   * caller can answer its client before anything else is done. Exactly one
-   * of the two is called, perhaps before this returns. Neither may throw.
-   */
-  dialRelayThen(address: string, opts: DialOptions, connected: (relay: TunnelRelay) => void, failed: (err: Error) => void): void {
-    this.startDial(address, opts, true, connected as (c: TunnelConn | TunnelRelay) => void, failed);
+  dial(address: string, opts?: DialOptions & { relay?: false }): Promise<TunnelConn>;
+  dial(address: string, opts: DialOptions & { relay: true }): Promise<TunnelRelay>;
+  dial(address: string, opts: DialOptions & { relay?: boolean } = {}): Promise<TunnelConn | TunnelRelay> {
+    return new Promise((resolve, reject) => this.startDial(address, opts, opts.relay === true, resolve, reject));
   }
 
   /** Whether a connected agent serves `host` under the proxy strategies (what a dial to it would pick). */
@@ -144,8 +138,7 @@ export class Tunnel {
     if (this.closed) return fail('YT_ERR_TUNNEL_CLOSED', `tunnel server is shutting down; cannot dial ${address}`);
     const bad = checkDialAddress(address);
     if (bad !== undefined) return fail('YT_ERR_BAD_ADDRESS', bad);
-    if (opts.signal?.aborted === true || opts.cancel?.isCancelled === true)
-      return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
+    if (opts.signal?.aborted === true) return fail('YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled before it started`);
 
     const host = removePortFromHost(opts.proxyHost ?? address);
     const backend = this.registry.pick(this.strategies, host);
@@ -181,10 +174,6 @@ export class Tunnel {
       dial.abortListener = addAbortListener(opts.signal, () => {
         this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true);
       });
-    }
-    if (opts.cancel !== undefined) {
-      dial.cancel = opts.cancel;
-      opts.cancel.listen(() => this.failDial(random, 'YT_ERR_DIAL_CANCELLED', `dial to ${address} was cancelled by the caller`, true));
     }
     this.pending.add(dial);
     if (this.log.enabled(3)) {

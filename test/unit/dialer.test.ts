@@ -6,15 +6,14 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { AllowList } from '../../pkg/agent/allow-list.js';
 import { Dialer } from '../../pkg/agent/dialer.js';
-import { Cancel } from '../../pkg/mux/cancel.js';
 import { AgentDialError } from '../../pkg/agent/errors.js';
 import { harness } from '../support/harness.js';
 import { closedPort, startHangingListener } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 20_000 };
 
-async function dialError(dialer: Dialer, address: string, cancel?: Cancel): Promise<AgentDialError> {
-  const err: unknown = await dialer.dial(address, cancel).then(
+async function dialError(dialer: Dialer, address: string, signal?: AbortSignal): Promise<AgentDialError> {
+  const err: unknown = await dialer.dial(address, signal).then(
     ({ socket }) => {
       socket.destroy();
       return undefined;
@@ -57,9 +56,9 @@ test("a dial that gets no answer in time is YT_ERR_DIAL_TIMEOUT with Go's i/o ti
 test('a cancelled dial is YT_ERR_DIAL_CANCELLED', LIMIT, async (t) => {
   const h = harness(t);
   const port = await startHangingListener(h);
-  const cancel = new Cancel();
-  const pending = dialError(new Dialer({ allowList: AllowList.parse('127.0.0.1') }), `127.0.0.1:${port}`, cancel);
-  setImmediate(() => cancel.cancel());
+  const cancel = new AbortController();
+  const pending = dialError(new Dialer({ allowList: AllowList.parse('127.0.0.1') }), `127.0.0.1:${port}`, cancel.signal);
+  setImmediate(() => cancel.abort());
   const err = await pending;
   assert.equal(err.code, 'YT_ERR_DIAL_CANCELLED');
   assert.equal(err.message, `dial tcp 127.0.0.1:${port}: operation was canceled`);
@@ -71,8 +70,6 @@ test('an address that is not host:port is YT_ERR_BAD_ADDRESS', LIMIT, async () =
 });
 
 test('a dial cancelled before it starts is YT_ERR_DIAL_CANCELLED too, not an AbortError', LIMIT, async () => {
-  const cancel = new Cancel();
-  cancel.cancel();
-  const err = await dialError(new Dialer({ allowList: AllowList.parse('127.0.0.1') }), '127.0.0.1:1', cancel);
+  const err = await dialError(new Dialer({ allowList: AllowList.parse('127.0.0.1') }), '127.0.0.1:1', AbortSignal.abort());
   assert.equal(err.code, 'YT_ERR_DIAL_CANCELLED');
 });
