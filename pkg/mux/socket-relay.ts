@@ -1,25 +1,19 @@
 // One tunnelled connection joined straight to a local socket: the agent's
-// connection to its target, the server's to an HTTP CONNECT client. The
-// peer's half (the states, the close handshake, flow control's credit and
-// window, holding the link with the stall limit, the linger) is the
-// connection core's (conn-core.ts), as for a PacketConn; this class moves
-// chunks between the socket and the link with explicit back-pressure, and
-// ends the socket on the one close path (destroy → finish). It does without
-// the Duplex and the two pipe()s per connection of a PacketConn joined to a
-// socket by splice(), which profiles showed as a quarter of what a new
-// connection costs. A cut connection is not a finished one: a failure on
-// either side is an abortive close of the other (abortStream; a final packet
-// carrying the error); a clean end (EOF) stays an end, after the last bytes.
-// What waits for a socket that has not written what it holds costs about its
-// bytes: small payloads are copied together and written as one (coalescer.ts).
+// connection to its target, the server's to an HTTP CONNECT client. The peer's
+// half is the connection core's (conn-core.ts), as for a PacketConn; this
+// class moves chunks between the socket and the link with explicit
+// back-pressure (no Duplex and two pipe()s per connection: profiles showed
+// them as a quarter of what a new connection costs), and ends the socket on
+// the one close path (destroy → finish). A failure on either side is an
+// abortive close of the other (abortStream); a clean end (EOF) stays an end.
 
 import type { Socket } from 'node:net';
 import type { CloseRole } from './close-handshake.js';
 import { ConnCore, PeerState } from './conn-core.js';
 import { ConnectionClosedError, InternalError } from '../protocol/errors.js';
 import { abortStream } from './abort.js';
-import { releaseSlab, retainSlab, writeHolding } from './buffer-pool.js';
-import { Coalescer } from './coalescer.js';
+import { releaseSlab } from './buffer-pool.js';
+import { HeldWrites } from './held-writes.js';
 import type { MuxConn } from './mux-conn.js';
 import { MAX_DATA_PAYLOAD, type PacketConnOptions } from './packet-conn.js';
 import type { PacketLink } from './packet-link.js';
@@ -91,12 +85,10 @@ export class SocketRelay implements MuxConn {
   private awaitingDrain = false;
   /**
    * Small payloads waiting behind what the socket has not written yet (or
-   * for the socket to be attached), copied together (coalescer.ts): a window
+   * for the socket to be attached), copied together (held-writes.ts): a window
    * of 1-byte DATA costs about its bytes, not a socket write each.
    */
-  private readonly held = new Coalescer();
-  /** Writes of what was held that the socket has not called back: the last one's callback writes what is held since. */
-  private writesOut = 0;
+  private readonly held: HeldWrites;
   /** The close role's endsWithFinalPacket: the agent's side, which awaits no answer to its CLOSE_RSP. */
   private readonly agentSide: boolean;
 
@@ -107,6 +99,7 @@ export class SocketRelay implements MuxConn {
     this.highWaterMark = opts.highWaterMark ?? 256 * 1024;
     this.sendHighWaterMark = opts.sendHighWaterMark ?? this.highWaterMark;
     this.core = new ConnCore(link, connectID, role, this, opts);
+    this.held = new HeldWrites(this.onSocketDrain);
   }
 
   get remoteClosed(): boolean {
@@ -166,27 +159,12 @@ export class SocketRelay implements MuxConn {
     core.received();
     this.bytesReceived += data.length;
     const socket = this.socket;
-    if (socket === undefined) this.holdEarly(data);
+    if (socket === undefined) this.held.holdEarly(data, (this.early ??= []));
     else this.toSocket(socket, data);
   }
 
-  /** Before the socket is attached, everything waits: small payloads copied together, others as they are. */
-  private holdEarly(data: Buffer): void {
-    const early = (this.early ??= []);
-    if (Coalescer.takes(data)) {
-      const full = this.held.add(data);
-      if (full !== undefined) early.push(full);
-      return;
-    }
-    const before = this.held.take();
-    if (before !== undefined) early.push(before);
-    // A view of a pooled slab (a joined message) is the link's only while its packet is handled.
-    retainSlab(data);
-    early.push(data);
-  }
-
   private toSocket(socket: Socket, data: Buffer): void {
-    if (!this.writeOrHold(socket, data)) this.awaitingDrain = true;
+    if (!this.held.write(socket, data)) this.awaitingDrain = true;
     // The link is held only while a release is due: a 'drain', or the last of
     // our writes calling back (below the socket's own mark, write() returns
     // true and no 'drain' comes).
@@ -205,58 +183,12 @@ export class SocketRelay implements MuxConn {
     }
   }
 
-  /**
-   * Written to an idle socket, a payload goes out at once, or is the one
-   * write in flight. Behind bytes the socket has not written yet, a small
-   * payload is copied to the others that wait (`held`), and they are written
-   * together when the socket has written what it had (its 'drain', or the
-   * callback of the last write of what was held), when the chunk is full, or
-   * before a payload that is not copied or the end. False once what waits is
-   * over the socket's mark, as write() says.
-   */
-  private writeOrHold(socket: Socket, data: Buffer): boolean {
-    let ok: boolean;
-    if (this.held.length === 0 && socket.writableLength === 0) {
-      ok = writeHolding(socket, data);
-    } else if (Coalescer.takes(data)) {
-      const full = this.held.add(data);
-      ok = full === undefined || this.writeChunk(socket, full);
-      // With no callback and no 'drain' to come, what is held goes now, and its callback writes what follows.
-      if (this.writesOut === 0 && !socket.writableNeedDrain) ok = this.writeHeld(socket) && ok;
-    } else {
-      ok = this.writeHeld(socket);
-      ok = writeHolding(socket, data) && ok;
-    }
-    return ok && socket.writableLength + this.held.length < socket.writableHighWaterMark;
-  }
-
-  /**
-   * Writes a chunk of what was held; its callback writes what is held by
-   * then. (Only these writes take a callback: on an idle socket, one makes
-   * Node schedule a tick per write.)
-   */
-  private writeChunk(socket: Socket, chunk: Buffer): boolean {
-    this.writesOut++;
-    return socket.write(chunk, this.onWritten);
-  }
-
-  /** Writes what is held, if anything; false if the socket is then over its mark. */
-  private writeHeld(socket: Socket): boolean {
-    const chunk = this.held.take();
-    return chunk === undefined || this.writeChunk(socket, chunk);
-  }
-
-  /** The last write of what was held called back: the socket has written all before it, and what is held since goes now. */
-  private readonly onWritten = (): void => {
-    if (--this.writesOut === 0) this.onSocketDrain();
-  };
-
-  /** The socket wrote what it held ('drain'), or what it held up to the last write of held bytes (onWritten). */
+  /** The socket wrote what it held ('drain'), or what it held up to the last write of held bytes. */
   private readonly onSocketDrain = (): void => {
     const socket = this.socket!;
     // After the socket's end nothing more is written (or granted), as no 'drain' comes after end().
     if (this.core.closed || this.inboundEnded || socket.destroyed) return;
-    this.writeHeld(socket);
+    this.held.flush(socket);
     // Over its mark (what was held, or a payload written after it), the socket's 'drain' is the release.
     if (socket.writableNeedDrain) {
       this.awaitingDrain = true;
@@ -283,7 +215,7 @@ export class SocketRelay implements MuxConn {
 
   /** The socket's end comes after every byte: what is held is written first. */
   private endSocket(socket: Socket): void {
-    this.writeHeld(socket);
+    this.held.flush(socket);
     socket.end();
   }
 
@@ -487,6 +419,7 @@ export class SocketRelay implements MuxConn {
     this.onClose = undefined;
     onClose?.(err);
   }
+
   /**
    * The connection is over and every handler of ours is a no-op: the socket
    * keeps none of them. A closed socket can outlive scavenges in V8's young
@@ -504,10 +437,5 @@ export class SocketRelay implements MuxConn {
     socket.off('drain', this.onSocketDrain);
     socket.off('finish', this.closeSocketCleanly);
     if (socket.listenerCount('error') === 0) socket.on('error', ignoreLateError);
-  }
-
-  /** The link's transport is gone for now and may come back (session resume): waiting on the peer is no failure yet. */
-  get linkSuspended(): boolean {
-    return this.core.linkSuspended;
   }
 }
