@@ -172,6 +172,7 @@ export class ConnCore {
    * final packet awaits no answer): the owner ends what goes to its end.
    */
   localEnds(): boolean {
+    if (this.closed) return false;
     if (this.halfClose && this.peer === PeerState.OPEN) {
       // Our direction is done; the peer's goes on until its CLOSE_WRITE.
       this.toLocal(LocalState.WRITE_ENDED);
