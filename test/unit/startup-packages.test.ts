@@ -1,11 +1,10 @@
 // What the CLIs load, read from a real run's modules (test/support/loaded-packages.ts):
 // at start (`--help`: every static import evaluated, then exit), and for the
 // whole life of a server and an agent in local mode, connected, then stopped.
-// Each package loaded costs RSS in every process for its whole life
-// (bench/README.md, "Memory"): prom-client's index would bring its default
-// process metrics with @opentelemetry/api, Summary's tdigest and bintrees; the
+// Each package loaded costs RSS in every process for its whole life: the
 // Kubernetes client (~75 MB) is for cluster mode only and is imported when that
-// mode starts. It is an ES module: only the probe's loader hook sees it.
+// mode starts. (prom-client's index, with @opentelemetry/api, tdigest and
+// bintrees, is loaded: its private lib/ files are not ours to require.) It is an ES module: only the probe's loader hook sees it.
 // node-forge (~1 MB) only makes certificates (pkg/certs/pki.ts): a server
 // whose certificates are on disk and an agent given its own never load it.
 
@@ -39,7 +38,7 @@ async function packagesAtStart(cli: 'yurt-tunnel-agent' | 'yurt-tunnel-server'):
 }
 
 // socks (the SOCKS5 client, pkg/agent/proxy/socks5.ts) only for an agent given a socks5:// proxy.
-const NEVER_AT_START = ['@kubernetes/client-node', '@opentelemetry/api', 'tdigest', 'bintrees', 'socks'];
+const NEVER_AT_START = ['@kubernetes/client-node', 'socks'];
 
 function packagesLine(who: string, text: string): string[] {
   const line = /^yt-packages (.*)$/m.exec(text);
