@@ -1,7 +1,7 @@
 // npm run bench -- cold-start [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
 //
 // The cold figures of fresh pairs, configurations alternated round by round
-// (e.g. 'off||--startup-rehearsal=false' 'on||'): for each pair, the time to
+// (e.g. 'off||' 'on||--startup-rehearsal'): for each pair, the time to
 // ready and the CPU and RSS of server and agent at ready; the first connection
 // (CONNECT → 200 → echo); the first 2,000 round trips (p50, p99, max, and how
 // many took over 1 ms in each 500, in order); the CPU server and agent spent
@@ -156,7 +156,7 @@ export const coldStartScenario: Scenario = {
       return { label, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) };
     });
     if (configs.length === 0)
-      configs.push({ label: 'off', nodeArgs: [], flags: ['--startup-rehearsal=false'], warm: 0 }, { label: 'on', nodeArgs: [], flags: [], warm: 0 });
+      configs.push({ label: 'off', nodeArgs: [], flags: [], warm: 0 }, { label: 'on', nodeArgs: [], flags: ['--startup-rehearsal'], warm: 0 });
     const log = text(v, 'log');
     const warmClient = flag(v, 'warm-client');
     return async () => {

@@ -188,9 +188,9 @@ export function addProcessOptions(command: Command): Command {
     .option('--enable-profiling [bool]', 'serve /debug/pprof/profile?seconds=N (CPU) and /debug/pprof/heap on the meta port', parseBool, false)
     .option(
       '--startup-rehearsal [bool]',
-      'before reporting ready, run a short private rehearsal of the data path over loopback sockets so the first connections are not slowed by V8 compiling it (false: off, for debugging)',
+      'before reporting ready, rehearse the data path privately over loopback sockets: the first connections after a start are not slowed by V8 compiling it, for 1-4 s more from start to ready',
       parseBool,
-      true,
+      false,
     )
     .option(
       '-v, --v <level>',

@@ -64,7 +64,7 @@ export interface AgentOptions {
   /** Time a meta port caller has for its request head (no flag). Default 30 s, as the server's --request-head-timeout. */
   metaHeadTimeoutMs?: number;
   enableProfiling?: boolean;
-  /** Rehearse the data path before dialling the server (pkg/grpc/data-path-rehearsal.ts); the CLI turns it on. */
+  /** Rehearse the data path before dialling the server (pkg/grpc/data-path-rehearsal.ts); off unless the CLI is given --startup-rehearsal. */
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;

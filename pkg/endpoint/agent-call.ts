@@ -45,8 +45,7 @@ export class AgentCall extends ServerPacketCall implements AgentLink {
 // agent endpoint and for the server's start-up rehearsal alike: V8 compiles
 // per closure site, so a rehearsal that made its own closures (or left out
 // the write tracker) warmed code that real links never run, and the real
-// links' code was compiled during the first caller's round trips
-// (bench/README.md, "Cold start").
+// links' code was compiled during the first caller's round trips.
 
 /** An agent's call, counting the packets it sends in `tunnel`'s metrics. */
 export function openAgentCall(stream: ServerHttp2Stream, tunnel: Tunnel, opts: Omit<GrpcPacketStreamOptions, 'onPacketSent'>): AgentCall {

@@ -1,9 +1,12 @@
 // What the server's and the agent's start-up rehearsals share (pkg/server/
 // rehearsal.ts, pkg/agent/rehearsal.ts). A fresh process ran its first
 // connection and round trips in V8's interpreter while TurboFan compiled the
-// data path on the same two cores (bench/README.md, "Cold start"); each
-// process therefore drives its own real half of the path for a moment before
-// it reports ready. Here: a private link between two in-process ends over a
+// data path on the same two cores; with --startup-rehearsal each process
+// drives its own real half of the path for a moment before it reports ready.
+// Off by default: re-measured on a loaded 2-core machine (npm run bench --
+// cold-start, 3 rounds alternated), it added 1.1-3.4 s from start to ready
+// (1.1-2.0 s -> 3.1-5.4 s) to buy the first connection (23-82 -> 5-28 ms) and
+// the first 2,000 round trips' p99 (3.8-7.9 -> 0.8-7.1 ms). Here: a private link between two in-process ends over a
 // loopback TCP socket with TLS (the process's own certificate), HTTP/2 and the
 // gRPC packet calls, an echo target, a stand-in relay for the half the process
 // does not run, and the step that runs a rehearsal and logs what it took.
@@ -27,8 +30,8 @@ import { startCall } from './client-call-head.js';
 import { AGENT_CONNECT_PATH } from './services.js';
 
 /**
- * Defaults: enough round trips for TurboFan to compile the per-packet functions
- * (bench/README.md, "Cold start"). 1,000 rather than 200 per connection: once
+ * Defaults: enough round trips for TurboFan to compile the per-packet functions.
+ * 1,000 rather than 200 per connection: once
  * nothing threw the rehearsal's code away any more, the longer pass brought the
  * cold p99 from ~1.6 to ~0.55 ms for ~0.25 s more CPU at start per process.
  */
@@ -249,7 +252,7 @@ export const REHEARSAL_PASSES: readonly RehearsalSize[] = [
  * also when a pass fails. Most of what the first caller's round trips still
  * compiled were small per-packet functions (metrics, packet handlers, write
  * callbacks) that the passes' ~1,300 packets had not made hot enough on
- * their own (bench/README.md, "Cold start").
+ * their own.
  */
 export interface RehearsalTiering {
   begin(): void;

@@ -102,7 +102,7 @@ export interface ServerOptions {
   metaPort?: number;
   /** Serve CPU profiles and heap snapshots on the meta port. */
   enableProfiling?: boolean;
-  /** Rehearse the data path before listening (pkg/grpc/data-path-rehearsal.ts); the CLI turns it on. */
+  /** Rehearse the data path before listening (pkg/grpc/data-path-rehearsal.ts); off unless the CLI is given --startup-rehearsal. */
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;

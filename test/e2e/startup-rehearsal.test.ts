@@ -1,14 +1,16 @@
-// The start-up rehearsal (pkg/grpc/data-path-rehearsal.ts): the server and the agent
-// drive their data path privately before they report ready. It must leave
-// nothing behind (no socket, timer, temp folder; stop() still frees all), show
-// in no metric, listing or agent status, be switched off by its option, and a
-// rehearsal that fails must only be logged.
+// The start-up rehearsal (pkg/grpc/data-path-rehearsal.ts): with
+// --startup-rehearsal the server and the agent drive their data path privately
+// before they report ready. The CLIs leave it off by default (it costs seconds
+// from start to ready). It must leave nothing behind (no socket, timer, temp
+// folder; stop() still frees all), show in no metric, listing or agent status,
+// and a rehearsal that fails must only be logged.
 
 import assert from 'node:assert/strict';
 import { readdir } from 'node:fs/promises';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { startLocalTunnel } from '../../hack/local-tunnel.js';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { runStartupRehearsal, REHEARSAL_PASSES, SHORT_PASS_DONE } from '../../pkg/grpc/data-path-rehearsal.js';
 import { TunnelServer } from '../../pkg/server/app.js';
@@ -129,6 +131,19 @@ test('startupRehearsal off: neither process rehearses', async (t) => {
     assert.equal(indexOf(log.records, FAILED), -1);
   }
 });
+
+// The CLIs, as users start them: no rehearsal unless the flag asks for it, then both processes rehearse.
+for (const flag of [[], ['--startup-rehearsal']]) {
+  test(`the CLIs ${flag.length === 0 ? 'do not rehearse by default' : 'rehearse with --startup-rehearsal'}`, { timeout: 60_000 }, async (t) => {
+    const h = harness(t);
+    const output = { server: '', agent: '' };
+    const local = await startLocalTunnel({ serverArgs: flag, agentArgs: flag, onOutput: (who, text) => (output[who] += text) });
+    h.defer(() => local.stop());
+    for (const who of ['server', 'agent'] as const) {
+      assert.equal(output[who].includes(DONE), flag.length > 0, `${who} output:\n${output[who]}`);
+    }
+  });
+}
 
 test('a rehearsal that fails is logged with its cause and the server starts anyway', async (t) => {
   const h = harness(t);
