@@ -8,7 +8,6 @@
 import type { Socket } from 'node:net';
 import type { Logger } from '../log/logger.js';
 import { ConnTable } from '../mux/conn-table.js';
-import { IdMap } from '../mux/id-map.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import type { PooledReads } from '../mux/pooled-reads.js';
 import { errorCode } from '../protocol/errors.js';
@@ -53,7 +52,7 @@ export interface LinkTerms {
 
 export class LinkConnections {
   private readonly conns = new ConnTable<EndpointConn>();
-  private readonly dials = new IdMap<AbortController>();
+  private readonly dials = new Map<bigint, AbortController>();
   private nextConnectID = 1n;
   private terms: LinkTerms | undefined;
   private closed = false;
@@ -205,7 +204,7 @@ export class LinkConnections {
   /** The link is gone: every dial is cancelled, and every connection fails (its target is reset). */
   closeAll(err: Error): void {
     this.closed = true;
-    for (const d of this.dials.values()) d.abort();
+    for (const d of [...this.dials.values()]) d.abort();
     this.dials.clear();
     for (const c of this.conns.takeAll()) c.destroy(err);
   }

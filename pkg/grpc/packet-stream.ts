@@ -49,7 +49,6 @@ import type { PacketLink } from '../mux/packet-link.js';
 import { errorFields } from './error-boundary.js';
 import { PauseGate } from '../mux/pause-gate.js';
 import { type BufferPool, messageJoinPool, releaseSlab, SLAB_HEADROOM, SLAB_SIZE, slabWithRoom, writeHolding } from '../mux/buffer-pool.js';
-import { objectArray } from '../mux/object-array.js';
 
 /** Connections counted in one turn of the send buffer at most (many small senders end a turn early instead). */
 const MAX_TURN_SENDERS = 1024;
@@ -108,7 +107,7 @@ export abstract class GrpcPacketStream implements PacketLink {
   private readonly sendBufferLimit: number;
   protected readonly writeTracker: WriteTracker | undefined;
   private readonly onWritten: (() => void) | undefined;
-  private drainWaiters: Array<(err?: Error | null) => void> = objectArray();
+  private drainWaiters: Array<(err?: Error | null) => void> = [];
   /** DATA bytes each connection has sent in this turn of the send buffer. */
   private turn = new Map<bigint, number>();
   /** What each connection overran its share by in the last turn (paid back in this one). */
@@ -210,9 +209,9 @@ export abstract class GrpcPacketStream implements PacketLink {
   }
 
   /** Packets of the chunk being handled (reused: no array per chunk). */
-  private readonly decoded: Packet[] = objectArray();
+  private readonly decoded: Packet[] = [];
   /** Messages of the chunk being handled that were joined into buffers of ours (pooled slabs), held until its packets are handled. */
-  private readonly joinedMessages: Buffer[] = objectArray();
+  private readonly joinedMessages: Buffer[] = [];
   private readonly onMessage = (message: Buffer, joined: boolean): void => {
     if (joined) this.joinedMessages.push(message);
     this.decoded.push(decodePacket(message));
@@ -345,7 +344,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     if (!err && (this.drainWaiters.length === 0 || this.stream.writableLength > this.sendBufferLimit)) return;
     this.endTurn();
     const waiters = this.drainWaiters;
-    this.drainWaiters = objectArray();
+    this.drainWaiters = [];
     for (const cb of waiters) cb(err ?? null);
   }
 }

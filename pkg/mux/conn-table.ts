@@ -1,17 +1,15 @@
 // Connections by connectID on one packet stream. A connection that ended
 // before the peer acknowledged it leaves a tombstone for a while, so DATA still
-// in flight for it is dropped quietly instead of answered with a close. Both
-// tables are IdMaps: an entry comes and goes with every connection.
+// in flight for it is dropped quietly instead of answered with a close.
 
-import { IdMap } from './id-map.js';
 import type { MuxConn } from './mux-conn.js';
 
 /** How long packets for a connection we closed are silently dropped. */
 export const TOMBSTONE_MS = 30_000;
 
 export class ConnTable<C extends MuxConn> {
-  private readonly conns = new IdMap<C>();
-  private readonly tombstones = new IdMap<number>();
+  private readonly conns = new Map<bigint, C>();
+  private readonly tombstones = new Map<bigint, number>();
 
   add(conn: C): void {
     this.conns.set(conn.connectID, conn);
@@ -20,12 +18,12 @@ export class ConnTable<C extends MuxConn> {
 
   /** The open connections, in no particular order (a copy). */
   values(): C[] {
-    return this.conns.values();
+    return [...this.conns.values()];
   }
 
   /** The open connections, oldest first (for listings). */
   oldestFirst(): C[] {
-    return this.conns.values().sort((a, b) => a.openedAt - b.openedAt || (a.connectID < b.connectID ? -1 : a.connectID > b.connectID ? 1 : 0));
+    return [...this.conns.values()].sort((a, b) => a.openedAt - b.openedAt || (a.connectID < b.connectID ? -1 : a.connectID > b.connectID ? 1 : 0));
   }
 
   get(connectID: bigint): C | undefined {
@@ -54,14 +52,13 @@ export class ConnTable<C extends MuxConn> {
   }
 
   sweep(now = Date.now()): void {
-    // Every link's table is swept every few seconds, and most have no tombstone: no key list to copy then.
-    if (this.tombstones.size === 0) return;
-    for (const id of this.tombstones.keyList()) if (this.tombstones.get(id)! < now) this.tombstones.delete(id);
+    // Deleting the entry being visited is safe in a Map's for-of.
+    for (const [id, expiry] of this.tombstones) if (expiry < now) this.tombstones.delete(id);
   }
 
   /** Empties the table (the stream is gone) and returns what was in it. */
   takeAll(): C[] {
-    const all = this.conns.values();
+    const all = [...this.conns.values()];
     this.conns.clear();
     this.tombstones.clear();
     return all;

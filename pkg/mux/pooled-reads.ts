@@ -16,7 +16,6 @@
 
 import type { Socket } from 'node:net';
 import { type BufferPool, releaseSlab, SLAB_HEADROOM, SLAB_PAYLOAD, targetReadPool } from './buffer-pool.js';
-import { objectArray } from './object-array.js';
 
 /** The landing buffer of reads that did not get a slab (one per process). */
 const landing = Buffer.allocUnsafeSlow(SLAB_PAYLOAD);
@@ -28,7 +27,7 @@ export class PooledReads {
   /** The `onread` option for net.connect(). */
   readonly onread: { buffer: () => Buffer; callback: (n: number, buf: Buffer) => boolean };
   private sink: ((chunk: Buffer) => void) | undefined;
-  private early: Buffer[] = objectArray();
+  private early: Buffer[] = [];
   /** The slab view the socket reads into next, if not the landing buffer. */
   private next: Buffer | undefined;
   private streaming = false;
@@ -47,7 +46,7 @@ export class PooledReads {
   deliverTo(sink: (chunk: Buffer) => void): void {
     this.sink = sink;
     const early = this.early;
-    this.early = objectArray();
+    this.early = [];
     for (const chunk of early) sink(chunk);
   }
 
@@ -93,6 +92,6 @@ export class PooledReads {
     if (this.next !== undefined) releaseSlab(this.next);
     this.next = undefined;
     for (const chunk of this.early) releaseSlab(chunk);
-    this.early = objectArray();
+    this.early = [];
   };
 }

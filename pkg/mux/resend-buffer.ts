@@ -29,7 +29,6 @@
 import { ResumeError } from '../protocol/errors.js';
 import type { KnownPacket } from '../protocol/packet.js';
 import { releaseSlab, retainSlab } from './buffer-pool.js';
-import { objectSlots } from './object-array.js';
 import type { ResumeBudget } from './resume-budget.js';
 
 export interface ResendBufferOptions {
@@ -50,9 +49,9 @@ const SHRINK_ABOVE = 1024;
 
 export class ResendBuffer {
   /** connectID of a DATA entry; undefined for a control packet. Empty until the first packet. */
-  private ids: Array<bigint | undefined> = objectSlots(0);
+  private ids: Array<bigint | undefined> = [];
   /** The payload of a DATA entry, or the control packet. */
-  private items: Array<Buffer | KnownPacket | undefined> = objectSlots(0);
+  private items: Array<Buffer | KnownPacket | undefined> = [];
   /** Ring position of the oldest entry. */
   private head = 0;
   private count = 0;
@@ -158,8 +157,8 @@ export class ResendBuffer {
     if (this.data !== dataBefore) this.budget?.release(dataBefore - this.data, this.data);
     // A burst grew the ring; once it is all acknowledged, an idle link need not keep it.
     if (this.count === 0 && capacity > SHRINK_ABOVE) {
-      this.ids = objectSlots(INITIAL_CAPACITY);
-      this.items = objectSlots(INITIAL_CAPACITY);
+      this.ids = new Array<bigint | undefined>(INITIAL_CAPACITY);
+      this.items = new Array<Buffer | KnownPacket | undefined>(INITIAL_CAPACITY);
       this.head = 0;
     }
   }
@@ -201,8 +200,8 @@ export class ResendBuffer {
     }
     if (this.data > 0) this.budget?.release(this.data, 0);
     this.base = this.next;
-    this.ids = objectSlots(0);
-    this.items = objectSlots(0);
+    this.ids = [];
+    this.items = [];
     this.head = 0;
     this.count = 0;
     this.data = 0;
@@ -225,8 +224,8 @@ export class ResendBuffer {
   /** Doubles the ring (or makes it), oldest entry first. */
   private grow(): void {
     const capacity = this.items.length;
-    const ids = objectSlots<bigint>(Math.max(INITIAL_CAPACITY, capacity * 2));
-    const items = objectSlots<Buffer | KnownPacket>(Math.max(INITIAL_CAPACITY, capacity * 2));
+    const ids = new Array<bigint | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
+    const items = new Array<Buffer | KnownPacket | undefined>(Math.max(INITIAL_CAPACITY, capacity * 2));
     for (let k = 0; k < this.count; k++) {
       const i = (this.head + k) % capacity;
       ids[k] = this.ids[i];

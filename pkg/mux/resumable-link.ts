@@ -27,7 +27,6 @@ import type { KnownPacket, Packet } from '../protocol/packet.js';
 import type { PacketLink } from './packet-link.js';
 import { ResendBuffer } from './resend-buffer.js';
 import type { ResumeBudget } from './resume-budget.js';
-import { objectArray } from './object-array.js';
 
 export interface ResumableLinkOptions {
   /** Each numbered packet received, once, in order. */
@@ -74,9 +73,9 @@ export class ResumableLink implements PacketLink {
   private unackedBytes = 0;
   private ackTimer: NodeJS.Timeout | undefined;
   /** Writers held while no transport is attached (or the one they used failed). */
-  private held: WriteCallback[] = objectArray();
+  private held: WriteCallback[] = [];
   /** Writers held until acknowledgements make room in the buffer, or in the budget. */
-  private waitingForRoom: WriteCallback[] = objectArray();
+  private waitingForRoom: WriteCallback[] = [];
   private readonly budget: ResumeBudget | undefined;
   /** Whoever asked that receiving pause, re-applied to each new transport. */
   private readonly pauseHolders = new Set<object>();
@@ -257,8 +256,8 @@ export class ResumableLink implements PacketLink {
     this.budget?.cancelWait(this.onBudgetRoom);
     this.pauseHolders.clear();
     const waiting = [...this.held, ...this.waitingForRoom];
-    this.held = objectArray();
-    this.waitingForRoom = objectArray();
+    this.held = [];
+    this.waitingForRoom = [];
     for (const cb of waiting) cb(err);
   }
 
@@ -300,7 +299,7 @@ export class ResumableLink implements PacketLink {
 
   private releaseHeld(): void {
     const held = this.held;
-    this.held = objectArray();
+    this.held = [];
     for (const cb of held) {
       if (this.mustWait()) this.waitForRoom(cb);
       else cb();
@@ -316,7 +315,7 @@ export class ResumableLink implements PacketLink {
       return;
     }
     const waiting = this.waitingForRoom;
-    this.waitingForRoom = objectArray();
+    this.waitingForRoom = [];
     for (const cb of waiting) {
       // A released writer may fill the buffer or the budget again.
       if (this.mustWait()) this.waitForRoom(cb);

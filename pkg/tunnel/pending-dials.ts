@@ -1,10 +1,8 @@
 // Dials sent to an agent and not yet answered, keyed by dial ID (`random`).
 // Every entry has a deadline, and `take` is the only way out: it clears the
 // timer and the cancel listener, so whoever takes an entry settles it, once.
-// An IdMap: an entry comes and goes with every connection.
 
 import type { Backend } from './backend.js';
-import { IdMap } from '../mux/id-map.js';
 import { InternalError } from '../protocol/errors.js';
 import type { TunnelConn } from './tunnel-conn.js';
 import type { TunnelRelay } from './tunnel-relay.js';
@@ -23,7 +21,7 @@ export interface PendingDial {
 }
 
 export class PendingDials {
-  private readonly dials = new IdMap<PendingDial>();
+  private readonly dials = new Map<bigint, PendingDial>();
 
   has(random: bigint): boolean {
     return this.dials.has(random);
@@ -52,16 +50,13 @@ export class PendingDials {
   /** Takes every dial pending on `backend`. */
   takeAllFor(backend: Backend): PendingDial[] {
     if (backend.pendingDialCount === 0) return [];
-    return this.dials
-      .values()
-      .filter((d) => d.backend === backend)
-      .map((d) => this.take(d.random)!);
+    return [...this.dials.values()].filter((d) => d.backend === backend).map((d) => this.take(d.random)!);
   }
 
   /** Hands every dial pending on `from` to `to`, deadlines and cancellation unchanged; returns them. */
   moveAll(from: Backend, to: Backend): PendingDial[] {
     if (from.pendingDialCount === 0) return [];
-    const moved = this.dials.values().filter((d) => d.backend === from);
+    const moved = [...this.dials.values()].filter((d) => d.backend === from);
     for (const d of moved) {
       d.backend = to;
       from.pendingDialCount--;
@@ -71,7 +66,7 @@ export class PendingDials {
   }
 
   takeAll(): PendingDial[] {
-    return this.dials.values().map((d) => this.take(d.random)!);
+    return [...this.dials.values()].map((d) => this.take(d.random)!);
   }
 
   get size(): number {
