@@ -8,7 +8,6 @@ import { isIP, Socket, type SocketConstructorOpts } from 'node:net';
 import { deniedByPolicyMessage, timeoutMessage } from '../protocol/dial-errors.js';
 import { PooledReads } from '../mux/pooled-reads.js';
 import { splitHostPort } from '../net/host-port.js';
-import { withSocketDefaults } from '../net/socket-options.js';
 import { AgentDialError } from './errors.js';
 import { errorCode, errorMessage } from '../protocol/errors.js';
 import type { AllowList } from './allow-list.js';
@@ -43,7 +42,7 @@ export interface DialedTarget {
 function newTargetSocket(): DialedTarget {
   const reads = new PooledReads();
   // net.connect() passes the same options to the constructor, where `onread` and `noDelay` are read.
-  const opts = withSocketDefaults({ allowHalfOpen: true, noDelay: true, onread: reads.onread } as SocketConstructorOpts);
+  const opts = { allowHalfOpen: true, noDelay: true, onread: reads.onread } as SocketConstructorOpts;
   return { socket: new Socket(opts), reads };
 }
 

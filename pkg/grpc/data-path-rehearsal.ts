@@ -23,7 +23,6 @@ import type { Registry } from '../metrics/prom.js';
 import { AGENT_CLOSE, SERVER_CLOSE } from '../mux/close-handshake.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { SocketRelay, type SocketRelayOptions } from '../mux/socket-relay.js';
-import { acceptWithSocketDefaults } from '../net/socket-options.js';
 import { errorMessage, RehearsalError } from '../protocol/errors.js';
 import type { Packet } from '../protocol/packet.js';
 import { startCall } from './client-call-head.js';
@@ -118,8 +117,6 @@ export interface RehearsalLink {
 async function listenLoopback(server: Server | http2.Http2Server): Promise<number> {
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
-  // As listen() does for the real listeners, so that the rehearsal warms the same accept path.
-  acceptWithSocketDefaults(server);
   return (server.address() as AddressInfo).port;
 }
 

@@ -2,13 +2,11 @@
 // them: listen() settles once, with the error (EADDRINUSE, EACCES) as a
 // rejection instead of an 'error' event nobody hears; stopListening() resolves
 // whether or not the server was listening. A server listening through here
-// constructs the sockets it accepts from complete options (socket-options.ts:
-// no maps of their own), and says in the log when it cannot accept, out of
-// file descriptors above all (accept-failures.ts), instead of ending the process.
+// says in the log when it cannot accept, out of file descriptors above all
+// (accept-failures.ts), instead of ending the process.
 
 import type { ListenOptions, Server } from 'node:net';
 import { reportAcceptFailures, type ListenerName } from './accept-failures.js';
-import { acceptWithSocketDefaults } from './socket-options.js';
 
 export type { ListenerName } from './accept-failures.js';
 
@@ -34,7 +32,6 @@ export function listen(server: Server, options: ListenOptions, who: ListenerName
     server.once('error', onError);
     server.listen(options, () => {
       server.off('error', onError);
-      acceptWithSocketDefaults(server);
       reportAcceptFailures(server, who);
       resolve();
     });
