@@ -6,7 +6,7 @@
 // --max-semi-space-size=1 (MB): V8's young generation stays at 2 × 1 MB instead
 // of growing to 2 × 16 MB under traffic or while many connections open, and
 // scavenges, which free dead Buffers' memory, come sooner (docs/operating.md,
-// "Node and V8 options"; bench/README.md, "Memory"). 1 rather than 2: 2 MB less RSS idle and
+// "Node and V8 options"). 1 rather than 2: 2 MB less RSS idle and
 // with 1,000 idle connections, and no agent CPU per GiB lost.
 //
 // --v8-pool-size=1: one V8 worker thread instead of Node's four. Each thread
@@ -14,7 +14,7 @@
 // the arenas of four kept ~1.7 MB of TurboFan's freed zones resident after
 // the start-up rehearsal (smaps: one arena holds 0.3-0.6 MB). Agent RSS at
 // ready 63.5-65.4 -> 61.9-62.5 MB, with 1,000 idle connections 66.5-66.8 ->
-// 65.2-65.5 MB (bench/README.md, "Where the memory goes").
+// 65.2-65.5 MB.
 
 export const AGENT_NODE_OPTIONS: readonly string[] = ['--max-semi-space-size=1', '--v8-pool-size=1'];
 

@@ -21,8 +21,8 @@
 // Each wait is the interval plus up to a tenth more, at random. Links that
 // connected together (every agent back at once after a server restart) would
 // otherwise ping in step for their whole life: 1,000 pings in one timer turn
-// stall the server's event loop ~13 ms every interval (bench/README.md, "The
-// scale table"). Only longer, never shorter: a peer's ping policy (grpc-go's
+// stall the server's event loop ~13 ms every interval (npm run bench -- scale,
+// 1,000 agent links). Only longer, never shorter: a peer's ping policy (grpc-go's
 // MinTime, ours in ping-policy.ts) must never see pings sooner than agreed.
 
 import type { Http2Session } from 'node:http2';

@@ -9,7 +9,6 @@
 // `--rtt-only` / `--conn-only` runs (load ~5): server RSS at ready 79 -> 71 MB,
 // with 1,000 idle agents 170 -> 161 MB; bulk 281, 301, 215 -> 298, 269, 248
 // MiB/s, server CPU per GiB 2.04, 2.08, 2.12 -> 2.00, 1.96, 2.16 s, server +
-// agent CPU per connection 0.47, 0.53 -> 0.47, 0.47 ms (bench/README.md, "The
-// second memory pass").
+// agent CPU per connection 0.47, 0.53 -> 0.47, 0.47 ms.
 
 export const SERVER_NODE_OPTIONS: readonly string[] = ['--max-semi-space-size=4'];

@@ -1,8 +1,8 @@
 // The server's Node.js options (pkg/server/node-options.ts) reach the server
 // where it is launched: the Deployment's NODE_OPTIONS, and hack/local-tunnel
 // (the demo, the tests and the bench). Losing the option in either place gives
-// a server whose young generation grows to 32 MB (bench/README.md, "The second
-// memory pass") without any other test noticing.
+// a server whose young generation grows to 32 MB (RSS at ready 71 -> 79 MB)
+// without any other test noticing.
 
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';

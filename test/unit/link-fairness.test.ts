@@ -98,8 +98,7 @@ function assertFair(checkpoints: readonly Checkpoint[], atLeast: number): void {
 // the others grow to ~900 KiB (ss -tmi: rb133319 against rb855025), and that
 // connection brings ~95 KiB per turn against the others' 256 KiB share:
 // 43/119/119/119 % for a whole transfer, in most runs beside three busy
-// processes and once in CI (bench/README.md, "Four flows and the kernel's
-// receive windows").
+// processes and once in CI.
 test('a sender waits once it has sent its share, and a drain with nobody waiting ends no turn', async (t) => {
   const pair = await memoryLinkPair();
   t.after(() => pair.close());
