@@ -8,7 +8,7 @@
 // and agent's RSS after the idle; last, their RSS with 1,000 idle connections
 // open (1 s after the last opened, as compare.ts's row). One line per step; the load average beside
 // it says how much to trust it. `--node-args` passes Node/V8 options to our
-// server and agent (those given there win over cmd/common/v8-tiering.ts),
+// server and agent,
 // `--agent-args` flags to our agent (e.g. "--server-probe-interval 0");
 // `--log DIR` writes what they print (e.g. --trace-gc) to DIR/server.log and
 // DIR/agent.log, with a line "=== <step>" before each step's round trips.

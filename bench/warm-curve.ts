@@ -7,7 +7,7 @@
 // (utime + stime from /proc). No warm-up: the first batch is the process's
 // first 500 connections. Prints one line per run; the load average beside it
 // says how much to trust it. `--node-args` passes Node/V8 options to both
-// (a budget given there wins over cmd/common/v8-tiering.ts).
+// (e.g. --interrupt-budget=N).
 
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';

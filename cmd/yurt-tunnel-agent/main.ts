@@ -1,8 +1,6 @@
 #!/usr/bin/env node
 // yurt-tunnel-agent: flags → pkg/agent/app.
 
-// First, before the modules it tunes are loaded.
-import '../common/v8-tiering.js';
 import { Command } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';

@@ -1,8 +1,6 @@
 #!/usr/bin/env node
 // yurt-tunnel-server: flags → pkg/server/app.
 
-// First, before the modules it tunes are loaded.
-import '../common/v8-tiering.js';
 import { Command, Option } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { fetchAgents, formatAgents, type AgentsOutput } from '../../pkg/meta/agents-status.js';
