@@ -10,6 +10,7 @@
 // gRPC: Go and grpc-js agents see headers, length-prefixed messages, status
 // trailers, keepalive pings and GOAWAY as from any gRPC server.
 
+import { AsyncLocalStorage } from 'node:async_hooks';
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
@@ -57,11 +58,6 @@ function ownerOf(meta: AgentMetadata): SessionOwner {
   return { agentID: meta.agentID, fingerprint: meta.fingerprint, identityVerified: meta.identityVerified };
 }
 
-/** The raw socket under a server-side TLS socket (Node keeps it in `_parent`). */
-function tlsParent(socket: TLSSocket): object {
-  return (socket as unknown as { _parent?: object })._parent ?? socket;
-}
-
 /** An accepted agent call: its backend, the tunnel's link over it, and whether it resumed a session. */
 interface AcceptedCall {
   backend: Backend;
@@ -79,8 +75,12 @@ export class AgentEndpoint {
   /** The connection each admitted call rides on. */
   private readonly connectionOf = new WeakMap<AgentCall, AgentConnection>();
   private readonly sockets = new ConnectionSet();
-  /** Peer address of each raw connection, still known after its TLS socket is gone. */
-  private readonly remoteAddresses = new WeakMap<object, string>();
+  /**
+   * The peer of the connection whose TLS handshake is under way: a TLS socket that is reset or times out
+   * mid-handshake no longer knows its remoteAddress. Entered before Node wraps the raw socket in TLS, so its
+   * handshake's callbacks (reads, the timeout) carry it to 'tlsClientError'.
+   */
+  private readonly handshakePeer = new AsyncLocalStorage<string>();
   private readonly metrics: AgentEndpointMetrics;
   private readonly refusedCallers: CallerRefusals;
   private readonly admission: Admission;
@@ -112,10 +112,10 @@ export class AgentEndpoint {
       log: this.limited,
     });
     this.server = agentServer(opts.tls, this.opts);
+    this.server.prependListener('connection', (socket: Socket) => this.handshakePeer.enterWith(remoteOf(socket)));
     this.server.on('connection', (socket: Socket) => {
       // Control packets are small and latency-bound; Nagle would hold them back.
       socket.setNoDelay(true);
-      this.remoteAddresses.set(socket, remoteOf(socket));
       this.sockets.add(socket);
     });
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
@@ -163,7 +163,7 @@ export class AgentEndpoint {
   }
 
   private onTLSError(err: Error, socket: TLSSocket): void {
-    const remoteAddress = this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket);
+    const remoteAddress = this.handshakePeer.getStore() ?? remoteOf(socket);
     const refusal = tlsRefusal(err, socket);
     const soFar = this.refusedCallers.add(refusal.reason);
     if (refusal.reason === 'tls_handshake_timeout') {

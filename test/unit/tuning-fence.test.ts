@@ -42,7 +42,6 @@ const KEPT_UNMARKED: Readonly<Record<string, string>> = {
 const PENDING: Readonly<Record<string, string>> = {
   'pkg/mux/object-array.ts': 'used only by socket-relay.ts (engineer core rewrites it): [] does as well within noise',
   'pkg/mux/socket-relay.ts': 'objectArray() for its queue: [] does as well within noise (engineer core rewrites this file)',
-  'pkg/endpoint/agent-endpoint.ts': "TLSSocket `_parent` to name a failed handshake's peer: no public way found yet",
 };
 
 function sourceFiles(dir: string): string[] {
