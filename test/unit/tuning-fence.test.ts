@@ -38,12 +38,6 @@ const KEPT_UNMARKED: Readonly<Record<string, string>> = {
   'pkg/mux/buffer-pool.ts': 'slab reuse: without it bulk CPU per GiB rose 2.7 -> 3.8 s (server) and 2.2 -> 3.4 s (agent)',
 };
 
-/** Still here until their owners' rewrites land; each is to go, not to stay. */
-const PENDING: Readonly<Record<string, string>> = {
-  'pkg/mux/object-array.ts': 'used only by socket-relay.ts (engineer core rewrites it): [] does as well within noise',
-  'pkg/mux/socket-relay.ts': 'objectArray() for its queue: [] does as well within noise (engineer core rewrites this file)',
-};
-
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
     const path = join(dir, name);
@@ -64,10 +58,10 @@ test('code that tunes V8 or reaches below public APIs sits only in the files the
     const what = MARKERS.filter(([, re]) => re.test(text)).map(([name]) => name);
     if (what.length > 0) found.set(relative(ROOT, file), what);
   }
-  const outside = [...found].filter(([file]) => KEPT[file] === undefined && PENDING[file] === undefined);
+  const outside = [...found].filter(([file]) => KEPT[file] === undefined);
   assert.deepEqual(outside, [], 'measure it, then name it in KEPT with its figure (or take it out)');
   // The lists stay true: every file named still holds what it was named for.
-  for (const file of [...Object.keys(KEPT), ...Object.keys(PENDING)]) assert.ok(found.has(file), `${file} is named by the fence but holds no marker any more`);
+  for (const file of Object.keys(KEPT)) assert.ok(found.has(file), `${file} is named by the fence but holds no marker any more`);
 });
 
 test('each piece of tuning kept without a marker is still there, and says so where it lives', () => {
