@@ -16,6 +16,7 @@ import { formatAgentIdentifiers, IDENTIFIER_KEYS, emptyIdentifiers } from '../pr
 import { AllowList } from './allow-list.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 import { ClientSet } from './client-set.js';
+import { parseServerAddresses } from './server-addresses.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
@@ -26,7 +27,10 @@ import { proxyConfigFrom, type ProxyConfig, type ProxySettings } from './proxy/p
 export interface AgentOptions {
   nodeName: string;
   nodeIP?: string;
-  /** host:port of the server's agent port; '' with a cluster: found from Service kube-system/x-tunnel-server-svc. */
+  /**
+   * host:port of the server's agent port, or a comma list of servers' (no load balancer);
+   * '' with a cluster: found from Service kube-system/x-tunnel-server-svc.
+   */
   tunnelServerAddr: string;
   /** CA of the server's certificate; default the cluster's CA in cluster mode, else `<certDir>/ca.crt`. */
   caFile?: string;
@@ -156,6 +160,7 @@ function checkedOptions(opts: AgentOptions): { identifiers: string; allowList: A
         `with --kube-config, --apiserver-addr or the kubelet's kubeconfig the agent finds it from Service ${TUNNEL_NAMESPACE}/${TUNNEL_SERVICE}`,
     );
   }
+  if (opts.tunnelServerAddr !== '') parseServerAddresses(opts.tunnelServerAddr);
   if (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 0) {
     throw new TypeError(`--node-ip ${JSON.stringify(opts.nodeIP)} is not an IP address`);
   }

@@ -2,6 +2,9 @@
 // dialling the server address until it holds links to `servercount` distinct
 // servers (behind a load balancer each dial may land on any replica), and
 // redials when a link drops, with jittered exponential backoff on failures.
+// Given several addresses (servers without a load balancer), it dials those
+// it holds no link through first, each failed one waiting out its own backoff
+// (server-addresses.ts).
 
 import { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
@@ -13,6 +16,7 @@ import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';
 import { dialServer, type DialedCall } from './server-dial.js';
 import { ServerConnection, type AgentTLS } from './server-connection.js';
+import { parseServerAddresses, ServerAddresses } from './server-addresses.js';
 import type { KeepalivePolicy, ServerConnectionOptions } from './server-connection-options.js';
 
 /** While a session is suspended, failed dials are retried after a delay drawn from this range (ms), not the growing backoff. */
@@ -26,6 +30,7 @@ const SUSPENDED_RETRY_MS = { min: 50, max: 500 };
 export const RETRY_LOG_LIMIT = { burst: 3, intervalMs: 60_000 };
 
 export interface ClientSetOptions {
+  /** `connection.address` may be a comma list of host:port: servers the agent spreads over. */
   connection: ServerConnectionOptions;
   /** First retry delay and the pause between syncs. Default 1 s. */
   syncIntervalMs?: number;
@@ -56,6 +61,10 @@ export class ClientSet {
   private readonly retryLog: LogLimiter;
   private readonly backoff: Backoff;
   private readonly syncIntervalMs: number;
+  /** Where the servers are; with several, each has its own backoff. */
+  private addresses: ServerAddresses;
+  /** The address of the dial under way (or of the last one). */
+  private dialedAddress = '';
   /** One keepalive interval for every link, so a server's too_many_pings slows them all. */
   private readonly keepalive: KeepalivePolicy;
   /** The server count announced by the newest distinct server. */
@@ -80,7 +89,17 @@ export class ClientSet {
     this.retryLog = new LogLimiter(this.log, RETRY_LOG_LIMIT);
     this.syncIntervalMs = opts.syncIntervalMs ?? 1000;
     this.keepalive = opts.connection.keepalive ?? { timeMs: opts.connection.keepaliveTimeMs ?? 35_000 };
-    this.backoff = new Backoff({ initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, fullJitter: true, capMs: opts.syncIntervalCapMs ?? 10_000 });
+    this.backoff = new Backoff(this.backoffOptions());
+    this.addresses = this.addressesOf(opts.connection.address);
+  }
+
+  private backoffOptions(): ConstructorParameters<typeof Backoff>[0] {
+    return { initialMs: this.syncIntervalMs, factor: 1.5, jitter: 0.1, fullJitter: true, capMs: this.opts.syncIntervalCapMs ?? 10_000 };
+  }
+
+  /** '' (not known yet) is no address. */
+  private addressesOf(text: string): ServerAddresses {
+    return new ServerAddresses(text === '' ? [] : parseServerAddresses(text), this.backoffOptions());
   }
 
   start(): void {
@@ -90,6 +109,7 @@ export class ClientSet {
   /** The server address for the next links (found after construction, e.g. from the cluster). */
   setAddress(address: string): void {
     this.opts.connection = { ...this.opts.connection, address };
+    this.addresses = this.addressesOf(address);
   }
 
   get address(): string {
@@ -148,15 +168,20 @@ export class ClientSet {
     while (!this.stopped) {
       let delay: number;
       try {
-        await this.syncOnce();
+        const wait = await this.syncOnce();
         this.backoff.reset();
-        delay = this.backoff.jittered(this.syncIntervalMs);
+        delay = wait ?? this.backoff.jittered(this.syncIntervalMs);
       } catch (err: unknown) {
         delay = this.backoff.next();
         // A session waits for its server: try again soon, not after the grown backoff.
         if (this.suspended.size > 0) delay = SUSPENDED_RETRY_MS.min + Math.random() * (SUSPENDED_RETRY_MS.max - SUSPENDED_RETRY_MS.min);
+        if (this.addresses.size > 1) {
+          // That address waits out its own backoff; the next sync tries another at once, or waits for the first one due.
+          this.addresses.failed(this.dialedAddress, this.suspended.size > 0 ? delay : undefined);
+          delay = 0;
+        }
         this.retryLog.warn('could not connect to the tunnel server; will retry', {
-          server: this.opts.connection.address,
+          server: this.dialedAddress,
           retryInMs: Math.round(delay),
           error: errorMessage(err),
         });
@@ -170,17 +195,30 @@ export class ClientSet {
    * held, a suspended session waits for its server, or to probe for a new
    * one. The call presents a claim for every suspended session (behind a load
    * balancer it cannot know which replica it reaches); the server's answer
-   * says which session, if any, it carries.
+   * says which session, if any, it carries. Returns how long to wait before
+   * the next step when the address due must first wait out its backoff.
    */
-  private async syncOnce(): Promise<void> {
-    if (this.draining || this.stopped) return;
+  private async syncOnce(): Promise<number | undefined> {
+    if (this.draining || this.stopped || this.addresses.size === 0) return undefined;
     const probe = this.clients.size >= this.serverCount && this.suspended.size === 0;
     if (probe) {
       const every = this.opts.probeIntervalMs ?? 30_000;
-      if (!(every > 0) || Date.now() - this.lastProbe < every) return;
-      this.lastProbe = Date.now();
+      if (!(every > 0) || Date.now() - this.lastProbe < every) return undefined;
     }
-    const conn = this.newConnection();
+    const { address, waitMs } = this.addresses.next(
+      new Set([...this.clients.values()].map((c) => c.address)),
+      new Set([...this.suspended.values()].map((c) => c.address)),
+    );
+    if (waitMs > 0) return waitMs;
+    if (probe) this.lastProbe = Date.now();
+    this.dialedAddress = address;
+    await this.dialOnce(address, probe);
+    return undefined;
+  }
+
+  /** Dials `address` and keeps what answers: a new link, a resumed session, or nothing (a duplicate). */
+  private async dialOnce(address: string, probe: boolean): Promise<void> {
+    const conn = this.newConnection(address);
     const claims = [...this.suspended.values()].flatMap((s) => s.nextClaim() ?? []);
     this.dialing = new AbortController();
     let dialed: DialedCall;
@@ -189,6 +227,7 @@ export class ClientSet {
     } finally {
       this.dialing = undefined;
     }
+    this.addresses.succeeded(address);
     const { identity, offer } = dialed;
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the dial
     if (this.stopped) {
@@ -259,10 +298,11 @@ export class ClientSet {
     }
   }
 
-  private newConnection(): ServerConnection {
+  private newConnection(address: string): ServerConnection {
     let conn: ServerConnection | undefined = undefined;
     conn = new ServerConnection({
       ...this.opts.connection,
+      address,
       keepalive: this.keepalive,
       onConnectionClosed: () => this.idle.check(),
       onSuspended: (reason) => this.onSuspended(conn!, reason),
