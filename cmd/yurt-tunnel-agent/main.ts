@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // yurt-tunnel-agent: flags → pkg/agent/app.
 
-import { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
@@ -10,7 +10,6 @@ import { rehearsalTiering } from '../common/v8-tiering.js';
 import {
   durationOption,
   packageVersion,
-  parseHostPort,
   parseHostPortOrURL,
   parseIP,
   parsePort,
@@ -20,6 +19,16 @@ import {
 } from '../common/flags.js';
 import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
+import { parseServerAddresses } from '../../pkg/agent/server-addresses.js';
+
+/** --tunnelserver-addr: one host:port or a comma list, each checked; kept as the trimmed comma list. */
+function parseServerAddressList(text: string): string {
+  try {
+    return parseServerAddresses(text).join(',');
+  } catch (err: unknown) {
+    throw new InvalidArgumentError(err instanceof Error ? err.message : String(err));
+  }
+}
 
 interface AgentFlags {
   nodeName?: string;
@@ -61,10 +70,11 @@ const program = new Command('yurt-tunnel-agent')
   .option('--node-name <name>', "this node's name, used as the agent ID (default: env NODE_NAME)")
   .option('--node-ip <ip>', "this node's IP, advertised and allowed by default (default: env NODE_IP)", parseIP)
   .option(
-    '--tunnelserver-addr <host:port>',
-    "address of yurt-tunnel-server's agent port (10262) (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: " +
+    '--tunnelserver-addr <host:port,...>',
+    "address of yurt-tunnel-server's agent port (10262), or a comma list of the servers' addresses when no load balancer is in front: " +
+      'the agent links to servercount distinct servers over them (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: ' +
       'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
-    parseHostPort,
+    parseServerAddressList,
   )
   .option(
     '--proxy-url <url>',
