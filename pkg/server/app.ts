@@ -32,7 +32,7 @@ import {
   watchOwnListeners,
   type EgressFrontend,
 } from './components.js';
-import { loopbackFor, type ServerOptions } from './options.js';
+import { loopbackFor, type ServerLeaseSettings, type ServerOptions } from './options.js';
 import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
 import { runStartupRehearsal } from '../grpc/data-path-rehearsal.js';
 import { rehearseServer } from './rehearsal.js';
@@ -79,6 +79,8 @@ export class TunnelServer {
   tcpPorts: TcpPortMap | undefined;
   /** Cluster mode's DNS record controller (--enable-dns-controller). */
   private dns: import('../dns/controller.js').DnsController | undefined;
+  /** Konnectivity's server Lease (--enable-lease-controller). */
+  private lease: import('../kube/server-lease.js').ServerLease | undefined;
 
   private constructor(
     readonly serverID: string,
@@ -101,6 +103,9 @@ export class TunnelServer {
 
   static async start(opts: ServerOptions): Promise<TunnelServer> {
     const log = opts.logger;
+    if (opts.leaseController !== undefined && serverKubeConfigSource(opts.kubeConfig) === undefined) {
+      throw new TypeError('--enable-lease-controller needs a cluster: give --kube-config, or run in a pod (in-cluster configuration)');
+    }
     // Everything that can be wrong with the flags' files is found before anything is built or listens.
     const files = await readServerFiles(opts);
     const { certs, cluster } = await serverCertificates(opts);
@@ -166,6 +171,7 @@ export class TunnelServer {
     }
     this.listening = true;
     if (cluster !== undefined && opts.enableDNSController) await this.startDnsController(cluster, opts);
+    if (cluster !== undefined && opts.leaseController !== undefined) await this.startLease(cluster, opts.leaseController);
     this.afterFlood.start();
     await this.meta?.start();
     if (cluster !== undefined && opts.enableIptables) this.iptables = await startIptables(cluster, this.master, opts);
@@ -258,6 +264,22 @@ export class TunnelServer {
     this.dns.start();
   }
 
+  /** Published once the agent port listens: an agent that counts this server can reach it. */
+  private async startLease(cluster: ClusterServices, settings: ServerLeaseSettings): Promise<void> {
+    const { ServerLease } = await import('../kube/server-lease.js');
+    this.lease = new ServerLease({
+      client: cluster.client,
+      serverID: this.serverID,
+      namespace: settings.namespace,
+      labels: settings.labels,
+      leaseDurationMs: settings.durationMs,
+      renewIntervalMs: settings.renewIntervalMs,
+      gcIntervalMs: settings.gcIntervalMs,
+      logger: this.log,
+    });
+    this.lease.start();
+  }
+
   /**
    * Graceful shutdown (SIGTERM): takes no new clients or agents at once,
    * lets open connections and pending dials finish for up to `graceMs`, then
@@ -284,6 +306,8 @@ export class TunnelServer {
   /** Stops accepting, fails pending dials, closes every connection. Idempotent. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      // Agents counting Leases learn at once that this server is going.
+      await this.lease?.stop();
       // The rules go first: connections to the nodes stop coming here before the master ports close.
       await this.iptables?.stop();
       this.afterFlood.stop();

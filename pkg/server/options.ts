@@ -90,6 +90,11 @@ export interface ServerOptions {
   enableCSRApprover?: boolean;
   /** The server's ServiceAccount in kube-system, the only requester of its certificates. Default yurt-tunnel-server. */
   serverServiceAccount?: string;
+  /**
+   * Cluster mode: publish Konnectivity's server Lease and collect expired ones
+   * (--enable-lease-controller; pkg/kube/server-lease.ts). Off when undefined.
+   */
+  leaseController?: ServerLeaseSettings;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
   /** Concurrent Connect streams per agent (certificate and agentID). Default 4. */
@@ -110,6 +115,14 @@ export interface ServerOptions {
   metricsRegistry?: Registry;
   /** Cluster mode: how often a pending CertificateSigningRequest is read (default 1 s). */
   csrPollMs?: number;
+}
+
+export interface ServerLeaseSettings {
+  namespace: string;
+  labels: Record<string, string>;
+  durationMs?: number;
+  renewIntervalMs?: number;
+  gcIntervalMs?: number;
 }
 
 /** The loopback address of `ip`'s family (the insecure port's default, as OpenYurt). */
