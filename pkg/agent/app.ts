@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
 import { readCertKeyPair, readPemFile } from '../certs/read-pem.js';
 import type { KubeConfigSource } from '../kube/config-source.js';
+import type { ServerLeaseCounter } from '../kube/server-lease-counter.js';
 import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
@@ -56,6 +57,12 @@ export interface AgentOptions {
   syncIntervalCapMs: number;
   /** While holding servercount servers, dial this often anyway to find new replicas; 0 never. Default 30 s. */
   serverProbeIntervalMs?: number;
+  /**
+   * Count the servers from Konnectivity's server Leases (--count-server-leases,
+   * --lease-namespace, --lease-label-selector, --server-count-source); needs a
+   * cluster (kubeSource). Off when undefined.
+   */
+  serverLeases?: { namespace: string; labelSelector: string; source: 'default' | 'max' };
   /** How long a draining agent waits for its connections before exiting. */
   drainTimeoutMs: number;
   /** Session resume's window (--resume-window); 0 turns it off. Default 10 s. */
@@ -161,6 +168,9 @@ function checkedOptions(opts: AgentOptions): { identifiers: string; allowList: A
     );
   }
   if (opts.tunnelServerAddr !== '') parseServerAddresses(opts.tunnelServerAddr);
+  if (opts.serverLeases !== undefined && opts.kubeSource === undefined) {
+    throw new TypeError("--count-server-leases needs a cluster to read the Leases from: --kube-config, --apiserver-addr or the kubelet's kubeconfig");
+  }
   if (opts.nodeIP !== undefined && isIP(opts.nodeIP) === 0) {
     throw new TypeError(`--node-ip ${JSON.stringify(opts.nodeIP)} is not an IP address`);
   }
@@ -179,6 +189,7 @@ function newClientSet(
   allowList: AllowList,
   metrics: AgentMetrics,
   proxy: ProxyConfig | undefined,
+  leases: ServerLeaseCounter | undefined,
 ): ClientSet {
   return new ClientSet({
     connection: {
@@ -198,8 +209,29 @@ function newClientSet(
     syncIntervalMs: opts.syncIntervalMs,
     syncIntervalCapMs: opts.syncIntervalCapMs,
     probeIntervalMs: opts.serverProbeIntervalMs,
+    leaseCount: leases === undefined ? undefined : { count: () => leases.count(), max: opts.serverLeases?.source === 'max' },
     logger: opts.logger,
   });
+}
+
+/** --count-server-leases: the informer on the server Leases, started (loaded only then: it brings the Kubernetes client). */
+async function startLeaseCounter(opts: AgentOptions): Promise<ServerLeaseCounter | undefined> {
+  if (opts.serverLeases === undefined) return undefined;
+  const { createKubeClient } = await import('../kube/client.js');
+  const { ServerLeaseCounter } = await import('../kube/server-lease-counter.js');
+  const counter = new ServerLeaseCounter({
+    client: createKubeClient(opts.kubeSource!),
+    namespace: opts.serverLeases.namespace,
+    labelSelector: opts.serverLeases.labelSelector,
+    logger: opts.logger,
+  });
+  counter.start();
+  opts.logger.info('counting servers from their Leases', {
+    namespace: opts.serverLeases.namespace,
+    labelSelector: opts.serverLeases.labelSelector,
+    source: opts.serverLeases.source,
+  });
+  return counter;
 }
 
 /** The agent's metrics, /readyz (a link to a server) and /debug port; `search.problem` says why no address is known yet. */
@@ -259,6 +291,8 @@ export class TunnelAgent {
     readonly meta: MetaServer | undefined,
     /** Ends the search for the server's address (when --tunnelserver-addr is not given). */
     private readonly discovery: Discovery | undefined,
+    /** The server Leases counted (--count-server-leases). */
+    private readonly leases: ServerLeaseCounter | undefined,
   ) {}
 
   static async start(opts: AgentOptions): Promise<TunnelAgent> {
@@ -277,7 +311,14 @@ export class TunnelAgent {
         opts.rehearsalTiering,
       );
     const metrics = new AgentMetrics();
-    const clients = newClientSet(opts, credentials.tls, identifiers, allowList, metrics, proxy);
+    let leases: ServerLeaseCounter | undefined;
+    try {
+      leases = await startLeaseCounter(opts);
+    } catch (err: unknown) {
+      await credentials.manager?.stop();
+      throw err;
+    }
+    const clients = newClientSet(opts, credentials.tls, identifiers, allowList, metrics, proxy, leases);
     const discover = opts.tunnelServerAddr === '';
     const search = { problem: 'not read yet' };
     opts.logger.info('yurt-tunnel-agent starting', {
@@ -298,6 +339,7 @@ export class TunnelAgent {
       await meta?.start();
     } catch (err: unknown) {
       await credentials.manager?.stop();
+      await leases?.stop();
       throw err;
     }
     let discovery: Discovery | undefined;
@@ -306,7 +348,7 @@ export class TunnelAgent {
     } else {
       clients.start();
     }
-    return new TunnelAgent(clients, opts, credentials.manager, meta, discovery);
+    return new TunnelAgent(clients, opts, credentials.manager, meta, discovery, leases);
   }
 
   /**
@@ -328,6 +370,7 @@ export class TunnelAgent {
       await this.discovery?.done;
       await this.certificate?.stop();
       await this.clients.close();
+      await this.leases?.stop();
       await this.meta?.close();
       this.opts.logger.info('yurt-tunnel-agent stopped');
     })();

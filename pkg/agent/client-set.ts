@@ -42,6 +42,13 @@ export interface ClientSetOptions {
    * 0 never probes. Default 30 s.
    */
   probeIntervalMs?: number;
+  /**
+   * Count servers from Konnectivity's server Leases (--count-server-leases):
+   * `count()` gives the valid Leases; `max` takes the larger of that and the
+   * servers' own servercount, else the Leases' count wins whenever one is
+   * valid (none valid: the servercount header).
+   */
+  leaseCount?: { count(): number; max: boolean };
   logger?: Logger;
 }
 
@@ -69,6 +76,8 @@ export class ClientSet {
   private readonly keepalive: KeepalivePolicy;
   /** The server count announced by the newest distinct server. */
   private serverCount = 1;
+  /** The number of servers last wanted, for the line that says it changed. */
+  private lastWanted: number | undefined;
   /** Aborts the dial under way (close()). */
   private dialing: AbortController | undefined;
   private lastProbe = 0;
@@ -200,7 +209,7 @@ export class ClientSet {
    */
   private async syncOnce(): Promise<number | undefined> {
     if (this.draining || this.stopped || this.addresses.size === 0) return undefined;
-    const probe = this.clients.size >= this.serverCount && this.suspended.size === 0;
+    const probe = this.clients.size >= this.wantedServers() && this.suspended.size === 0;
     if (probe) {
       const every = this.opts.probeIntervalMs ?? 30_000;
       if (!(every > 0) || Date.now() - this.lastProbe < every) return undefined;
@@ -282,6 +291,23 @@ export class ClientSet {
     this.giveUpSessionsOfGoneServers();
   }
 
+  /** How many distinct servers to hold links to: the servers' servercount, or the count of their Leases. */
+  private wantedServers(): number {
+    const leases = this.opts.leaseCount;
+    const counted = leases?.count() ?? 0;
+    const wanted = counted === 0 ? this.serverCount : leases!.max ? Math.max(counted, this.serverCount) : counted;
+    if (wanted !== this.lastWanted && leases !== undefined) {
+      this.log.info('server count changed', {
+        serverCount: wanted,
+        validLeases: counted,
+        serverCountHeader: this.serverCount,
+        connectedServers: this.clients.size,
+      });
+    }
+    this.lastWanted = wanted;
+    return wanted;
+  }
+
   /**
    * Links held to as many distinct servers as there are, none of them the one
    * a suspended session waits for: that server is gone (it died without a
@@ -291,7 +317,7 @@ export class ClientSet {
    * lone server's restart, every agent at once.
    */
   private giveUpSessionsOfGoneServers(): void {
-    if (this.clients.size < this.serverCount) return;
+    if (this.clients.size < this.wantedServers()) return;
     for (const [serverID, session] of this.suspended) {
       this.suspended.delete(serverID);
       session.expire('server_gone');
