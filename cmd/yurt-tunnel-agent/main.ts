@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // yurt-tunnel-agent: flags → pkg/agent/app.
 
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { DEFAULT_AGENT_CERT_DIR, TunnelAgent } from '../../pkg/agent/app.js';
 import { agentKubeConfigSource } from '../../pkg/kube/config-source.js';
 import { createLogger } from '../../pkg/log/logger.js';
@@ -10,6 +10,7 @@ import { rehearsalTiering } from '../common/v8-tiering.js';
 import {
   durationOption,
   packageVersion,
+  parseBool,
   parseHostPortOrURL,
   parseIP,
   parsePort,
@@ -20,6 +21,7 @@ import {
 import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 import { parseServerAddresses } from '../../pkg/agent/server-addresses.js';
+import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE } from '../../pkg/kube/server-lease-names.js';
 
 /** --tunnelserver-addr: one host:port or a comma list, each checked; kept as the trimmed comma list. */
 function parseServerAddressList(text: string): string {
@@ -50,6 +52,10 @@ interface AgentFlags {
   syncInterval: number;
   syncIntervalCap: number;
   serverProbeInterval: number;
+  countServerLeases: boolean;
+  leaseNamespace: string;
+  leaseLabelSelector: string;
+  serverCountSource: 'default' | 'max';
   drainTimeout: number;
   resumeWindow: number;
   maxConcurrentDials: number;
@@ -92,7 +98,7 @@ const program = new Command('yurt-tunnel-agent')
   .option('--key-file <path>', "this agent's client key (default: <cert-dir>/tls.key)")
   .option(
     '--kube-config <path>',
-    "kubeconfig used to request the client certificate (default: --apiserver-addr, else the kubelet's /etc/kubernetes/kubelet.conf when present)",
+    "kubeconfig used to request the client certificate and read server Leases (default: --apiserver-addr, else the kubelet's /etc/kubernetes/kubelet.conf when present)",
   )
   .option(
     '--apiserver-addr <host:port>',
@@ -124,6 +130,23 @@ const program = new Command('yurt-tunnel-agent')
       '30s',
       { min: '1s', max: '24h', zero: 'never' },
     ),
+  )
+  .option(
+    '--count-server-leases [bool]',
+    "count the servers from Konnectivity's server Leases (published by servers with --enable-lease-controller) instead of " +
+      'their servercount header, which stays the fallback while no Lease is valid; needs the kubeconfig (the RBAC: leases get, list, watch in --lease-namespace)',
+    parseBool,
+    false,
+  )
+  .option('--lease-namespace <namespace>', 'namespace of the server Leases', DEFAULT_LEASE_NAMESPACE)
+  .option('--lease-label-selector <selector>', 'label selector of the server Leases', DEFAULT_LEASE_LABEL)
+  .addOption(
+    new Option(
+      '--server-count-source <source>',
+      'with --count-server-leases: default (the valid Leases) or max (the larger of those and the servercount header)',
+    )
+      .choices(['default', 'max'])
+      .default('default'),
   )
   .addOption(resumeWindowOption())
   .addOption(
@@ -168,6 +191,9 @@ addProcessOptions(program).action(async (flags: AgentFlags) => {
     syncIntervalMs: flags.syncInterval,
     syncIntervalCapMs: flags.syncIntervalCap,
     serverProbeIntervalMs: flags.serverProbeInterval,
+    serverLeases: flags.countServerLeases
+      ? { namespace: flags.leaseNamespace, labelSelector: flags.leaseLabelSelector, source: flags.serverCountSource }
+      : undefined,
     drainTimeoutMs: flags.drainTimeout,
     resumeWindowMs: flags.resumeWindow,
     maxConcurrentDials: flags.maxConcurrentDials,

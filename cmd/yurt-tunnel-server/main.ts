@@ -43,6 +43,7 @@ import {
 import { wrapHelpToTerminal } from '../common/help.js';
 import { InvalidArgumentError } from 'commander';
 import { errorMessage } from '../../pkg/protocol/errors.js';
+import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE, parseLeaseLabels } from '../../pkg/kube/server-lease-names.js';
 
 interface ServerFlags {
   bindAddress: string;
@@ -88,6 +89,12 @@ interface ServerFlags {
   dnsSyncPeriod: number;
   enableCsrApprover: boolean;
   serverServiceAccount: string;
+  enableLeaseController: boolean;
+  leaseNamespace: string;
+  leaseLabel: Record<string, string>;
+  leaseDuration: number;
+  leaseRenewInterval: number;
+  leaseGcInterval: number;
   keepaliveTime: number;
   metaPort: number;
   enableProfiling: boolean;
@@ -297,6 +304,27 @@ const program = new Command('yurt-tunnel-server')
     "the server's ServiceAccount in kube-system: the only requester the approver accepts for the server's certificates",
     'yurt-tunnel-server',
   )
+  .option(
+    '--enable-lease-controller [bool]',
+    "publish Konnectivity's server Lease (cluster mode only): konnectivity-proxy-server-<server-id> in --lease-namespace with " +
+      '--lease-label, renewed every --lease-renew-interval, and delete expired Leases with that label; agents started with ' +
+      '--count-server-leases (ours or upstream Go agents) count the valid ones as the number of servers',
+    parseBool,
+    false,
+  )
+  .option('--lease-namespace <namespace>', 'namespace of the server Leases', DEFAULT_LEASE_NAMESPACE)
+  .addOption(
+    new Option('--lease-label <key=value,...>', "labels set on this server's Lease and selecting the Leases the GC may delete")
+      .argParser(parseLeaseLabel)
+      .default(parseLeaseLabel(DEFAULT_LEASE_LABEL), DEFAULT_LEASE_LABEL),
+  )
+  .addOption(durationOption('--lease-duration <duration>', "the Lease's leaseDurationSeconds (whole seconds)", '30s', { min: '1s', max: '1h' }))
+  .addOption(
+    durationOption('--lease-renew-interval <duration>', 'how often the Lease is renewed (less than --lease-duration)', '15s', { min: '100ms', max: '1h' }),
+  )
+  .addOption(
+    durationOption('--lease-gc-interval <duration>', 'how often expired server Leases with --lease-label are deleted', '15s', { min: '100ms', max: '1h' }),
+  )
   .addOption(
     durationOption('--keepalive-time <duration>', 'ping an agent not heard from for this long (and every 6 of these anyway, for its round trip)', '10s', {
       min: '100ms',
@@ -366,6 +394,15 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     dnsSyncPeriodMs: flags.dnsSyncPeriod,
     enableCSRApprover: flags.enableCsrApprover,
     serverServiceAccount: flags.serverServiceAccount,
+    leaseController: flags.enableLeaseController
+      ? {
+          namespace: flags.leaseNamespace,
+          labels: flags.leaseLabel,
+          durationMs: flags.leaseDuration,
+          renewIntervalMs: flags.leaseRenewInterval,
+          gcIntervalMs: flags.leaseGcInterval,
+        }
+      : undefined,
     keepaliveTimeMs: flags.keepaliveTime,
     keepaliveTimeoutMs: flags.keepaliveTimeout,
     metaPort: flags.metaPort,
@@ -379,6 +416,14 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     await server.shutdown(flags.gracefulShutdownTimeout);
   });
 });
+
+function parseLeaseLabel(text: string): Record<string, string> {
+  try {
+    return parseLeaseLabels(text);
+  } catch (err: unknown) {
+    throw new InvalidArgumentError(errorMessage(err));
+  }
+}
 
 function parseEgressMode(text: string): EgressSelectorMode {
   const mode = EGRESS_SELECTOR_MODES.find((m) => m === text);
