@@ -298,6 +298,15 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
         const server = find<Workload>(objs, 'Deployment', 'yurt-tunnel-server').spec;
         assert.equal(server.replicas, ha ? 2 : 1, route);
         assert.equal(envOf(server.template.spec.containers[0]!).SERVER_COUNT, ha ? '2' : '1', route);
+        // With HA, servers publish their Leases and agents count them, as the nodes they read the API as may.
+        assert.equal(envOf(server.template.spec.containers[0]!).ENABLE_LEASE_CONTROLLER, String(ha), route);
+        const agent = find<Workload>(objs, 'DaemonSet', 'yurt-tunnel-agent').spec;
+        assert.equal(envOf(agent.template.spec.containers[0]!).COUNT_SERVER_LEASES, String(ha), route);
+        assert.equal(
+          objs.some((o) => o.kind === 'RoleBinding' && o.metadata.name === 'yurt-tunnel-agent-server-leases'),
+          ha,
+          route,
+        );
         if (!ha) continue;
         // One control-plane node must still come up with one server: nothing required but the host ports.
         const pod = server.template.spec;
