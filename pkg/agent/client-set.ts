@@ -238,7 +238,7 @@ export class ClientSet {
     }
     this.addresses.succeeded(address);
     const { identity, offer } = dialed;
-    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- stop() may have run during the dial
+    // stop() may have run during the dial.
     if (this.stopped) {
       conn.adopt(dialed);
       conn.close('agent is stopping');
