@@ -128,9 +128,18 @@ test('agent --tunnelserver-addr without a port, --apiserver-addr without one: ex
       h,
       AGENT_BIN,
       [...files, '--tunnelserver-addr', addr],
-      new RegExp(`^error: option '--tunnelserver-addr <host:port>' argument '${escaped(addr)}' is invalid\\. not host:port with a port 1-65535, e\\.g\\. `),
+      new RegExp(
+        `^error: option '--tunnelserver-addr <host:port,...>' argument '${escaped(addr)}' is invalid\\. --tunnelserver-addr: "${escaped(addr)}" is not host:port with a port 1-65535, e\\.g\\. `,
+      ),
     );
   }
+  // In a list of servers, the entry that is wrong is named.
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...files, '--tunnelserver-addr', '127.0.0.1:10262, 127.0.0.2'],
+    /^error: option '--tunnelserver-addr <host:port,...>' argument '127\.0\.0\.1:10262, 127\.0\.0\.2' is invalid\. --tunnelserver-addr: "127\.0\.0\.2" is not host:port/,
+  );
   await assertRefused(
     h,
     AGENT_BIN,
