@@ -184,14 +184,15 @@ export class ClientSet {
         delay = this.backoff.next();
         // A session waits for its server: try again soon, not after the grown backoff.
         if (this.suspended.size > 0) delay = SUSPENDED_RETRY_MS.min + Math.random() * (SUSPENDED_RETRY_MS.max - SUSPENDED_RETRY_MS.min);
+        let retryIn = delay;
         if (this.addresses.size > 1) {
           // That address waits out its own backoff; the next sync tries another at once, or waits for the first one due.
-          this.addresses.failed(this.dialedAddress, this.suspended.size > 0 ? delay : undefined);
+          retryIn = this.addresses.failed(this.dialedAddress, this.suspended.size > 0 ? delay : undefined);
           delay = 0;
         }
         this.retryLog.warn('could not connect to the tunnel server; will retry', {
           server: this.dialedAddress,
-          retryInMs: Math.round(delay),
+          retryInMs: Math.round(retryIn),
           error: errorMessage(err),
         });
       }

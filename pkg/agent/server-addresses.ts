@@ -68,10 +68,13 @@ export class ServerAddresses {
     return { address: best!.address, waitMs };
   }
 
-  /** A dial to `address` failed: it waits out its next backoff step, or `retryMs` when given. */
-  failed(address: string, retryMs?: number, now = Date.now()): void {
+  /** A dial to `address` failed: it waits out its next backoff step, or `retryMs` when given; returns the wait. */
+  failed(address: string, retryMs?: number, now = Date.now()): number {
     const s = this.states.find((x) => x.address === address);
-    if (s !== undefined) s.notBefore = now + (retryMs ?? s.backoff.next());
+    if (s === undefined) return 0;
+    const wait = retryMs ?? s.backoff.next();
+    s.notBefore = now + wait;
+    return wait;
   }
 
   /** A dial to `address` reached a server: its backoff starts over. */
