@@ -139,6 +139,8 @@ describe('server Leases with a real kube-apiserver', { skip }, () => {
       '--tunnelserver-addr', ports.map((p) => `127.0.0.1:${p}`).join(','),
       '--count-server-leases', '--lease-namespace', NAMESPACE, '--lease-label-selector', LABEL,
       '--sync-interval', '200ms', '--sync-interval-cap', '1s',
+      // No probes: only the count makes it dial past the first server.
+      '--server-probe-interval', '0',
       '--meta-port', '0', '--startup-rehearsal=false', '--v', '2',
     ]);
     await waitFor('the agent on server-a and server-b', async () => (await holds(a, 'edge-1')) && (await holds(b, 'edge-1')), 60_000);
