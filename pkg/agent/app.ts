@@ -10,6 +10,8 @@ import { TUNNEL_NAMESPACE, TUNNEL_SERVICE } from '../kube/tunnel-addresses.js';
 import { MetaServer } from '../meta/meta-server.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { AgentMetrics } from './metrics.js';
+import { watchCertificateExpiry } from '../metrics/certificate-expiry.js';
+import { watchProcess } from '../metrics/process-metrics.js';
 import type { AgentTLS } from './server-connection.js';
 import { isIP } from 'node:net';
 import type { Logger } from '../log/logger.js';
@@ -334,6 +336,8 @@ export class TunnelAgent {
       opts.logger.info('client certificate rotated; new links use it');
     });
     metrics.watch({ serverConnections: () => clients.connectedServers, endpointConnections: () => clients.connCount });
+    watchProcess(metrics.registry);
+    watchCertificateExpiry(metrics.registry, { agent_client: () => credentials.manager?.current()?.cert ?? credentials.tls.cert });
     const meta = opts.metaPort === undefined ? undefined : agentMetaServer(opts, opts.metaPort, clients, metrics, search);
     try {
       await meta?.start();

@@ -288,6 +288,7 @@ export class ClientSet {
       sessionResume: offer !== undefined,
       connectedServers: this.clients.size,
     });
+    this.opts.connection.metrics?.serverConnected();
     this.watch(identity.serverID, conn);
     this.giveUpSessionsOfGoneServers();
   }

@@ -35,6 +35,7 @@ export class AgentMetrics {
   private readonly dialFailures: Counter<'reason'>;
   private readonly packets: PacketCounter<'to_agent' | 'from_agent'>;
   private readonly linksSuspended: Counter;
+  private readonly serverConnects: Counter;
   private readonly sessionsResumed: Counter;
   private readonly sessionsExpired: Counter<'reason'>;
   private readonly resentBytes: Counter;
@@ -58,6 +59,11 @@ export class AgentMetrics {
       'Packets on server streams, by direction (segment, as Konnectivity names them) and type.',
       registry,
     );
+    this.serverConnects = new Counter({
+      name: 'yurttunnel_agent_server_connects_total',
+      help: 'Links to tunnel servers established (a new server, or one that came back); many in a few minutes means the agent flaps.',
+      registers: [registry],
+    });
     this.linksSuspended = new Counter({
       name: 'yurttunnel_agent_server_links_suspended_total',
       help: 'Links to tunnel servers that dropped without a goodbye and whose connections were kept for the resume window.',
@@ -79,6 +85,10 @@ export class AgentMetrics {
       help: 'DATA bytes resent to tunnel servers on session resumes.',
       registers: [registry],
     });
+  }
+
+  serverConnected(): void {
+    this.serverConnects.inc();
   }
 
   linkSuspended(): void {

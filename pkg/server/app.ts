@@ -30,6 +30,7 @@ import {
   nodeResolverFor,
   startIptables,
   watchOwnListeners,
+  watchServerProcess,
   type EgressFrontend,
 } from './components.js';
 import { loopbackFor, type ServerLeaseSettings, type ServerOptions } from './options.js';
@@ -112,6 +113,7 @@ export class TunnelServer {
     const serverID = opts.serverID ?? randomUUID();
     const registry = opts.metricsRegistry ?? new Registry();
     opts = { ...opts, metricsRegistry: registry };
+    watchServerProcess(registry, certs, files, cluster);
     // A dial to one of this server's own listeners would loop through the tunnel: refused.
     const loopGuard = new LoopGuard(new OwnListeners(), registry);
     const tunnel = new Tunnel({

@@ -20,6 +20,9 @@ import { RequestInterceptor } from '../interceptor/request-interceptor.js';
 import { DEFAULT_SYNC_PERIOD_MS, IptablesManager, MIN_SYNC_PERIOD_MS } from '../iptables/manager.js';
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
+import { watchCertificateExpiry } from '../metrics/certificate-expiry.js';
+import { watchProcess } from '../metrics/process-metrics.js';
+import type { Registry } from '../metrics/prom.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { NodeResolverChain, type EdgeNodeTest, type NodeResolver } from '../nodes/node-resolver.js';
 import { IptablesError } from '../iptables/errors.js';
@@ -195,6 +198,15 @@ export function followServingRotations(
   cluster.serving.onRotated((pair) => {
     endpoint.setTLS({ cert: pair.cert, key: pair.key, ca: certs.ca });
     master.setTLS({ cert: pair.cert, key: pair.key, clientCA });
+  });
+}
+
+/** The process's CPU and memory, and the notAfter of the certificates it presents now (rotated or pinned by flags). */
+export function watchServerProcess(registry: Registry, certs: ServerCertificates, files: ServerFiles, cluster: ClusterServices | undefined): void {
+  watchProcess(registry);
+  watchCertificateExpiry(registry, {
+    serving: () => cluster?.serving.current()?.cert ?? certs.server.cert,
+    proxy_client: () => files.proxyClient?.cert ?? cluster?.proxyClient.current()?.cert ?? certs.proxyClient.cert,
   });
 }
 

@@ -13,6 +13,10 @@ export interface TunnelTableSizes {
   backends(): number;
   agents(): number;
   pendingDials(): number;
+  /** The most dials waiting for one agent's answer, over all agents. */
+  mostPendingDialsOfAnAgent(): number;
+  /** --max-pending-dials-per-agent. */
+  maxPendingDialsPerAgent(): number;
   establishedConnections(): number;
 }
 
@@ -75,6 +79,13 @@ export class TunnelMetrics {
     });
     gauge(`${KONNECTIVITY}_ready_backend_connections`, 'Agent streams connected to this server.', () => sizes.backends());
     gauge(`${KONNECTIVITY}_pending_backend_dials`, 'Dials waiting for an agent DIAL_RSP.', () => sizes.pendingDials());
+    // No agent label (cardinality): the fullest agent's count, beside its limit, says when one is near it.
+    gauge('yurttunnel_server_agent_pending_dials_max', 'The most dials waiting for one agent\'s DIAL_RSP, over all agents.', () =>
+      sizes.mostPendingDialsOfAnAgent(),
+    );
+    gauge('yurttunnel_server_max_pending_dials_per_agent', 'The limit of dials waiting for one agent (--max-pending-dials-per-agent).', () =>
+      sizes.maxPendingDialsPerAgent(),
+    );
     gauge(`${KONNECTIVITY}_established_connections`, 'Tunnelled connections currently open.', () => sizes.establishedConnections());
     this.konnectivityDialFailures = new Counter({
       name: `${KONNECTIVITY}_dial_failure_count`,
