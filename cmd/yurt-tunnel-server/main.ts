@@ -48,6 +48,7 @@ import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE, parseLeaseLabels } from '
 interface ServerFlags {
   bindAddress: string;
   insecureBindAddress?: string;
+  metaBindAddress?: string;
   tunnelAgentConnectPort: number;
   securePort: number;
   insecurePort: number;
@@ -342,9 +343,14 @@ const program = new Command('yurt-tunnel-server')
   )
   .option(
     '--meta-port <port>',
-    'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections, /debug/flags/v) on --insecure-bind-address; 0 picks one',
+    'meta server (/healthz, /readyz, /metrics, /debug/agents, /debug/connections, /debug/flags/v) on --meta-bind-address; 0 picks one',
     parsePort,
     10265,
+  )
+  .option(
+    '--meta-bind-address <ip>',
+    "IP the meta server listens on, e.g. the pod's IP for Prometheus (default: --insecure-bind-address)",
+    parseIP,
   );
 
 wrapHelpToTerminal(program);
@@ -406,6 +412,7 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     keepaliveTimeMs: flags.keepaliveTime,
     keepaliveTimeoutMs: flags.keepaliveTimeout,
     metaPort: flags.metaPort,
+    metaBindAddress: flags.metaBindAddress,
     enableProfiling: flags.enableProfiling,
     startupRehearsal: flags.startupRehearsal,
     rehearsalTiering: rehearsalTiering(),

@@ -220,7 +220,7 @@ export function metaFor(
 ): MetaServer | undefined {
   if (opts.metaPort === undefined) return undefined;
   return new MetaServer({
-    host: opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
+    host: opts.metaBindAddress ?? opts.insecureBindAddress ?? loopbackFor(opts.bindAddress),
     port: opts.metaPort,
     headTimeoutMs: opts.requestHeadTimeoutMs,
     registry: opts.metricsRegistry!,

@@ -105,6 +105,8 @@ export interface ServerOptions {
   maxAgentConnectRate?: number;
   /** The meta server (/healthz, /readyz, /metrics, /debug/*): port (10265; 0 picks one) on insecureBindAddress. */
   metaPort?: number;
+  /** The meta server's address; default insecureBindAddress (the monitoring pack sets the pod's IP). */
+  metaBindAddress?: string;
   /** Serve CPU profiles and heap snapshots on the meta port. */
   enableProfiling?: boolean;
   /** Rehearse the data path before listening (pkg/grpc/data-path-rehearsal.ts); off unless the CLI is given --startup-rehearsal. */
