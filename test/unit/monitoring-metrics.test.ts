@@ -53,7 +53,7 @@ test('the process metrics count CPU time up and report resident memory', async (
   const first = await cpu();
   const start = used();
   // Burn 30 ms of CPU (the machine is shared: bounded by 5 s of wall time).
-  for (const until = performance.now() + 5000; used() - start < 0.03 && performance.now() < until; );
+  for (const until = performance.now() + 5000; used() - start < 0.03 && performance.now() < until;);
   const burnt = used() - start;
   const second = await cpu();
   assert.ok(burnt >= 0.03, `${burnt} s of CPU burnt`);
