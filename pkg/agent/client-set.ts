@@ -258,6 +258,8 @@ export class ClientSet {
       this.clients.set(identity.serverID, session);
       // Watched since its first call: whenClosed() covers the session's whole life.
       session.resumeOn(dialed, offer.resumedReceived);
+      // A resumed link is a link made again: it counts for flapping as a new one does.
+      this.opts.connection.metrics?.serverConnected();
       this.giveUpSessionsOfGoneServers();
       return;
     }

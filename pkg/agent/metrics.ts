@@ -4,8 +4,24 @@
 
 import { Counter, Gauge, Histogram, Registry } from '../metrics/prom.js';
 import { PacketCounter } from '../mux/packet-counter.js';
+import type { ResumeErrorCode } from '../protocol/errors.js';
 
 const PREFIX = 'konnectivity_network_proxy_agent';
+
+/**
+ * Why a suspended session ended (server-connection.ts): written at 0 from the
+ * start, so that the first one shows in increase() (the resume alert).
+ */
+const SESSION_EXPIRIES: Record<'window' | 'lost_by_server' | 'server_gone' | ResumeErrorCode, true> = {
+  window: true,
+  lost_by_server: true,
+  server_gone: true,
+  YT_ERR_RESUME_BAD_COUNT: true,
+  YT_ERR_RESUME_ACK_AHEAD: true,
+  YT_ERR_RESUME_BUFFER_FULL: true,
+  YT_ERR_RESUME_BUDGET: true,
+  YT_ERR_RESUME_BAD_CLAIM: true,
+};
 
 export interface AgentSizes {
   serverConnections(): number;
@@ -61,7 +77,7 @@ export class AgentMetrics {
     );
     this.serverConnects = new Counter({
       name: 'yurttunnel_agent_server_connects_total',
-      help: 'Links to tunnel servers established (a new server, or one that came back); many in a few minutes means the agent flaps.',
+      help: 'Links to tunnel servers established, resumed ones included; many in a few minutes means the agent flaps.',
       registers: [registry],
     });
     this.linksSuspended = new Counter({
@@ -80,6 +96,7 @@ export class AgentMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    for (const reason of Object.keys(SESSION_EXPIRIES)) this.sessionsExpired.inc({ reason }, 0);
     this.resentBytes = new Counter({
       name: 'yurttunnel_agent_resent_bytes_total',
       help: 'DATA bytes resent to tunnel servers on session resumes.',

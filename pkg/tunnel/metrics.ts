@@ -22,6 +22,23 @@ export interface TunnelTableSizes {
 
 const KONNECTIVITY = 'konnectivity_network_proxy_server';
 
+// Every reason, written at 0 from the start: a series that first appears at 1
+// has no increase() in Prometheus, so an alert would miss the first failure.
+// (A Record over the union: a new reason that is not listed fails to compile.)
+const DIAL_FAILURE_REASONS: Record<DialFailureReason, true> = {
+  YT_ERR_NO_AGENT: true,
+  YT_ERR_DIAL_FAILED: true,
+  YT_ERR_DIAL_DENIED: true,
+  YT_ERR_DIAL_TIMEOUT: true,
+  YT_ERR_AGENT_GONE: true,
+  YT_ERR_AGENT_LOST: true,
+  YT_ERR_DIAL_CANCELLED: true,
+  YT_ERR_TUNNEL_CLOSED: true,
+  YT_ERR_TOO_MANY_DIALS: true,
+  YT_ERR_BAD_ADDRESS: true,
+  YT_ERR_DIAL_LOOP: true,
+};
+
 /** Konnectivity's dial failure reasons for ours. */
 function konnectivityReason(reason: DialFailureReason): string {
   switch (reason) {
@@ -80,7 +97,7 @@ export class TunnelMetrics {
     gauge(`${KONNECTIVITY}_ready_backend_connections`, 'Agent streams connected to this server.', () => sizes.backends());
     gauge(`${KONNECTIVITY}_pending_backend_dials`, 'Dials waiting for an agent DIAL_RSP.', () => sizes.pendingDials());
     // No agent label (cardinality): the fullest agent's count, beside its limit, says when one is near it.
-    gauge('yurttunnel_server_agent_pending_dials_max', 'The most dials waiting for one agent\'s DIAL_RSP, over all agents.', () =>
+    gauge('yurttunnel_server_agent_pending_dials_max', "The most dials waiting for one agent's DIAL_RSP, over all agents.", () =>
       sizes.mostPendingDialsOfAnAgent(),
     );
     gauge('yurttunnel_server_max_pending_dials_per_agent', 'The limit of dials waiting for one agent (--max-pending-dials-per-agent).', () =>
@@ -106,6 +123,12 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    for (const reason of Object.keys(DIAL_FAILURE_REASONS) as DialFailureReason[]) {
+      this.dialFailures.inc({ reason }, 0);
+      this.konnectivityDialFailures.inc({ reason: konnectivityReason(reason) }, 0);
+    }
+    // The stalled-connections alert counts these.
+    this.closed.inc({ reason: 'YT_ERR_CONN_STALLED' }, 0);
     this.unknownPackets = new Counter({
       name: 'yurttunnel_server_unknown_connection_packets_total',
       help: 'Packets agents sent for connections or dials they do not hold on their stream, by type.',

@@ -32,6 +32,17 @@ export type SessionExpiry =
  * window, or after it ended). Unknown claims are normal behind a balancer and
  * not counted.
  */
+/** Every expiry reason, written at 0 from the start so that the first one shows in increase() (the resume alert). */
+const SESSION_EXPIRIES: Record<SessionExpiry, true> = {
+  window: true,
+  superseded_limit: true,
+  agent_restarted: true,
+  YT_ERR_RESUME_BAD_COUNT: true,
+  YT_ERR_RESUME_ACK_AHEAD: true,
+  YT_ERR_RESUME_BUFFER_FULL: true,
+  YT_ERR_RESUME_BUDGET: true,
+};
+
 export type ClaimRefusal = 'foreign_certificate' | 'stale_attempt' | 'session_expired' | 'session_ended';
 
 export class ResumeMetrics {
@@ -65,6 +76,7 @@ export class ResumeMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
+    for (const reason of Object.keys(SESSION_EXPIRIES)) this.expired.inc({ reason }, 0);
     this.refused = new Counter({
       name: 'yurttunnel_server_session_claims_refused_total',
       help: 'Session claims not honoured, by reason (foreign_certificate, stale_attempt, session_expired, session_ended).',
