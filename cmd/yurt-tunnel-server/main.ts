@@ -347,11 +347,7 @@ const program = new Command('yurt-tunnel-server')
     parsePort,
     10265,
   )
-  .option(
-    '--meta-bind-address <ip>',
-    "IP the meta server listens on, e.g. the pod's IP for Prometheus (default: --insecure-bind-address)",
-    parseIP,
-  );
+  .option('--meta-bind-address <ip>', "IP the meta server listens on, e.g. the pod's IP for Prometheus (default: --insecure-bind-address)", parseIP);
 
 wrapHelpToTerminal(program);
 addProcessOptions(program).action(async (flags: ServerFlags) => {
