@@ -113,7 +113,6 @@ export class TunnelServer {
     const serverID = opts.serverID ?? randomUUID();
     const registry = opts.metricsRegistry ?? new Registry();
     opts = { ...opts, metricsRegistry: registry };
-    watchServerProcess(registry, certs, files, cluster);
     // A dial to one of this server's own listeners would loop through the tunnel: refused.
     const loopGuard = new LoopGuard(new OwnListeners(), registry);
     const tunnel = new Tunnel({
@@ -128,6 +127,7 @@ export class TunnelServer {
       logger: log,
       metricsRegistry: opts.metricsRegistry,
     });
+    watchServerProcess(tunnel, certs, files, cluster, opts);
     let server: TunnelServer;
     try {
       server = TunnelServer.build(serverID, tunnel, loopGuard, certs, files, opts, cluster);

@@ -22,7 +22,8 @@ import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../k
 import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
 import { watchCertificateExpiry } from '../metrics/certificate-expiry.js';
 import { watchProcess } from '../metrics/process-metrics.js';
-import type { Registry } from '../metrics/prom.js';
+import { watchPendingDialsPerAgent } from '../tunnel/pending-dial-metrics.js';
+import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../tunnel/options.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { NodeResolverChain, type EdgeNodeTest, type NodeResolver } from '../nodes/node-resolver.js';
 import { IptablesError } from '../iptables/errors.js';
@@ -201,9 +202,20 @@ export function followServingRotations(
   });
 }
 
-/** The process's CPU and memory, and the notAfter of the certificates it presents now (rotated or pinned by flags). */
-export function watchServerProcess(registry: Registry, certs: ServerCertificates, files: ServerFiles, cluster: ClusterServices | undefined): void {
+/**
+ * What the monitoring pack reads besides the tunnel's own metrics: the process's CPU and memory, the notAfter of the
+ * certificates it presents now (rotated or pinned by flags), and the fullest agent's pending dials against the limit.
+ */
+export function watchServerProcess(
+  tunnel: Tunnel,
+  certs: ServerCertificates,
+  files: ServerFiles,
+  cluster: ClusterServices | undefined,
+  opts: ServerOptions,
+): void {
+  const registry = opts.metricsRegistry!;
   watchProcess(registry);
+  watchPendingDialsPerAgent(registry, tunnel.registry, opts.maxPendingDialsPerAgent ?? DEFAULT_MAX_PENDING_DIALS_PER_AGENT);
   watchCertificateExpiry(registry, {
     serving: () => cluster?.serving.current()?.cert ?? certs.server.cert,
     proxy_client: () => files.proxyClient?.cert ?? cluster?.proxyClient.current()?.cert ?? certs.proxyClient.cert,

@@ -13,10 +13,6 @@ export interface TunnelTableSizes {
   backends(): number;
   agents(): number;
   pendingDials(): number;
-  /** The most dials waiting for one agent's answer, over all agents. */
-  mostPendingDialsOfAnAgent(): number;
-  /** --max-pending-dials-per-agent. */
-  maxPendingDialsPerAgent(): number;
   establishedConnections(): number;
 }
 
@@ -55,6 +51,15 @@ function konnectivityReason(reason: DialFailureReason): string {
     default:
       return 'error_response';
   }
+}
+
+function writeReasonsAtZero(dialFailures: Counter<'reason'>, konnectivityDialFailures: Counter<'reason'>, closed: Counter<'reason'>): void {
+  for (const reason of Object.keys(DIAL_FAILURE_REASONS) as DialFailureReason[]) {
+    dialFailures.inc({ reason }, 0);
+    konnectivityDialFailures.inc({ reason: konnectivityReason(reason) }, 0);
+  }
+  // The stalled-connections alert counts these.
+  closed.inc({ reason: 'YT_ERR_CONN_STALLED' }, 0);
 }
 
 export class TunnelMetrics {
@@ -96,13 +101,6 @@ export class TunnelMetrics {
     });
     gauge(`${KONNECTIVITY}_ready_backend_connections`, 'Agent streams connected to this server.', () => sizes.backends());
     gauge(`${KONNECTIVITY}_pending_backend_dials`, 'Dials waiting for an agent DIAL_RSP.', () => sizes.pendingDials());
-    // No agent label (cardinality): the fullest agent's count, beside its limit, says when one is near it.
-    gauge('yurttunnel_server_agent_pending_dials_max', "The most dials waiting for one agent's DIAL_RSP, over all agents.", () =>
-      sizes.mostPendingDialsOfAnAgent(),
-    );
-    gauge('yurttunnel_server_max_pending_dials_per_agent', 'The limit of dials waiting for one agent (--max-pending-dials-per-agent).', () =>
-      sizes.maxPendingDialsPerAgent(),
-    );
     gauge(`${KONNECTIVITY}_established_connections`, 'Tunnelled connections currently open.', () => sizes.establishedConnections());
     this.konnectivityDialFailures = new Counter({
       name: `${KONNECTIVITY}_dial_failure_count`,
@@ -123,12 +121,7 @@ export class TunnelMetrics {
       labelNames: ['reason'],
       registers: [registry],
     });
-    for (const reason of Object.keys(DIAL_FAILURE_REASONS) as DialFailureReason[]) {
-      this.dialFailures.inc({ reason }, 0);
-      this.konnectivityDialFailures.inc({ reason: konnectivityReason(reason) }, 0);
-    }
-    // The stalled-connections alert counts these.
-    this.closed.inc({ reason: 'YT_ERR_CONN_STALLED' }, 0);
+    writeReasonsAtZero(this.dialFailures, this.konnectivityDialFailures, this.closed);
     this.unknownPackets = new Counter({
       name: 'yurttunnel_server_unknown_connection_packets_total',
       help: 'Packets agents sent for connections or dials they do not hold on their stream, by type.',

@@ -76,8 +76,6 @@ export class Tunnel {
         backends: () => this.registry.all().length,
         agents: () => this.registry.agentCount,
         pendingDials: () => this.pending.size,
-        mostPendingDialsOfAnAgent: () => this.mostPendingDialsOfAnAgent(),
-        maxPendingDialsPerAgent: () => this.maxPendingDialsPerAgent,
         establishedConnections: () => this.establishedCount(),
       },
       opts.metricsRegistry,
@@ -686,14 +684,6 @@ export class Tunnel {
     let n = 0;
     for (const b of this.registry.streamsOf(agentID)) n += b.pendingDialCount;
     return n;
-  }
-
-  private mostPendingDialsOfAnAgent(): number {
-    const byAgent = new Map<string, number>();
-    for (const b of this.registry.all()) byAgent.set(b.agentID, (byAgent.get(b.agentID) ?? 0) + b.pendingDialCount);
-    let most = 0;
-    for (const n of byAgent.values()) most = Math.max(most, n);
-    return most;
   }
 
   establishedCount(): number {
