@@ -8,7 +8,7 @@
 // through the log limiter. A refusal says which rule refused it, for the
 // metric and the log line.
 
-import type { TLSSocket } from 'node:tls';
+import type { PeerCertificate } from 'node:tls';
 import { firstNonPrintableASCII, quoteMetadataValue } from '../grpc/metadata.js';
 import type { IncomingCall } from '../grpc/server-call-head.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -48,6 +48,12 @@ export interface AgentMetadata {
   /** The agent already holds links to every server it knows of: this call looks for another (protocol/probe.ts). */
   probe: boolean;
 }
+
+/** What admission reads of a call: a gRPC call's head, or a WebSocket upgrade's (ws-call-head.ts). */
+export type CallHead = Pick<IncomingCall, 'check' | 'metadata'>;
+
+/** The agent's verified client certificate: from its TLS handshake, or forwarded by a trusted proxy. */
+export type AgentCertificate = Pick<PeerCertificate, 'subject' | 'subjectaltname' | 'fingerprint256'>;
 
 /** A call refused before any message, and the rule that refused it. */
 export interface Refusal {
@@ -97,13 +103,13 @@ export class Admission {
    * it holds (`resumes`) skips only the stream limit: during a silent blip the
    * call it replaces still counts.
    */
-  admit(call: IncomingCall, shuttingDown: boolean, resumes: (meta: AgentMetadata) => boolean = () => false): AgentMetadata | Refusal {
+  admit(call: CallHead, peer: AgentCertificate | undefined, shuttingDown: boolean, resumes: (meta: AgentMetadata) => boolean = () => false): AgentMetadata | Refusal {
     if (shuttingDown) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down', by: 'shutdown' };
     const bad = call.check([AGENT_CONNECT_PATH]);
     if (bad !== undefined) return { ...bad, by: 'call' };
     const overRate = this.checkConnectRate();
     if (overRate !== undefined) return overRate;
-    const meta = this.readAgentMetadata(call);
+    const meta = this.readAgentMetadata(call, peer);
     if ('code' in meta || resumes(meta)) return meta;
     return this.checkStreamLimit(meta);
   }
@@ -130,7 +136,7 @@ export class Admission {
     this.count(keys, -1);
   }
 
-  private readAgentMetadata(call: IncomingCall): AgentMetadata | Refusal {
+  private readAgentMetadata(call: CallHead, peer: AgentCertificate | undefined): AgentMetadata | Refusal {
     const ids = call.metadata('agentid');
     if (ids.length !== 1 || ids[0] === '') {
       const got = ids.length === 1 ? 'an empty one' : String(ids.length);
@@ -162,7 +168,6 @@ export class Admission {
       if (unknownKeys++ < UNKNOWN_KEYS_SHOWN) someUnknownKeys.push(key.length > KEY_CHARS_SHOWN ? `${key.slice(0, KEY_CHARS_SHOWN)}...` : key);
     });
     const check = this.opts.identityCheck;
-    const peer = (call.stream.session?.socket as TLSSocket | undefined)?.getPeerCertificate();
     const verdict = checkAgentIdentity(peer, agentID, identifiers, check);
     if (!verdict.ok) {
       this.opts.log.warn('agent refused by the identity check', {

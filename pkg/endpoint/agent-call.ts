@@ -10,6 +10,7 @@ import { ServerPacketCall } from '../grpc/server-call.js';
 import type { AgentLink, AgentLinkClose, AgentLinkEnd } from '../tunnel/agent-link.js';
 import type { Backend } from '../tunnel/backend.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import type { ServedCall } from './served-call.js';
 
 export class AgentCall extends ServerPacketCall implements AgentLink {
   /** Why we ended the call ourselves, in the tunnel's terms. */
@@ -60,7 +61,7 @@ export function openAgentCall(stream: ServerHttp2Stream, tunnel: Tunnel, opts: O
 }
 
 /** Starts `link`: its packets go into `tunnel` for `backend` until it ends; then `onEnd`, and the tunnel learns how it ended. */
-export function carryAgentPackets(tunnel: Tunnel, backend: Backend, link: AgentCall, onEnd: () => void): void {
+export function carryAgentPackets(tunnel: Tunnel, backend: Backend, link: ServedCall, onEnd: () => void): void {
   link.start({
     onPacket: (p) => tunnel.receive(backend, link, p),
     onClose: (reason) => {

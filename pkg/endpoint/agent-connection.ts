@@ -10,7 +10,7 @@ import { PingPolicy, TOO_MANY_PINGS } from '../grpc/ping-policy.js';
 import { GrpcStatus } from '../grpc/status.js';
 import type { LogLimiter } from '../log/log-limiter.js';
 import { errorMessage } from '../protocol/errors.js';
-import type { AgentCall } from './agent-call.js';
+import type { ServedCall } from './served-call.js';
 
 /** An agent heard all the time is still pinged every this many keepalive intervals, so that /debug/agents shows a recent round trip. */
 const ROUND_TRIP_EVERY_INTERVALS = 6;
@@ -41,7 +41,7 @@ export class AgentConnection {
   readonly pings: PingPolicy;
   readonly remoteAddress: string;
   /** The agent calls riding on this connection. */
-  readonly calls = new Set<AgentCall>();
+  readonly calls = new Set<ServedCall>();
   private readonly keepalive: Keepalive;
   private closeTimer: NodeJS.Timeout | undefined;
   /** Highest stream the agent opened: GOAWAY names it so the calls in flight still finish. */

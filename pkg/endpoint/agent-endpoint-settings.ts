@@ -1,7 +1,8 @@
-// The agent endpoint's options, their defaults, and the HTTP/2 server they
-// configure (mTLS, h2 only, the windows and stream limits).
+// The agent endpoint's options, their defaults, and the servers they
+// configure (mTLS; HTTP/2 with its windows and stream limits).
 
 import http2 from 'node:http2';
+import { createServer as createTLSServer, type Server as TLSServer } from 'node:tls';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
@@ -107,18 +108,25 @@ export function settingsOf(opts: AgentEndpointOptions): Settings {
   };
 }
 
-/** The HTTP/2 server agents connect to: mTLS, h2 only, windows and stream limits from `settings`. */
-export function agentServer(tls: AgentEndpointTLS, settings: Settings): http2.Http2SecureServer {
-  return http2.createSecureServer({
+/**
+ * The servers agents connect to: a TLS server (mTLS) whose connections go,
+ * by ALPN, to an HTTP/2 server (h2: gRPC, windows and stream limits from
+ * `settings`) or to the endpoint's HTTP/1.1 server (http/1.1, or no ALPN:
+ * the WebSocket transport). node:http2's own secure server decides ALPN
+ * itself and would give HTTP/1.1 to its compatibility layer.
+ */
+export function agentServer(tls: AgentEndpointTLS, settings: Settings): { tlsServer: TLSServer; h2: http2.Http2Server } {
+  const tlsServer = createTLSServer({
     cert: tls.cert,
     key: tls.key,
     ca: tls.ca,
     requestCert: true,
     rejectUnauthorized: true,
     minVersion: 'TLSv1.2',
-    ALPNProtocols: ['h2'],
-    allowHTTP1: false,
+    ALPNProtocols: ['h2', 'http/1.1'],
     handshakeTimeout: settings.tlsHandshakeTimeoutMs,
+  });
+  const h2 = http2.createServer({
     maxSessionMemory: 64,
     // An agent link carries one long-lived Connect stream, so HPACK's dynamic
     // tables never save a byte; they cost each link ~1.8 KiB in nghttp2 for
@@ -130,4 +138,5 @@ export function agentServer(tls: AgentEndpointTLS, settings: Settings): http2.Ht
       maxConcurrentStreams: Math.max(MAX_CONCURRENT_STREAMS, settings.maxStreamsPerAgent),
     },
   });
+  return { tlsServer, h2 };
 }

@@ -1,7 +1,10 @@
 // The agent endpoint (`--tunnel-agent-connect-port`, 10262): gRPC's
-// `AgentService/Connect` over HTTP/2 + mutual TLS. Each admitted call is
-// handed to the tunnel as an AgentLink (agent-call.ts); the tunnel never sees
-// HTTP/2, TLS or a status code.
+// `AgentService/Connect` over HTTP/2 + mutual TLS, and on the same port the
+// same link over a WebSocket (TLS ALPN `http/1.1`, an upgrade on any path:
+// the transport that passes L7 load balancers). Each admitted call is handed
+// to the tunnel as an AgentLink (agent-call.ts, ws-agent-call.ts) through one
+// path, admission to serving; the tunnel never sees HTTP/2, WebSocket, TLS
+// or a status code.
 //
 // We terminate HTTP/2 with node:http2 instead of @grpc/grpc-js's Server
 // because grpc-js cannot raise the server's receive window, and bulk data
@@ -11,9 +14,12 @@
 // trailers, keepalive pings and GOAWAY as from any gRPC server.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import type { Duplex } from 'node:stream';
+import type { Server as TLSServer, TLSSocket } from 'node:tls';
+import { WebSocketServer } from 'ws';
 import { guardStreamHandler } from '../grpc/error-boundary.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { GrpcStatus } from '../grpc/status.js';
@@ -30,12 +36,16 @@ import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from
 import type { Backend } from '../tunnel/backend.js';
 import { sameOwner, type ClaimResolution, type SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
-import { Admission, type AgentMetadata, type Refusal } from './admission.js';
-import { AgentCall, carryAgentPackets, openAgentCall } from './agent-call.js';
+import { Admission, type AgentCertificate, type AgentMetadata, type CallHead, type Refusal } from './admission.js';
+import { carryAgentPackets, openAgentCall } from './agent-call.js';
 import { AgentConnection, remoteOf } from './agent-connection.js';
 import { agentServer, settingsOf, type AgentEndpointOptions, type AgentEndpointTLS, type Settings } from './agent-endpoint-settings.js';
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
 import { within } from '../timers/sleep.js';
+import { isServedCall, type LinkConnection, type ServedCall } from './served-call.js';
+import { WsAgentCall } from './ws-agent-call.js';
+import { WsAgentConnection } from './ws-agent-connection.js';
+import { addUpgradeHeaders, answerHttp, WsCallHead } from './ws-call-head.js';
 
 /** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
 const RESUME_MIN_PING_INTERVAL_MS = 1000;
@@ -47,10 +57,32 @@ const LIVENESS_CHECK_MS = 1000;
 const RATE_LOG_INTERVAL_MS = 5000;
 
 /** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
-function peerCertSubject(session: Http2Session | undefined): string {
-  const cert = (session?.socket as TLSSocket | undefined)?.getPeerCertificate();
+function peerCertSubject(cert: AgentCertificate | undefined): string {
   if (!cert?.subject) return '';
   return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
+}
+
+/** The verified client certificate of a TLS connection (undefined without one). */
+function peerCertificateOf(socket: TLSSocket | undefined): AgentCertificate | undefined {
+  const cert = socket?.getPeerCertificate();
+  return cert === undefined || Object.keys(cert).length === 0 ? undefined : cert;
+}
+
+/** What a call's head can do besides being read: refuse the call, or accept it with response metadata. */
+interface AnsweringHead extends CallHead {
+  refuse(refusal: Refusal): boolean;
+}
+
+/** One call arriving on either transport, for the shared path from admission to serving. */
+interface Arrival {
+  head: AnsweringHead;
+  peer: AgentCertificate | undefined;
+  connection: LinkConnection | undefined;
+  remoteAddress: string;
+  /** The link for the call, made before the answer (the tunnel may write to it as soon as it attaches). */
+  open(log: Logger): ServedCall;
+  /** Answers the call with `metadata`: the call's response headers, or the 101. */
+  accept(link: ServedCall, metadata: Readonly<Record<string, string>>): void;
 }
 
 /** Who a call is, for the session table: its agentID and certificate, and whether the identity check tied them. */
@@ -61,7 +93,7 @@ function ownerOf(meta: AgentMetadata): SessionOwner {
 /** An accepted agent call: its backend, the tunnel's link over it, and whether it resumed a session. */
 interface AcceptedCall {
   backend: Backend;
-  link: AgentCall;
+  link: ServedCall;
   resumed: boolean;
   /** The resume window offered, if the link is resumable. */
   windowMs: number | undefined;
@@ -70,10 +102,17 @@ interface AcceptedCall {
 export class AgentEndpoint {
   private readonly opts: Settings;
   private readonly log: Logger;
-  private readonly server: http2.Http2SecureServer;
+  /** The agent port: TLS, handing each connection by ALPN to `h2` or `http1`. */
+  private readonly server: TLSServer;
+  private readonly h2: http2.Http2Server;
   private readonly connections = new Map<Http2Session, AgentConnection>();
+  /** Agents' WebSocket connections (the HTTP/2 ones are in `connections`). */
+  private readonly wsConnections = new Set<WsAgentConnection>();
+  /** Takes the HTTP/1.1 connections (ALPN http/1.1, or none): WebSocket upgrades, or a precise 426. */
+  private readonly http1: http.Server;
+  private readonly wss: WebSocketServer;
   /** The connection each admitted call rides on. */
-  private readonly connectionOf = new WeakMap<AgentCall, AgentConnection>();
+  private readonly connectionOf = new WeakMap<ServedCall, LinkConnection>();
   private readonly sockets = new ConnectionSet();
   /**
    * The peer of the connection whose TLS handshake is under way: a TLS socket that is reset or times out
@@ -111,7 +150,7 @@ export class AgentEndpoint {
       metrics: this.metrics,
       log: this.limited,
     });
-    this.server = agentServer(opts.tls, this.opts);
+    ({ tlsServer: this.server, h2: this.h2 } = agentServer(opts.tls, this.opts));
     this.server.prependListener('connection', (socket: Socket) => this.handshakePeer.enterWith(remoteOf(socket)));
     this.server.on('connection', (socket: Socket) => {
       // Control packets are small and latency-bound; Nagle would hold them back.
@@ -119,17 +158,29 @@ export class AgentEndpoint {
       this.sockets.add(socket);
     });
     this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => this.onTLSError(err, socket));
-    this.server.on('session', (session) => this.onSession(session));
-    this.server.on(
+    this.server.on('secureConnection', (socket: TLSSocket) => this.onSecureConnection(socket));
+    this.h2.on('session', (session) => this.onSession(session));
+    this.h2.on(
       'stream',
       guardStreamHandler(this.log, (stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, _flags: number, rawHeaders: string[]) =>
         this.onStream(stream, headers, rawHeaders),
       ),
     );
-    this.server.on('unknownProtocol', (socket: TLSSocket) => {
-      this.limited.warn('agent connection did not negotiate HTTP/2 (ALPN h2); closed', { remoteAddress: remoteOf(socket) });
-      socket.destroy();
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: this.opts.maxMessageSize, perMessageDeflate: false, clientTracking: false });
+    addUpgradeHeaders(this.wss);
+    this.http1 = http.createServer({ requestTimeout: 0, headersTimeout: this.opts.tlsHandshakeTimeoutMs });
+    this.http1.on('request', (req: IncomingMessage, res: ServerResponse) => this.onPlainRequest(req, res));
+    this.http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket as TLSSocket, head));
+    this.http1.on('clientError', (err: Error, socket: Duplex) => {
+      this.limited.warn('malformed HTTP/1.1 request on the agent port; answered 400', { remoteAddress: remoteOf(socket as TLSSocket), error: errorMessage(err) });
+      answerHttp(socket, 400, 'malformed HTTP/1.1 request');
     });
+  }
+
+  /** h2 is gRPC; http/1.1, or no ALPN (load balancers speaking TLS to their backends seldom offer any), the WebSocket transport. */
+  private onSecureConnection(socket: TLSSocket): void {
+    if (socket.alpnProtocol === 'h2') this.h2.emit('connection', socket);
+    else this.http1.emit('connection', socket);
   }
 
   /**
@@ -190,7 +241,7 @@ export class AgentEndpoint {
     session.once('close', () => this.connections.delete(session));
   }
 
-  private refuse(call: IncomingCall, refusal: Refusal, connection: AgentConnection | undefined): void {
+  private refuse(call: AnsweringHead, refusal: Refusal, connection: LinkConnection | undefined): void {
     if (refusal.by === 'connect_rate') {
       // A reconnect storm refuses hundreds at once: one summary line every few seconds, not one each.
       const now = Date.now();
@@ -204,7 +255,7 @@ export class AgentEndpoint {
     } else {
       this.limited.warn('agent call rejected', { remoteAddress: connection?.remoteAddress ?? 'unknown', grpcStatus: refusal.code, error: refusal.message });
     }
-    if (call.refuse(refusal)) connection?.pings.headersSent();
+    if (call.refuse(refusal)) connection?.pings?.headersSent();
   }
 
   private onStream(stream: ServerHttp2Stream, headers: http2.IncomingHttpHeaders, rawHeaders: string[]): void {
@@ -216,8 +267,79 @@ export class AgentEndpoint {
       this.log.verbose(2, 'agent stream error', { remoteAddress, error: errorMessage(err) });
     });
     const call = new IncomingCall(stream, headers, rawHeaders);
+    const tracker = connection?.pings;
+    this.arrive({
+      head: call,
+      peer: peerCertificateOf(session?.socket as TLSSocket | undefined),
+      connection,
+      remoteAddress,
+      open: (logger) =>
+        openAgentCall(stream, this.tunnel, {
+          maxMessageSize: this.opts.maxMessageSize,
+          writeTracker: tracker,
+          controlBufferLimit: this.opts.controlBufferLimit,
+          onControlRefused: () => this.metrics.refused('unread_control'),
+          logger,
+        }),
+      accept: (_link, metadata) => {
+        call.accept(metadata);
+        tracker?.headersSent();
+      },
+    });
+  }
+
+  /** A plain HTTP/1.1 request, not an upgrade: this port speaks gRPC or WebSocket only. */
+  private onPlainRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.limited.warn('plain HTTP/1.1 request on the agent port; answered 426', { remoteAddress: remoteOf(req.socket), method: req.method });
+    const body = 'this is the tunnel server agent port: it speaks gRPC (HTTP/2, ALPN h2) or a WebSocket upgrade (RFC 6455), nothing else\n';
+    res.writeHead(426, { connection: 'close, upgrade', upgrade: 'websocket', 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  }
+
+  /** An agent's WebSocket upgrade: the agent link over a WebSocket, through the same admission as a gRPC call. */
+  private onUpgrade(req: IncomingMessage, socket: TLSSocket, head: Buffer): void {
+    const remoteAddress = remoteOf(socket);
+    socket.on('error', (err) => this.log.verbose(2, 'agent WebSocket connection error', { remoteAddress, error: errorMessage(err) }));
+    if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket' || req.method !== 'GET') {
+      this.limited.warn('upgrade to something other than a WebSocket on the agent port; answered 400', { remoteAddress, upgrade: String(req.headers.upgrade ?? '') });
+      answerHttp(socket, 400, 'the agent port upgrades to a WebSocket only (GET with "Upgrade: websocket")');
+      return;
+    }
+    const call = new WsCallHead(req, socket, head, this.wss);
+    const connection = new WsAgentConnection(
+      socket,
+      { keepaliveTimeMs: this.opts.keepaliveTimeMs, keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs, log: this.limited },
+      remoteAddress,
+    );
+    this.arrive({
+      head: call,
+      peer: peerCertificateOf(socket),
+      connection,
+      remoteAddress,
+      open: (logger) =>
+        new WsAgentCall({
+          maxMessageSize: this.opts.maxMessageSize,
+          controlBufferLimit: this.opts.controlBufferLimit,
+          onControlRefused: () => this.metrics.refused('unread_control'),
+          onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
+          logger,
+        }),
+      accept: (link, metadata) => {
+        const ws = call.accept(metadata);
+        if (ws === undefined) return;
+        (link as WsAgentCall).attach(ws);
+        connection.start(ws);
+        this.wsConnections.add(connection);
+        ws.once('close', () => this.wsConnections.delete(connection));
+      },
+    });
+  }
+
+  /** A call on either transport: admission, session claims, the answer, then its packets into the tunnel. */
+  private arrive(arrival: Arrival): void {
+    const { head: call, connection, remoteAddress } = arrival;
     let claims: ClaimResolution<Backend> | undefined;
-    const meta = this.admission.admit(call, this.closing !== undefined, (m) => {
+    const meta = this.admission.admit(call, arrival.peer, this.closing !== undefined, (m) => {
       if (this.resumeWindowFor(m) === undefined || m.claims.length === 0) return false;
       claims = this.tunnel.sessions.resolve(m.claims, ownerOf(m));
       return claims.found !== undefined;
@@ -227,7 +349,7 @@ export class AgentEndpoint {
       return;
     }
     if (claims !== undefined && this.refusedByClaims(claims, meta, call, connection, remoteAddress)) return;
-    const accepted = this.acceptCall(stream, call, meta, claims?.found, connection, remoteAddress);
+    const accepted = this.acceptCall(arrival, meta, claims?.found);
     this.serveCall(accepted, meta, connection);
   }
 
@@ -239,8 +361,8 @@ export class AgentEndpoint {
   private refusedByClaims(
     claims: ClaimResolution<Backend>,
     meta: AgentMetadata,
-    call: IncomingCall,
-    connection: AgentConnection | undefined,
+    call: AnsweringHead,
+    connection: LinkConnection | undefined,
     remoteAddress: string,
   ): boolean {
     for (const s of claims.foreign) {
@@ -280,15 +402,9 @@ export class AgentEndpoint {
    * Answers an admitted call and gives it its backend: the resumed session's
    * (`found`), or a new one, resumable when the agent asked and we offer it.
    */
-  private acceptCall(
-    stream: ServerHttp2Stream,
-    call: IncomingCall,
-    meta: AgentMetadata,
-    found: ClaimResolution<Backend>['found'],
-    connection: AgentConnection | undefined,
-    remoteAddress: string,
-  ): AcceptedCall {
-    const session = stream.session;
+  private acceptCall(arrival: Arrival, meta: AgentMetadata, found: ClaimResolution<Backend>['found']): AcceptedCall {
+    const { connection, remoteAddress } = arrival;
+    const certSubject = peerCertSubject(arrival.peer);
     // Flow control only when the agent announced its window and we offer one.
     const flow =
       meta.agentWindow !== undefined && this.opts.connWindow > 0
@@ -299,30 +415,24 @@ export class AgentEndpoint {
     if (flow !== undefined) responseMetadata[CONN_WINDOW_HEADER] = String(flow.receiveWindow);
     const halfClose = meta.halfClose && this.opts.halfClose;
     if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
-    const link = openAgentCall(stream, this.tunnel, {
-      maxMessageSize: this.opts.maxMessageSize,
-      writeTracker: connection?.pings,
-      controlBufferLimit: this.opts.controlBufferLimit,
-      onControlRefused: () => this.metrics.refused('unread_control'),
-      logger: this.log.child({ agentID: meta.agentID }),
-    });
+    const link = arrival.open(this.log.child({ agentID: meta.agentID }));
     const where = { remoteAddress, roundTripMs: () => connection?.roundTripMs };
     const windowMs = this.resumeWindowFor(meta);
     const resume = found === undefined ? undefined : this.tunnel.prepareResume(found.session, found.claim);
     if (found !== undefined && resume !== undefined) {
-      if (resume.superseded instanceof AgentCall) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
+      // A resume may arrive over the other transport: whichever link it supersedes, that one goes.
+      if (isServedCall(resume.superseded)) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
       responseMetadata[RESUME_HEADER] = String(found.session.windowMs);
       responseMetadata[SESSION_HEADER] = found.claim.token;
       responseMetadata[RESUMED_HEADER] = String(resume.received);
-      call.accept(responseMetadata);
-      connection?.pings.headersSent();
-      const backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject: peerCertSubject(session) });
+      arrival.accept(link, responseMetadata);
+      const backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject });
       return { backend, link, resumed: true, windowMs };
     }
     const info = {
       agentID: meta.agentID,
       identifiers: meta.identifiers,
-      certSubject: peerCertSubject(session),
+      certSubject,
       flow,
       halfClose,
       probe: meta.probe,
@@ -337,13 +447,12 @@ export class AgentEndpoint {
     } else {
       backend = this.tunnel.attachAgent(info, link);
     }
-    call.accept(responseMetadata);
-    connection?.pings.headersSent();
+    arrival.accept(link, responseMetadata);
     return { backend, link, resumed: false, windowMs };
   }
 
   /** Carries an accepted call's packets into the tunnel until the call ends. */
-  private serveCall({ backend, link, resumed, windowMs }: AcceptedCall, meta: AgentMetadata, connection: AgentConnection | undefined): void {
+  private serveCall({ backend, link, resumed, windowMs }: AcceptedCall, meta: AgentMetadata, connection: LinkConnection | undefined): void {
     if (backend.closed) return;
     if (connection === undefined) {
       // The connection went away while we answered: one removal path, the tunnel's.
@@ -352,7 +461,7 @@ export class AgentEndpoint {
     }
     if (!resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
-    if (windowMs !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
+    if (windowMs !== undefined && connection.pings !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
     // The agent's packets go into the tunnel until the call ends.
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
@@ -379,7 +488,7 @@ export class AgentEndpoint {
     this.tunnel.endSessionsLeftBehind(backend, owner, claims);
     for (const old of [...this.tunnel.registry.streamsOf(owner.agentID)]) {
       const call = old.sessionLink?.transport;
-      if (old === backend || old.session === undefined || !(call instanceof AgentCall) || !sameOwner(old.session.owner, owner)) continue;
+      if (old === backend || old.session === undefined || !isServedCall(call) || !sameOwner(old.session.owner, owner)) continue;
       const connection = this.connectionOf.get(call);
       if (connection === undefined) continue;
       const timeoutMs = Math.max(LIVENESS_CHECK_MS, 4 * (connection.roundTripMs ?? 0));
@@ -427,7 +536,7 @@ export class AgentEndpoint {
   private async doClose(graceMs: number): Promise<void> {
     const closed = this.listening ? stopListening(this.server) : Promise.resolve();
     const end = { kind: 'shutdown', message: 'yurt-tunnel-server is shutting down' } as const;
-    for (const connection of this.connections.values()) {
+    for (const connection of [...this.connections.values(), ...this.wsConnections]) {
       for (const call of connection.calls) call.endFor(end, GrpcStatus.UNAVAILABLE);
       connection.calls.clear();
     }
@@ -438,6 +547,9 @@ export class AgentEndpoint {
       await within(allClosed, graceMs);
     }
     for (const session of this.connections.keys()) session.destroy();
+    for (const connection of this.wsConnections) connection.drop('yurt-tunnel-server is shutting down');
+    this.wss.close();
+    this.http1.close();
     this.sockets.destroyAll();
     await closed;
     this.limited.flush();

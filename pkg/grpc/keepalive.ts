@@ -42,6 +42,13 @@ export function transportBytesRead(session: Http2Session): () => number {
   return () => (session.destroyed ? 0 : session.socket.bytesRead);
 }
 
+/** What keepalive pings through: an HTTP/2 session, or a WebSocket's ping/pong (pkg/grpc/ws-pings.ts). */
+export interface Pingable {
+  readonly destroyed: boolean;
+  /** Sends a ping; `cb` gets its round trip. False when it cannot go out now. */
+  ping(cb: (err: Error | null, durationMs: number) => void): boolean;
+}
+
 export interface KeepaliveOptions {
   /** Read before each wait, so that a client can back off (too_many_pings). */
   intervalMs: () => number;
@@ -84,7 +91,7 @@ export class Keepalive {
   private readonly now: () => number;
 
   constructor(
-    private readonly session: Http2Session,
+    private readonly session: Pingable,
     private readonly opts: KeepaliveOptions,
   ) {
     if (!(opts.timeoutMs > 0)) throw new TypeError(`invalid keepalive timeout ${opts.timeoutMs}`);

@@ -38,7 +38,7 @@
 // piece in before the buffer was full, was released last again, and stayed
 // last: one of four bulk flows had 65–80 % of its share for the whole transfer.
 
-import type { Http2Stream } from 'node:http2';
+import type { Duplex } from 'node:stream';
 import { dataHeaderLength, encodeDataHeader, encodePacket, writeDataHeader } from '../protocol/codec.js';
 import { decodePacket } from '../protocol/decode.js';
 import { ProtocolError } from '../protocol/errors.js';
@@ -80,6 +80,12 @@ export interface GrpcPacketStreamOptions {
   writeTracker?: WriteTracker;
   /** Where messages that span HTTP/2 chunks are joined. Default: the process's messageJoinPool. */
   joinPool?: BufferPool;
+  /**
+   * Each chunk read is one whole message, without gRPC's 5-byte prefix (a
+   * WebSocket's binary messages, ws-message-duplex.ts). Default false: a
+   * gRPC byte stream, deframed here.
+   */
+  wholeMessages?: boolean;
 }
 
 /**
@@ -123,9 +129,10 @@ export abstract class GrpcPacketStream implements PacketLink {
   /** Control bytes handed to HTTP/2 and not yet written out. */
   private controlQueued = 0;
   private ended = false;
+  private readonly wholeMessages: boolean;
 
   constructor(
-    protected readonly stream: Http2Stream,
+    protected readonly stream: Duplex,
     opts: GrpcPacketStreamOptions = {},
   ) {
     this.deframer = new GrpcDeframer(opts.maxMessageSize, pooledMessageBuffers(opts.joinPool ?? messageJoinPool));
@@ -135,6 +142,7 @@ export abstract class GrpcPacketStream implements PacketLink {
     this.controlBufferLimit = opts.controlBufferLimit ?? 1024 * 1024;
     this.onControlRefused = opts.onControlRefused;
     this.onPacketSent = opts.onPacketSent;
+    this.wholeMessages = opts.wholeMessages === true;
     const tracker = opts.writeTracker;
     this.onWritten = tracker === undefined ? undefined : () => tracker.writeDone();
     this.gate = new PauseGate(
@@ -176,7 +184,8 @@ export abstract class GrpcPacketStream implements PacketLink {
     // Packets are decoded all first: a malformed one anywhere in the chunk ends the call before any is handled.
     const packets = this.decoded;
     try {
-      this.deframer.forEach(chunk, this.onMessage);
+      if (this.wholeMessages) this.onMessage(chunk, false);
+      else this.deframer.forEach(chunk, this.onMessage);
     } catch (err: unknown) {
       packets.length = 0;
       this.releaseJoined();
