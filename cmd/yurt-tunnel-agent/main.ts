@@ -22,6 +22,7 @@ import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 import { parseServerAddresses } from '../../pkg/agent/server-addresses.js';
 import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE } from '../../pkg/kube/server-lease-names.js';
+import { AGENT_TRANSPORTS, type AgentTransport } from '../../pkg/agent/transport-choice.js';
 
 /** --tunnelserver-addr: one host:port or a comma list, each checked; kept as the trimmed comma list. */
 function parseServerAddressList(text: string): string {
@@ -38,6 +39,7 @@ interface AgentFlags {
   tunnelserverAddr?: string;
   proxyUrl?: string;
   proxyCredentialsFile?: string;
+  transport: AgentTransport;
   caFile?: string;
   certFile?: string;
   keyFile?: string;
@@ -81,6 +83,15 @@ const program = new Command('yurt-tunnel-agent')
       'the agent links to servercount distinct servers over them (default in cluster mode: found from Service kube-system/x-tunnel-server-svc: ' +
       'its LoadBalancer ingress, a cloud node for a NodePort, or its x-tunnel-server-external-addr annotation)',
     parseServerAddressList,
+  )
+  .addOption(
+    new Option(
+      '--transport <transport>',
+      'how to reach the server: grpc (HTTP/2), websocket (through L7 load balancers that speak HTTP/1.1), or auto: gRPC, ' +
+        'falling back to a WebSocket when the path refuses HTTP/2, remembering what worked',
+    )
+      .choices(AGENT_TRANSPORTS)
+      .default('auto'),
   )
   .option(
     '--proxy-url <url>',
@@ -178,6 +189,7 @@ addProcessOptions(program).action(async (flags: AgentFlags) => {
     nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
     tunnelServerAddr: flags.tunnelserverAddr ?? '',
     proxy: { proxyUrl: flags.proxyUrl, credentialsFile: flags.proxyCredentialsFile, env: process.env },
+    transport: flags.transport,
     certDir: flags.certDir,
     kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),
     caFile: flags.caFile,

@@ -1,6 +1,7 @@
 // yurt-tunnel-agent's run sequence: read the certificates, build the dial
 // policy and identifiers, keep links to the servers; drain on shutdown.
 
+import type { AgentTransport } from './transport-choice.js';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
 import { readCertKeyPair, readPemFile } from '../certs/read-pem.js';
@@ -67,6 +68,8 @@ export interface AgentOptions {
   serverLeases?: { namespace: string; labelSelector: string; source: 'default' | 'max' };
   /** How long a draining agent waits for its connections before exiting. */
   drainTimeoutMs: number;
+  /** gRPC, a WebSocket, or auto (--transport). Default auto. */
+  transport?: AgentTransport;
   /** Session resume's window (--resume-window); 0 turns it off. Default 10 s. */
   resumeWindowMs?: number;
   /** Dials the agent runs at once (all links together). Default 256. */
@@ -196,6 +199,7 @@ function newClientSet(
   return new ClientSet({
     connection: {
       address: opts.tunnelServerAddr,
+      transport: opts.transport,
       tls,
       agentID: opts.nodeName,
       identifiers,

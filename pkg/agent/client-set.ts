@@ -14,7 +14,8 @@ import { ServerConnectionError } from './errors.js';
 import { Backoff } from '../timers/backoff.js';
 import { IdleWaiters } from '../timers/idle.js';
 import { sleep } from '../timers/sleep.js';
-import { dialServer, type DialedCall } from './server-dial.js';
+import { type DialedCall } from './server-dial.js';
+import { dialServerLink } from './transport-choice.js';
 import { ServerConnection, type AgentTLS } from './server-connection.js';
 import { parseServerAddresses, ServerAddresses } from './server-addresses.js';
 import type { KeepalivePolicy, ServerConnectionOptions } from './server-connection-options.js';
@@ -233,7 +234,7 @@ export class ClientSet {
     this.dialing = new AbortController();
     let dialed: DialedCall;
     try {
-      dialed = await dialServer({ ...conn.dialTarget(claims), probe }, this.log, this.dialing.signal);
+      dialed = await dialServerLink({ ...conn.dialTarget(claims), probe }, this.log, this.dialing.signal);
     } finally {
       this.dialing = undefined;
     }

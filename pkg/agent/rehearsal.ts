@@ -68,6 +68,7 @@ export async function rehearseAgent(opts: AgentRehearsalOptions): Promise<Rehear
           onSuspended: () => {},
         });
         agent.adopt({
+          transport: 'grpc',
           session: link.session,
           socket: link.socket,
           stream: link.request,

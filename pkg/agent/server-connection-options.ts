@@ -6,6 +6,7 @@ import type { Dialer } from './dialer.js';
 import type { AgentMetrics } from './metrics.js';
 import type { ProxyConfig } from './proxy/proxy-config.js';
 import type { AgentTLS } from './server-dial.js';
+import type { AgentTransport } from './transport-choice.js';
 
 /** Keepalive interval shared by a client set's links, so a server's complaint slows them all. */
 export interface KeepalivePolicy {
@@ -15,6 +16,8 @@ export interface KeepalivePolicy {
 export interface ServerConnectionOptions {
   /** host:port of the server's agent endpoint. */
   address: string;
+  /** gRPC, a WebSocket, or auto (gRPC, falling back to a WebSocket; transport-choice.ts). Default auto. */
+  transport?: AgentTransport;
   /** Name to verify in the server's certificate; default the host of `address`. */
   serverName?: string;
   tls: AgentTLS;

@@ -1,5 +1,6 @@
 // One agent ↔ server link: its own HTTP/2 connection over mutual TLS and one
-// `AgentService/Connect` call, its keepalive, and the switch of the packets
+// `AgentService/Connect` call (or the same link over a WebSocket,
+// server-dial-ws.ts), its keepalive, and the switch of the packets
 // the server sends. The dials it answers and the connections made through it
 // are link-connections.ts's.
 //
@@ -10,6 +11,7 @@
 
 import http2, { type ClientHttp2Session } from 'node:http2';
 import type { Socket } from 'node:net';
+import type WebSocket from 'ws';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { AgentLostError, ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
@@ -21,11 +23,14 @@ import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
-import { Keepalive, transportBytesRead } from '../grpc/keepalive.js';
+import { Keepalive, transportBytesRead, type Pingable } from '../grpc/keepalive.js';
+import { WsPings } from '../grpc/ws-pings.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { KeepalivePolicy, ServerConnectionOptions } from './server-connection-options.js';
-import { dialServer, type DialedCall, type ServerIdentity } from './server-dial.js';
+import { type DialedCall, type DialTarget, type ServerIdentity } from './server-dial.js';
+import { dialServerLink } from './transport-choice.js';
+import { WsClientCall } from './ws-client-call.js';
 
 export type { AgentTLS, ServerIdentity } from './server-dial.js';
 
@@ -58,7 +63,9 @@ export class ServerConnection {
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
   private socket: Socket | undefined;
-  private call: ClientPacketCall | undefined;
+  /** The WebSocket, when the link runs over one (then `session` is undefined). */
+  private ws: WebSocket | undefined;
+  private call: ClientPacketCall | WsClientCall | undefined;
   private resume: ResumeState | undefined;
   /** No suspension from now on: the agent drains or the server said DRAIN. */
   private noResume = false;
@@ -122,13 +129,13 @@ export class ServerConnection {
 
   /** Connects and opens the call; resolves with the server's identity once its headers arrive. */
   async open(claims: SessionClaim[] = []): Promise<ServerIdentity> {
-    const dialed = await dialServer(this.dialTarget(claims), this.log);
+    const dialed = await dialServerLink(this.dialTarget(claims), this.log);
     this.adopt(dialed);
     return dialed.identity;
   }
 
   /** Where and how to dial, with the sessions to ask back. */
-  dialTarget(claims: SessionClaim[]): Parameters<typeof dialServer>[0] {
+  dialTarget(claims: SessionClaim[]): DialTarget {
     const windowMs = this.opts.resumeWindowMs ?? 0;
     return {
       address: this.address,
@@ -142,6 +149,7 @@ export class ServerConnection {
       handshakeTimeoutMs: this.opts.handshakeTimeoutMs ?? 30_000,
       resume: windowMs > 0 ? { windowMs, claims } : undefined,
       proxy: this.opts.proxy,
+      transport: this.opts.transport,
     };
   }
 
@@ -177,31 +185,48 @@ export class ServerConnection {
   }
 
   private takeCall(dialed: DialedCall, peerReceived: number): void {
-    const { session, stream, identity } = dialed;
-    this.session = session;
+    const { identity } = dialed;
     this.socket = dialed.socket;
     this.identity = identity;
     const metrics = this.metrics;
-    const call = new ClientPacketCall(
-      stream,
-      {
-        logger: this.log,
-        ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
-      },
-      dialed.socket,
-    );
+    const callOpts = {
+      logger: this.log,
+      ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
+    };
+    let call: ClientPacketCall | WsClientCall;
+    let pings: Pingable;
+    let received: () => number;
+    let gone: () => boolean;
+    if (dialed.transport === 'grpc') {
+      const { session, stream } = dialed;
+      this.session = session;
+      const grpcCall = new ClientPacketCall(stream, callOpts, dialed.socket);
+      call = grpcCall;
+      session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
+      session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
+      session.once('close', () => this.callEnded(grpcCall, 'connection closed'));
+      // A connection the server's side closed (FIN) without a GOAWAY is lost too; HTTP/2 would wait for the liveness check.
+      session.socket.once('end', () => this.callEnded(grpcCall, 'the server closed the connection'));
+      pings = session;
+      received = transportBytesRead(session);
+      gone = () => session.destroyed || stream.destroyed;
+    } else {
+      const { ws, socket } = dialed;
+      this.ws = ws;
+      const wsCall = new WsClientCall(ws, callOpts, socket);
+      call = wsCall;
+      socket.once('end', () => this.callEnded(wsCall, 'the server closed the connection'));
+      pings = new WsPings(ws);
+      received = () => socket.bytesRead;
+      gone = () => ws.readyState !== ws.OPEN;
+    }
     this.call = call;
-    session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-    session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
-    session.once('close', () => this.callEnded(call, 'connection closed'));
-    // A connection the server's side closed (FIN) without a GOAWAY is lost too; HTTP/2 would wait for the liveness check.
-    session.socket.once('end', () => this.callEnded(call, 'the server closed the connection'));
     const r = this.resume;
     // With flow control (our server), the link measures its round trip at once: the windows are sized by it.
     const flow = identity.flow && { ...identity.flow, roundTripMs: () => this.keepaliveLoop?.minRoundTripMs };
     const measureAtStart = flow !== undefined;
     if (r !== undefined) {
-      this.startLivenessWatch(session, r.windowMs, call, measureAtStart);
+      this.startLivenessWatch(pings, received, r.windowMs, call, measureAtStart);
       this.conns.linkUp({ link: r.link, flow, halfClose: identity.halfClose });
       call.start({
         onPacket: (p) => r.link.receive(call, p),
@@ -209,15 +234,15 @@ export class ServerConnection {
       });
       r.link.attach(call, peerReceived);
     } else {
-      this.startKeepalive(session, measureAtStart);
+      this.startKeepalive(pings, received, measureAtStart);
       this.conns.linkUp({ link: call, flow, halfClose: identity.halfClose });
       call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.callEnded(call, reason) });
     }
-    if (session.destroyed || stream.destroyed) this.callEnded(call, 'connection closed');
+    if (gone()) this.callEnded(call, 'connection closed');
   }
 
   /** The call `call` ended: suspend the session if it was a failure and it may resume, else close. */
-  private callEnded(call: ClientPacketCall, reason: string): void {
+  private callEnded(call: ClientPacketCall | WsClientCall, reason: string): void {
     if (this.call !== call || this.closed) return;
     const r = this.resume;
     if (r === undefined || call.endedByServer || this.noResume) {
@@ -275,8 +300,10 @@ export class ServerConnection {
 
   private destroyTransport(): void {
     this.session?.destroy();
+    this.ws?.terminate();
     this.socket?.destroy();
     this.session = undefined;
+    this.ws = undefined;
     this.socket = undefined;
   }
 
@@ -294,12 +321,12 @@ export class ServerConnection {
    * reported. Making the session's socket read from outside (its internal handle) did
    * notice it at once, and crashed the process in Node's HTTP/2 code (issue 33).
    */
-  private startLivenessWatch(session: ClientHttp2Session, windowMs: number, call: ClientPacketCall, measureAtStart: boolean): void {
-    this.keepaliveLoop = new Keepalive(session, {
+  private startLivenessWatch(pings: Pingable, received: () => number, windowMs: number, call: ClientPacketCall | WsClientCall, measureAtStart: boolean): void {
+    this.keepaliveLoop = new Keepalive(pings, {
       measureAtStart,
       intervalMs: () => windowMs / 4,
       timeoutMs: windowMs / 4,
-      received: transportBytesRead(session),
+      received,
       onTimeout: (silentMs) => {
         this.log.warn('nothing heard from the tunnel server; taking the link for lost', { silentMs: Math.round(silentMs) });
         this.callEnded(call, `nothing heard from the server for ${Math.round(silentMs)} ms`);
@@ -308,12 +335,12 @@ export class ServerConnection {
     this.keepaliveLoop.start();
   }
 
-  private startKeepalive(session: ClientHttp2Session, measureAtStart: boolean): void {
+  private startKeepalive(pings: Pingable, received: () => number, measureAtStart: boolean): void {
     const timeoutMs = this.opts.keepaliveTimeoutMs ?? 20_000;
-    this.keepaliveLoop = new Keepalive(session, {
+    this.keepaliveLoop = new Keepalive(pings, {
       measureAtStart,
       intervalMs: () => this.keepalive.timeMs,
-      received: transportBytesRead(session),
+      received,
       timeoutMs,
       onTimeout: () => {
         this.log.warn('tunnel server did not answer a keepalive ping; reconnecting', { timeoutMs });
@@ -423,7 +450,26 @@ export class ServerConnection {
     if (r !== undefined) clearTimeout(r.timer);
     const session = this.session;
     const socket = this.socket;
-    if (r !== undefined && this.call !== undefined && session !== undefined && !session.destroyed) {
+    const ws = this.ws;
+    if (ws !== undefined) {
+      // A WebSocket's goodbye is its close frame (1000): the socket goes once the server answers it, or after the grace.
+      this.call?.goodbye(reason);
+      this.ws = undefined;
+      this.socket = undefined;
+      const timer = setTimeout(() => {
+        ws.terminate();
+        socket?.destroy();
+      }, GOODBYE_GRACE_MS);
+      timer.unref();
+      ws.once('close', () => {
+        clearTimeout(timer);
+        socket?.destroy();
+      });
+      if (ws.readyState === ws.CLOSED) {
+        clearTimeout(timer);
+        socket?.destroy();
+      }
+    } else if (r !== undefined && this.call !== undefined && session !== undefined && !session.destroyed) {
       this.call.goodbye(reason);
       session.close();
       const timer = setTimeout(() => {

@@ -28,6 +28,8 @@ import {
   type SessionOffer,
 } from '../protocol/resume.js';
 import { splitHostPort } from '../net/host-port.js';
+import type { WsDialedCall } from './server-dial-ws.js';
+import type { AgentTransport } from './transport-choice.js';
 import { isUntrustedChain, opensslReason, presentedCertificate, untrustedChainHint, wrongPortHint } from './server-dial-hints.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
@@ -72,10 +74,16 @@ export interface DialTarget {
   probe?: boolean;
   /** The HTTP or SOCKS proxy the server is reached through (undefined: directly). */
   proxy?: ProxyConfig;
+  /** gRPC, a WebSocket, or gRPC falling back to a WebSocket (transport-choice.ts). Default auto. */
+  transport?: AgentTransport;
 }
 
-/** A call the server answered: its connection, its stream (not read yet), and what the headers said. */
-export interface DialedCall {
+/** A call the server answered, over gRPC or over a WebSocket (server-dial-ws.ts). */
+export type DialedCall = GrpcDialedCall | WsDialedCall;
+
+/** A gRPC call the server answered: its connection, its stream (not read yet), and what the headers said. */
+export interface GrpcDialedCall {
+  transport: 'grpc';
   session: ClientHttp2Session;
   /**
    * The TLS socket beneath: destroying a session whose socket the peer
@@ -89,13 +97,13 @@ export interface DialedCall {
   offer: SessionOffer | undefined;
 }
 
-export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<DialedCall> {
+export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<GrpcDialedCall> {
   const target = splitHostPort(t.address);
   if (target === undefined) {
     throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
   }
   const { session, beneath } = connectSession(t, target, await serverSocket(t, target, signal), log);
-  return new Promise<DialedCall>((resolve, reject) => {
+  return new Promise<GrpcDialedCall>((resolve, reject) => {
     let settled = false;
     /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
     let securedAt: number | undefined;
@@ -120,7 +128,7 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
       if (settled || explaining) return;
       fail(closeReason(securedAt));
     };
-    const settle = (err: Error | undefined, call?: DialedCall): void => {
+    const settle = (err: Error | undefined, call?: GrpcDialedCall): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
@@ -158,7 +166,7 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
     stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => {
       const answer = readAnswer(t, h, raw);
       if (answer instanceof Error) settle(answer);
-      else settle(undefined, { session, socket: beneath.socket, stream, ...answer });
+      else settle(undefined, { transport: 'grpc', session, socket: beneath.socket, stream, ...answer });
     });
   });
 }
@@ -224,9 +232,16 @@ function connectSession(
   return { session, beneath };
 }
 
-function connectFailed(t: DialTarget, text: string, cause?: Error): ServerConnectionError {
+export function connectFailed(t: DialTarget, text: string, cause?: Error): ServerConnectionError {
   return new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${t.address}: ${text}`, { cause });
 }
+
+/**
+ * Refusals the server itself sent, with a gRPC status (as a trailers-only
+ * answer, or a refused WebSocket upgrade's grpc-status): the transport
+ * worked, so `--transport auto` does not try the other one for them.
+ */
+export const refusedByServer = new WeakSet<Error>();
 
 /** Why the connection closed before the server answered, judged by when TLS was established. */
 function closeReason(securedAt: number | undefined): string {
@@ -243,7 +258,16 @@ function closeReason(securedAt: number | undefined): string {
 /** The server's answer to the call: who it is and the session it offers, or why the answer cannot be used. */
 function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<DialedCall, 'identity' | 'offer'> | Error {
   const refusal = responseRefusal(h);
-  if (refusal !== undefined) return connectFailed(t, `refused the call (${refusal})`);
+  if (refusal !== undefined) {
+    const err = connectFailed(t, `refused the call (${refusal})`);
+    if (h['grpc-status'] !== undefined) refusedByServer.add(err);
+    return err;
+  }
+  return readAccepted(t, raw);
+}
+
+/** What an accepting answer's metadata says: who the server is and the session it offers. */
+export function readAccepted(t: DialTarget, raw: string[]): Pick<DialedCall, 'identity' | 'offer'> | Error {
   const identity = identityFrom(t, raw);
   if (identity instanceof Error) return identity;
   if (t.resume === undefined) return { identity, offer: undefined };
@@ -255,11 +279,11 @@ function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<
   return { identity, offer: identity.flow !== undefined && identity.halfClose ? parsed : undefined };
 }
 
-function sniFor(verifyName: string): string {
+export function sniFor(verifyName: string): string {
   return isIP(verifyName) === 0 ? verifyName : IP_TARGET_SNI;
 }
 
-function callMetadata(t: DialTarget): Record<string, string | string[]> {
+export function callMetadata(t: DialTarget): Record<string, string | string[]> {
   const md: Record<string, string | string[]> = { agentid: t.agentID };
   if (t.identifiers !== '') md.agentidentifiers = t.identifiers;
   if (t.connWindow > 0) md[CONN_WINDOW_HEADER] = String(t.connWindow);

@@ -1,0 +1,113 @@
+// Dials one tunnel server over a WebSocket (RFC 6455) on its agent port: TLS
+// with ALPN http/1.1 (a load balancer in the way may terminate it), the
+// upgrade request carrying the call's metadata as headers, the 101 carrying
+// the server's. What follows is the same packet link as over gRPC
+// (ws-client-call.ts).
+
+import type { IncomingMessage } from 'node:http';
+import { isIP, type Socket } from 'node:net';
+import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
+import WebSocket from 'ws';
+import { describeGrpcStatus } from '../grpc/status.js';
+import type { Logger } from '../log/logger.js';
+import { errorMessage } from '../protocol/errors.js';
+import { splitHostPort } from '../net/host-port.js';
+import { ServerConnectionError } from './errors.js';
+import { callMetadata, connectFailed, readAccepted, refusedByServer, sniFor, type DialTarget, type ServerIdentity } from './server-dial.js';
+import type { SessionOffer } from '../protocol/resume.js';
+
+/** Largest message taken from the server (one Packet), as gRPC's default limit. */
+const MAX_MESSAGE_SIZE = 4 * 1024 * 1024;
+
+/** The path the agent asks for; the server takes any (a load balancer may route by it). */
+export const WEBSOCKET_PATH = '/yurt-tunnel/agent';
+
+/** A WebSocket link the server accepted, with what its 101 said. */
+export interface WsDialedCall {
+  transport: 'websocket';
+  ws: WebSocket;
+  /** The TLS socket beneath. */
+  socket: Socket;
+  identity: ServerIdentity;
+  offer: SessionOffer | undefined;
+}
+
+/**
+ * Opens the WebSocket link to `t`. `connect` makes the TLS socket (by
+ * default straight to the server; a proxy's tunnel can be given instead).
+ */
+export function dialWebSocket(
+  t: DialTarget,
+  log: Logger,
+  signal?: AbortSignal,
+  connect: (host: string, port: number) => Socket = (host, port) => defaultTlsSocket(t, host, port),
+): Promise<WsDialedCall> {
+  const target = splitHostPort(t.address);
+  if (target === undefined) {
+    return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`));
+  }
+  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+  let socket: Socket | undefined;
+  const ws = new WebSocket(`wss://${authority}${WEBSOCKET_PATH}`, {
+    createConnection: () => (socket = connect(target.host, target.port)),
+    // Metadata as request headers (a repeated value as repeated header lines).
+    headers: callMetadata(t),
+    perMessageDeflate: false,
+    maxPayload: MAX_MESSAGE_SIZE,
+    followRedirects: false,
+    handshakeTimeout: t.handshakeTimeoutMs,
+  });
+  return new Promise<WsDialedCall>((resolve, reject) => {
+    let settled = false;
+    let raw: string[] | undefined;
+    const fail = (err: Error): void => {
+      if (settled) return;
+      settled = true;
+      ws.terminate();
+      socket?.destroy();
+      reject(err);
+    };
+    if (signal !== undefined) {
+      if (signal.aborted) fail(connectFailed(t, 'the agent is stopping'));
+      else signal.addEventListener('abort', () => fail(connectFailed(t, 'the agent is stopping')), { once: true });
+    }
+    ws.once('upgrade', (res: IncomingMessage) => {
+      raw = res.rawHeaders.map((v, i) => (i % 2 === 0 ? v.toLowerCase() : v));
+    });
+    ws.once('unexpected-response', (req, res: IncomingMessage) => {
+      const status = res.headers['grpc-status'] as string | undefined;
+      const text = `HTTP ${res.statusCode}${status === undefined ? '' : `, ${describeGrpcStatus(status, res.headers['grpc-message'] as string | undefined)}`}`;
+      const err = connectFailed(t, `refused the WebSocket upgrade (${text})`);
+      if (status !== undefined) refusedByServer.add(err);
+      res.resume();
+      req.destroy();
+      fail(err);
+    });
+    ws.on('error', (err: Error) => {
+      if (!settled) fail(connectFailed(t, `WebSocket: ${errorMessage(err)}`, err));
+      else log.verbose(2, 'WebSocket error', { error: errorMessage(err) });
+    });
+    ws.once('close', () => fail(connectFailed(t, 'the connection closed before the WebSocket opened')));
+    ws.once('open', () => {
+      if (settled) return;
+      const answer = readAccepted(t, raw ?? []);
+      if (answer instanceof Error) return fail(answer);
+      settled = true;
+      resolve({ transport: 'websocket', ws, socket: socket!, ...answer });
+    });
+  });
+}
+
+/** TLS to the server with our client certificate, ALPN http/1.1, the server's name checked. */
+function defaultTlsSocket(t: DialTarget, host: string, port: number): Socket {
+  return tlsConnect({
+    host,
+    port,
+    ca: t.tls.ca,
+    cert: t.tls.cert,
+    key: t.tls.key,
+    servername: sniFor(t.verifyName),
+    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
+    ALPNProtocols: ['http/1.1'],
+  });
+}

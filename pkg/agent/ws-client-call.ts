@@ -1,0 +1,76 @@
+// The agent's side of its link over a WebSocket: the same packet stream as
+// its gRPC call (client-call.ts), over ws-message-duplex.ts. The server's
+// status arrives in the close frame (pkg/grpc/ws-status.ts): a close that
+// carries one is the server ending the link (as gRPC trailers are), anything
+// else (no close frame, a broken socket) is the link failing, which session
+// resume bridges.
+
+import type { Socket } from 'node:net';
+import type WebSocket from 'ws';
+import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from '../grpc/packet-stream.js';
+import { WsMessageDuplex } from '../grpc/ws-message-duplex.js';
+import { describeClose, statusOfClose, WS_NORMAL_CLOSE } from '../grpc/ws-status.js';
+import type { ProtocolError } from '../protocol/errors.js';
+
+export class WsClientCall extends GrpcPacketStream {
+  /** The server ended the link itself (a close frame with a status): a goodbye, not a failure. */
+  endedByServer = false;
+  private readonly duplex: WsMessageDuplex;
+
+  constructor(
+    private readonly ws: WebSocket,
+    opts: Omit<GrpcPacketStreamOptions, 'wholeMessages'>,
+    private readonly transport: Socket,
+  ) {
+    const duplex = new WsMessageDuplex();
+    super(duplex, { ...opts, wholeMessages: true });
+    this.duplex = duplex;
+    duplex.attach(ws);
+  }
+
+  override start(handlers: GrpcPacketStreamHandlers): void {
+    super.start(handlers);
+    const ws = this.ws;
+    ws.on('message', (_data: Buffer, isBinary: boolean) => {
+      if (!isBinary) this.cancel('server sent a text message on the agent link');
+    });
+    ws.on('error', () => {
+      // 'close' follows and reports.
+    });
+    ws.once('close', (code: number, reason: Buffer) => {
+      this.duplex.destroy();
+      if (statusOfClose(code) !== undefined) {
+        this.endedByServer = true;
+        this.finish(`server ended the stream (${describeClose(code, reason.toString())})`);
+      } else {
+        this.finish(`connection closed (${describeClose(code, reason.toString())})`);
+      }
+    });
+    if (ws.readyState !== ws.OPEN) this.finish('connection closed');
+  }
+
+  protected onProtocolError(err: ProtocolError): void {
+    this.cancel(`server sent a malformed message: ${err.message}`);
+  }
+
+  protected onOverloaded(message: string): void {
+    this.cancel(message);
+  }
+
+  protected onInternalError(message: string): void {
+    this.cancel(message);
+  }
+
+  /** Says goodbye: a normal close (1000), which the server takes for a deliberate end. */
+  goodbye(reason: string): void {
+    this.finish(reason);
+    if (this.ws.readyState === this.ws.OPEN) this.ws.close(WS_NORMAL_CLOSE, 'goodbye');
+  }
+
+  /** Ends the link as a failure: the socket goes without a close frame, so the server keeps the session for a resume. */
+  cancel(reason: string): void {
+    this.finish(reason);
+    this.ws.terminate();
+    this.transport.destroy();
+  }
+}
