@@ -3,10 +3,16 @@
 // HTTP/2 (no ALPN h2, an HTTP/1.1 answer, a preface mangled on the way); the
 // transport that worked for an address is tried first from then on, for the
 // life of the process. A refusal our server sent itself (a gRPC status) is
-// an answer, not a broken path: no fallback for it.
+// an answer, not a broken path: no fallback for it; nor for a failure the
+// other transport would meet the same way before any HTTP is spoken (no
+// route, a refused port, plain text where TLS was expected, an untrusted
+// certificate). When both fail, the first one's error leads (its hints name
+// the usual mistakes) and the second's follows.
 
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
+import { ServerConnectionError } from './errors.js';
+import { isUntrustedChain } from './server-dial-hints.js';
 import { dialServer, refusedByServer, type DialedCall, type DialTarget } from './server-dial.js';
 import { dialWebSocket } from './server-dial-ws.js';
 
@@ -29,13 +35,30 @@ export async function dialServerLink(t: DialTarget, log: Logger, signal?: AbortS
     worked.set(t.address, first);
     return dialed;
   } catch (err: unknown) {
-    if (signal?.aborted === true || (err instanceof Error && refusedByServer.has(err))) throw err;
-    log.info(`${first} to the tunnel server failed; trying ${second === 'grpc' ? 'gRPC' : 'a WebSocket'}`, { error: errorMessage(err) });
-    const dialed = await dialOver(second, t, log, signal);
+    if (signal?.aborted === true || !(err instanceof ServerConnectionError) || !otherMayWork(err)) throw err;
+    log.verbose(2, `${first} to the tunnel server failed; trying ${second === 'grpc' ? 'gRPC' : 'a WebSocket'}`, { error: errorMessage(err) });
+    let dialed: DialedCall;
+    try {
+      dialed = await dialOver(second, t, log, signal);
+    } catch (again: unknown) {
+      throw new ServerConnectionError(err.code, `${err.message}; over ${second === 'grpc' ? 'gRPC' : 'a WebSocket'}: ${errorMessage(again)}`, { cause: err });
+    }
     if (worked.get(t.address) !== second) log.info(`the tunnel server is reached over ${second === 'grpc' ? 'gRPC' : 'a WebSocket'} from now on`, { address: t.address });
     worked.set(t.address, second);
     return dialed;
   }
+}
+
+/** Socket errors the other transport would meet the same way, before any HTTP is spoken. */
+const SAME_PATH_FAILURES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ERR_SSL_WRONG_VERSION_NUMBER']);
+
+/** Whether a failed dial says nothing against the other transport. */
+function otherMayWork(err: ServerConnectionError): boolean {
+  if (refusedByServer.has(err)) return false;
+  const cause = err.cause;
+  if (cause === undefined) return true;
+  const code = (cause as { code?: unknown }).code;
+  return !(typeof code === 'string' && SAME_PATH_FAILURES.has(code)) && !isUntrustedChain(cause);
 }
 
 function dialOver(transport: 'grpc' | 'websocket', t: DialTarget, log: Logger, signal: AbortSignal | undefined): Promise<DialedCall> {

@@ -33,7 +33,8 @@ test("an agent pointed at the server's master ports says so in its retry warning
       new RegExp(
         `could not connect to the tunnel server; will retry .*error="tunnel server 127\\.0\\.0\\.1:${securePort}: answered TLS without HTTP/2 \\(h2\\): ` +
           "that is likely the server's master port \\(--secure-port, 10263 by default\\); agents connect to the server's " +
-          '--tunnel-agent-connect-port, 10262 by default \\(OpenSSL: tlsv1 alert no application protocol\\)"',
+          // --transport auto then tries a WebSocket too; its failure follows the hint.
+          '--tunnel-agent-connect-port, 10262 by default \\(OpenSSL: tlsv1 alert no application protocol\\); over a WebSocket: [^"]+"',
       ),
     ],
     [
