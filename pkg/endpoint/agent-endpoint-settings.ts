@@ -8,6 +8,7 @@ import type { Logger } from '../log/logger.js';
 import { DEFAULT_CONN_WINDOW } from '../protocol/flow-control.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 import type { AgentIdentityCheck } from './agent-identity.js';
+import { DEFAULT_FORWARDED_CLIENT_CERT_HEADER } from './forwarded-cert.js';
 
 /** New agent streams admitted per second by default (a restart of 1000 agents takes ~10 s to settle). */
 export const DEFAULT_MAX_CONNECT_RATE = 100;
@@ -70,6 +71,17 @@ export interface AgentEndpointOptions {
    * 0 turns it off. Default 10 s.
    */
   resumeWindowMs?: number;
+  /**
+   * The header in which a load balancer that terminated TLS forwards the
+   * agent's client certificate (URL-escaped PEM, nginx's
+   * $ssl_client_escaped_cert). Default X-SSL-Client-Cert.
+   */
+  forwardedClientCertHeader?: string;
+  /**
+   * Peers (CIDRs or addresses) whose forwarded certificates are believed, and
+   * who may connect without a client certificate of their own. Default none.
+   */
+  trustedProxyCIDRs?: string[];
   logger?: Logger;
   /** Where the endpoint's counters register (refusals, refused callers); default a registry of its own. */
   metricsRegistry?: Registry;
@@ -105,6 +117,8 @@ export function settingsOf(opts: AgentEndpointOptions): Settings {
     maxConnectRate: opts.maxConnectRate ?? DEFAULT_MAX_CONNECT_RATE,
     tlsHandshakeTimeoutMs: opts.tlsHandshakeTimeoutMs ?? DEFAULT_AGENT_TLS_HANDSHAKE_TIMEOUT_MS,
     resumeWindowMs: opts.resumeWindowMs ?? DEFAULT_RESUME_WINDOW_MS,
+    forwardedClientCertHeader: (opts.forwardedClientCertHeader ?? DEFAULT_FORWARDED_CLIENT_CERT_HEADER).toLowerCase(),
+    trustedProxyCIDRs: opts.trustedProxyCIDRs ?? [],
   };
 }
 
@@ -121,7 +135,10 @@ export function agentServer(tls: AgentEndpointTLS, settings: Settings): { tlsSer
     key: tls.key,
     ca: tls.ca,
     requestCert: true,
-    rejectUnauthorized: true,
+    // With trusted proxies, a connection without a valid client certificate
+    // completes its handshake and is refused (or let through) per peer in
+    // AgentEndpoint.onSecureConnection; without, TLS refuses it as ever.
+    rejectUnauthorized: settings.trustedProxyCIDRs.length === 0,
     minVersion: 'TLSv1.2',
     ALPNProtocols: ['h2', 'http/1.1'],
     handshakeTimeout: settings.tlsHandshakeTimeoutMs,

@@ -42,6 +42,8 @@ import { AgentConnection, remoteOf } from './agent-connection.js';
 import { agentServer, settingsOf, type AgentEndpointOptions, type AgentEndpointTLS, type Settings } from './agent-endpoint-settings.js';
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
 import { within } from '../timers/sleep.js';
+import { caCertificates, TrustedProxies, verifyForwardedCertificate } from './forwarded-cert.js';
+import type { X509Certificate } from 'node:crypto';
 import { isServedCall, type LinkConnection, type ServedCall } from './served-call.js';
 import { WsAgentCall } from './ws-agent-call.js';
 import { WsAgentConnection } from './ws-agent-connection.js';
@@ -62,10 +64,11 @@ function peerCertSubject(cert: AgentCertificate | undefined): string {
   return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
 }
 
-/** The verified client certificate of a TLS connection (undefined without one). */
+/** The verified client certificate of a TLS connection (undefined without one, or one TLS did not verify). */
 function peerCertificateOf(socket: TLSSocket | undefined): AgentCertificate | undefined {
-  const cert = socket?.getPeerCertificate();
-  return cert === undefined || Object.keys(cert).length === 0 ? undefined : cert;
+  if (socket?.authorized !== true) return undefined;
+  const cert = socket.getPeerCertificate();
+  return Object.keys(cert).length === 0 ? undefined : cert;
 }
 
 /** What a call's head can do besides being read: refuse the call, or accept it with response metadata. */
@@ -76,7 +79,8 @@ interface AnsweringHead extends CallHead {
 /** One call arriving on either transport, for the shared path from admission to serving. */
 interface Arrival {
   head: AnsweringHead;
-  peer: AgentCertificate | undefined;
+  /** The TLS connection the call came on. */
+  socket: TLSSocket | undefined;
   connection: LinkConnection | undefined;
   remoteAddress: string;
   /** The link for the call, made before the answer (the tunnel may write to it as soon as it attaches). */
@@ -124,6 +128,9 @@ export class AgentEndpoint {
   private readonly refusedCallers: CallerRefusals;
   private readonly admission: Admission;
   private readonly limited: LogLimiter;
+  private readonly trustedProxies: TrustedProxies;
+  /** The agent CA's certificates, for forwarded client certificates. */
+  private agentCAs: X509Certificate[];
   private lastRateLog = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
@@ -141,6 +148,8 @@ export class AgentEndpoint {
     }
     this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
     this.limited = new LogLimiter(this.log);
+    this.trustedProxies = new TrustedProxies(this.opts.trustedProxyCIDRs);
+    this.agentCAs = caCertificates(opts.tls.ca);
     this.metrics = new AgentEndpointMetrics(opts.metricsRegistry);
     this.refusedCallers = new CallerRefusals('agent', ['tls_handshake_timeout', 'tls_error'], opts.metricsRegistry);
     this.admission = new Admission({
@@ -168,7 +177,7 @@ export class AgentEndpoint {
     );
     this.wss = new WebSocketServer({ noServer: true, maxPayload: this.opts.maxMessageSize, perMessageDeflate: false, clientTracking: false });
     addUpgradeHeaders(this.wss);
-    this.http1 = http.createServer({ requestTimeout: 0, headersTimeout: this.opts.tlsHandshakeTimeoutMs });
+    this.http1 = http.createServer();
     this.http1.on('request', (req: IncomingMessage, res: ServerResponse) => this.onPlainRequest(req, res));
     this.http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket as TLSSocket, head));
     this.http1.on('clientError', (err: Error, socket: Duplex) => {
@@ -179,8 +188,22 @@ export class AgentEndpoint {
 
   /** h2 is gRPC; http/1.1, or no ALPN (load balancers speaking TLS to their backends seldom offer any), the WebSocket transport. */
   private onSecureConnection(socket: TLSSocket): void {
-    if (socket.alpnProtocol === 'h2') this.h2.emit('connection', socket);
-    else this.http1.emit('connection', socket);
+    if (!socket.authorized && !this.trustedProxies.has(socket.remoteAddress)) {
+      // Only with trusted proxies does TLS let such a connection finish its handshake: refused here as TLS refuses it otherwise.
+      const remoteAddress = this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket);
+      const error = String(socket.authorizationError ?? 'no client certificate');
+      this.limited.warn('agent TLS handshake failed; connection refused', { remoteAddress, error, refusedSoFar: this.refusedCallers.add('tls_error') });
+      socket.destroy();
+      return;
+    }
+    if (socket.alpnProtocol === 'h2') {
+      this.h2.emit('connection', socket);
+      return;
+    }
+    // An HTTP/1.1 connection gets as long for its upgrade as a connection gets for its TLS handshake
+    // (node:http's own head timeout runs only on a server that listens itself).
+    socket.setTimeout(this.opts.tlsHandshakeTimeoutMs, () => socket.destroy());
+    this.http1.emit('connection', socket);
   }
 
   /**
@@ -189,6 +212,7 @@ export class AgentEndpoint {
    */
   setTLS(tls: AgentEndpointTLS): void {
     this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca, minVersion: 'TLSv1.2' });
+    this.agentCAs = caCertificates(tls.ca);
     this.log.info('serving certificate replaced for new agent connections');
   }
 
@@ -270,7 +294,7 @@ export class AgentEndpoint {
     const tracker = connection?.pings;
     this.arrive({
       head: call,
-      peer: peerCertificateOf(session?.socket as TLSSocket | undefined),
+      socket: session?.socket as TLSSocket | undefined,
       connection,
       remoteAddress,
       open: (logger) =>
@@ -305,6 +329,7 @@ export class AgentEndpoint {
       answerHttp(socket, 400, 'the agent port upgrades to a WebSocket only (GET with "Upgrade: websocket")');
       return;
     }
+    socket.setTimeout(0);
     const call = new WsCallHead(req, socket, head, this.wss);
     const connection = new WsAgentConnection(
       socket,
@@ -313,7 +338,7 @@ export class AgentEndpoint {
     );
     this.arrive({
       head: call,
-      peer: peerCertificateOf(socket),
+      socket,
       connection,
       remoteAddress,
       open: (logger) =>
@@ -338,8 +363,13 @@ export class AgentEndpoint {
   /** A call on either transport: admission, session claims, the answer, then its packets into the tunnel. */
   private arrive(arrival: Arrival): void {
     const { head: call, connection, remoteAddress } = arrival;
+    const peer = this.clientCertificateOf(arrival);
+    if ('code' in peer) {
+      this.refuse(call, peer, connection);
+      return;
+    }
     let claims: ClaimResolution<Backend> | undefined;
-    const meta = this.admission.admit(call, arrival.peer, this.closing !== undefined, (m) => {
+    const meta = this.admission.admit(call, peer.cert, this.closing !== undefined, (m) => {
       if (this.resumeWindowFor(m) === undefined || m.claims.length === 0) return false;
       claims = this.tunnel.sessions.resolve(m.claims, ownerOf(m));
       return claims.found !== undefined;
@@ -349,8 +379,42 @@ export class AgentEndpoint {
       return;
     }
     if (claims !== undefined && this.refusedByClaims(claims, meta, call, connection, remoteAddress)) return;
-    const accepted = this.acceptCall(arrival, meta, claims?.found);
+    const accepted = this.acceptCall(arrival, meta, claims?.found, peer.cert);
     this.serveCall(accepted, meta, connection);
+  }
+
+  /**
+   * The agent's client certificate: the one its TLS handshake verified, or,
+   * from a trusted proxy, the one forwarded in --forwarded-client-cert-header
+   * (verified here against the agent CA). A forwarded certificate from any
+   * other peer is refused, as is a call from a trusted proxy that forwarded
+   * none and presented no valid certificate of its own.
+   */
+  private clientCertificateOf(arrival: Arrival): { cert: AgentCertificate | undefined } | Refusal {
+    const { socket, head } = arrival;
+    const header = this.opts.forwardedClientCertHeader;
+    const forwarded = head.metadata(header);
+    if (forwarded.length === 0) {
+      if (socket?.authorized === true) return { cert: peerCertificateOf(socket) };
+      return {
+        code: GrpcStatus.UNAUTHENTICATED,
+        message: `no client certificate: the trusted proxy ${arrival.remoteAddress} presented no valid one and forwarded none in ${header}`,
+        by: 'identity',
+      };
+    }
+    if (!this.trustedProxies.has(socket?.remoteAddress)) {
+      return {
+        code: GrpcStatus.PERMISSION_DENIED,
+        message: `a client certificate forwarded in ${header} is believed only from --trusted-proxy-cidrs, and ${arrival.remoteAddress} is not among them`,
+        by: 'identity',
+      };
+    }
+    if (forwarded.length > 1) {
+      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one ${header} header, got ${forwarded.length}`, by: 'identity' };
+    }
+    const cert = verifyForwardedCertificate(forwarded[0]!, this.agentCAs);
+    if (cert instanceof Error) return { code: GrpcStatus.UNAUTHENTICATED, message: `${cert.message} (header ${header})`, by: 'identity' };
+    return { cert };
   }
 
   /**
@@ -402,9 +466,9 @@ export class AgentEndpoint {
    * Answers an admitted call and gives it its backend: the resumed session's
    * (`found`), or a new one, resumable when the agent asked and we offer it.
    */
-  private acceptCall(arrival: Arrival, meta: AgentMetadata, found: ClaimResolution<Backend>['found']): AcceptedCall {
+  private acceptCall(arrival: Arrival, meta: AgentMetadata, found: ClaimResolution<Backend>['found'], cert: AgentCertificate | undefined): AcceptedCall {
     const { connection, remoteAddress } = arrival;
-    const certSubject = peerCertSubject(arrival.peer);
+    const certSubject = peerCertSubject(cert);
     // Flow control only when the agent announced its window and we offer one.
     const flow =
       meta.agentWindow !== undefined && this.opts.connWindow > 0

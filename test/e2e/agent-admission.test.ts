@@ -172,7 +172,7 @@ test('resume claims count in the connect rate: a claim flood is refused UNAVAILA
   assert.ok(server.log.find('agents refused by the connect rate limit').length <= 1 + Math.ceil(seconds / 5));
 });
 
-test('connections that do not negotiate HTTP/2 are closed with a bounded number of lines', LIMIT, async (t) => {
+test('HTTP/1.1 connections (no ALPN: as load balancers dial) that send garbage get 400, with a bounded number of lines', LIMIT, async (t) => {
   const h = harness(t);
   const log = captureLog('text');
   const server = await startServer(h, { endpoint: { logger: log.logger } });
@@ -187,10 +187,16 @@ test('connections that do not negotiate HTTP/2 are closed with a bounded number 
       servername: 'localhost',
     });
     h.defer(() => socket.destroy());
-    // Offering no ALPN at all (an offer without h2 fails the handshake, which is limited apart).
-    await new Promise((resolve) => socket.once('close', resolve).on('error', () => {}));
+    // Offering no ALPN at all is HTTP/1.1 (an offer without h2 or http/1.1 fails the handshake, which is limited apart).
+    socket.on('error', () => {});
+    await once(socket, 'secureConnect');
+    socket.write('not a request\r\n\r\n');
+    let answer = '';
+    socket.on('data', (c: Buffer) => (answer += c.toString()));
+    await once(socket, 'close');
+    assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/);
   }
   const lines = log.lines().slice(before);
   assert.ok(lines.length <= 5, `${lines.length} lines for 12 connections:\n${lines.join('\n')}`);
-  assert.equal(lines.filter((l) => l.includes('agent connection did not negotiate HTTP/2')).length, 5);
+  assert.equal(lines.filter((l) => l.includes('malformed HTTP/1.1 request on the agent port')).length, 5);
 });
