@@ -74,6 +74,8 @@ interface ServerFlags {
   maxPendingDialsPerAgent: number;
   maxUnknownPacketsPerAgent: number;
   agentIdentityCheck: AgentIdentityCheck;
+  forwardedClientCertHeader: string;
+  trustedProxyCidrs: string[];
   serverCount: number;
   maxAgentStreams: number;
   resumeWindow: number;
@@ -240,6 +242,19 @@ const program = new Command('yurt-tunnel-server')
     parseIdentityCheck,
     'strict' as AgentIdentityCheck,
   )
+  .option(
+    '--forwarded-client-cert-header <name>',
+    "header in which a load balancer that terminates TLS forwards the agent's client certificate, URL-escaped PEM " +
+      "(nginx: $ssl_client_escaped_cert); believed only from --trusted-proxy-cidrs and verified against the agent CA",
+    'X-SSL-Client-Cert',
+  )
+  .option(
+    '--trusted-proxy-cidrs <list>',
+    'comma list of CIDRs of load balancers whose forwarded client certificates are believed and that may connect to the agent port ' +
+      'without a client certificate of their own (default: none, no forwarded certificate is believed)',
+    parseList,
+    [] as string[],
+  )
   .option('--server-count <n>', 'number of server replicas; agents connect until they reach this many distinct servers', parsePositiveInt, 1)
   .addOption(resumeWindowOption())
   .addOption(
@@ -380,6 +395,8 @@ addProcessOptions(program).action(async (flags: ServerFlags) => {
     maxPendingDialsPerAgent: flags.maxPendingDialsPerAgent,
     maxUnknownPacketsPerAgent: flags.maxUnknownPacketsPerAgent,
     agentIdentityCheck: flags.agentIdentityCheck,
+    forwardedClientCertHeader: flags.forwardedClientCertHeader,
+    trustedProxyCIDRs: flags.trustedProxyCidrs,
     serverCount: flags.serverCount,
     maxAgentStreams: flags.maxAgentStreams,
     resumeWindowMs: flags.resumeWindow,

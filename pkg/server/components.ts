@@ -54,6 +54,8 @@ export function agentEndpointFor(tunnel: Tunnel, serverID: string, certs: Server
     keepaliveTimeMs: opts.keepaliveTimeMs,
     keepaliveTimeoutMs: opts.keepaliveTimeoutMs,
     identityCheck: opts.agentIdentityCheck,
+    forwardedClientCertHeader: opts.forwardedClientCertHeader,
+    trustedProxyCIDRs: opts.trustedProxyCIDRs,
     maxStreamsPerAgent: opts.maxAgentStreams,
     resumeWindowMs: opts.resumeWindowMs,
     maxConnectRate: opts.maxAgentConnectRate,

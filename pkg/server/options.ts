@@ -60,6 +60,10 @@ export interface ServerOptions {
   halfClosedLingerMs?: number;
   /** What an agent's certificate must name; default `strict`. */
   agentIdentityCheck?: AgentIdentityCheck;
+  /** See AgentEndpointOptions.forwardedClientCertHeader (--forwarded-client-cert-header). */
+  forwardedClientCertHeader?: string;
+  /** See AgentEndpointOptions.trustedProxyCIDRs (--trusted-proxy-cidrs). */
+  trustedProxyCIDRs?: string[];
   /** Time a caller on the secure master port, or an agent, has for its TLS handshake. Default 10 s. */
   tlsHandshakeTimeoutMs?: number;
   /** Time a caller on a master port or the meta port has for its request head. Default 30 s. */
