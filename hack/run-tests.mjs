@@ -28,7 +28,7 @@ const ALLOWED = [
   {
     kind: 'system tools',
     reason:
-      /^((iptables-nft-save|iptables-legacy-save|iptables|conntrack|setpriv|nsenter|dnsmasq|mmdebstrap|buildah|containerd|runc|umoci|containernetworking-plugins|busybox-static|prometheus|prometheus-node-exporter|curl|promtool|squid|\/usr\/lib\/squid\/basic_ncsa_auth|tinyproxy|danted|openssl|useradd) is|mmdebstrap and buildah are) not installed \(apt-get install [a-z -]+\)$/,
+      /^((iptables-nft-save|iptables-legacy-save|iptables|conntrack|setpriv|nsenter|dnsmasq|mmdebstrap|buildah|containerd|runc|umoci|containernetworking-plugins|busybox-static|prometheus|prometheus-node-exporter|curl|promtool|squid|\/usr\/lib\/squid\/basic_ncsa_auth|tinyproxy|danted|openssl|useradd|nginx|haproxy) is|mmdebstrap and buildah are) not installed \(apt-get install [a-z -]+\)$/,
   },
   {
     kind: 'control plane',

@@ -285,6 +285,7 @@ export class ClientSet {
     this.lastProbe = Date.now();
     this.log.info('connected to tunnel server', {
       server: conn.address,
+      transport: dialed.transport,
       serverID: identity.serverID,
       serverCount: identity.serverCount,
       flowControl: identity.flow !== undefined,
