@@ -21,8 +21,8 @@ import {
 import { wrapHelpToTerminal } from '../common/help.js';
 import { DEFAULT_MAX_CONCURRENT_DIALS } from '../../pkg/agent/dial-limit.js';
 import { parseServerAddresses } from '../../pkg/agent/server-addresses.js';
+import { AGENT_TRANSPORTS, type AgentTransport } from '../../pkg/agent/transport.js';
 import { DEFAULT_LEASE_LABEL, DEFAULT_LEASE_NAMESPACE } from '../../pkg/kube/server-lease-names.js';
-import { AGENT_TRANSPORTS, type AgentTransport } from '../../pkg/agent/transport-choice.js';
 
 /** --tunnelserver-addr: one host:port or a comma list, each checked; kept as the trimmed comma list. */
 function parseServerAddressList(text: string): string {

@@ -1,7 +1,7 @@
 // yurt-tunnel-agent's run sequence: read the certificates, build the dial
 // policy and identifiers, keep links to the servers; drain on shutdown.
 
-import type { AgentTransport } from './transport-choice.js';
+import type { AgentTransport } from './transport.js';
 import { join } from 'node:path';
 import type { CertificateManager } from '../certs/certificate-manager.js';
 import { readCertKeyPair, readPemFile } from '../certs/read-pem.js';

@@ -6,7 +6,7 @@ import type { Dialer } from './dialer.js';
 import type { AgentMetrics } from './metrics.js';
 import type { ProxyConfig } from './proxy/proxy-config.js';
 import type { AgentTLS } from './server-dial.js';
-import type { AgentTransport } from './transport-choice.js';
+import type { AgentTransport } from './transport.js';
 
 /** Keepalive interval shared by a client set's links, so a server's complaint slows them all. */
 export interface KeepalivePolicy {

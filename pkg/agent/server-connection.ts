@@ -11,7 +11,6 @@
 
 import http2, { type ClientHttp2Session } from 'node:http2';
 import type { Socket } from 'node:net';
-import type WebSocket from 'ws';
 import type { Logger } from '../log/logger.js';
 import { silentLogger } from '../log/logger.js';
 import { AgentLostError, ConnectionClosedError, type ResumeError } from '../protocol/errors.js';
@@ -23,13 +22,13 @@ import type { AgentMetrics } from './metrics.js';
 import { DialLimit } from './dial-limit.js';
 import { LinkConnections } from './link-connections.js';
 import { ClientPacketCall } from '../grpc/client-call.js';
-import { Keepalive, transportBytesRead, type Pingable } from '../grpc/keepalive.js';
-import { WsPings } from '../grpc/ws-pings.js';
+import { Keepalive, type Pingable } from '../grpc/keepalive.js';
+import { linkTransport } from './link-transport.js';
 import type { PacketLink } from '../mux/packet-link.js';
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { KeepalivePolicy, ServerConnectionOptions } from './server-connection-options.js';
-import { type DialedCall, type DialTarget, type ServerIdentity } from './server-dial.js';
-import { dialServerLink } from './transport-choice.js';
+import { type DialTarget, type ServerIdentity } from './server-dial.js';
+import { dialServerLink, type DialedCall } from './transport-choice.js';
 import { WsClientCall } from './ws-client-call.js';
 
 export type { AgentTLS, ServerIdentity } from './server-dial.js';
@@ -63,8 +62,6 @@ export class ServerConnection {
   private readonly keepalive: KeepalivePolicy;
   private session: ClientHttp2Session | undefined;
   private socket: Socket | undefined;
-  /** The WebSocket, when the link runs over one (then `session` is undefined). */
-  private ws: WebSocket | undefined;
   private call: ClientPacketCall | WsClientCall | undefined;
   private resume: ResumeState | undefined;
   /** No suspension from now on: the agent drains or the server said DRAIN. */
@@ -193,33 +190,11 @@ export class ServerConnection {
       logger: this.log,
       ...(metrics !== undefined ? { onPacketSent: (type: string) => metrics.packetSent(type) } : {}),
     };
-    let call: ClientPacketCall | WsClientCall;
-    let pings: Pingable;
-    let received: () => number;
-    let gone: () => boolean;
     if (dialed.transport === 'grpc') {
-      const { session, stream } = dialed;
-      this.session = session;
-      const grpcCall = new ClientPacketCall(stream, callOpts, dialed.socket);
-      call = grpcCall;
-      session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
-      session.on('error', (err: Error) => this.log.verbose(2, 'connection error', { error: err.message }));
-      session.once('close', () => this.callEnded(grpcCall, 'connection closed'));
-      // A connection the server's side closed (FIN) without a GOAWAY is lost too; HTTP/2 would wait for the liveness check.
-      session.socket.once('end', () => this.callEnded(grpcCall, 'the server closed the connection'));
-      pings = session;
-      received = transportBytesRead(session);
-      gone = () => session.destroyed || stream.destroyed;
-    } else {
-      const { ws, socket } = dialed;
-      this.ws = ws;
-      const wsCall = new WsClientCall(ws, callOpts, socket);
-      call = wsCall;
-      socket.once('end', () => this.callEnded(wsCall, 'the server closed the connection'));
-      pings = new WsPings(ws);
-      received = () => socket.bytesRead;
-      gone = () => ws.readyState !== ws.OPEN;
+      this.session = dialed.session;
+      dialed.session.on('goaway', (code: number, _lastStreamID: number, data?: Buffer) => this.onGoaway(code, data));
     }
+    const { call, pings, received, gone } = linkTransport(dialed, callOpts, this.log, (c, reason) => this.callEnded(c, reason));
     this.call = call;
     const r = this.resume;
     // With flow control (our server), the link measures its round trip at once: the windows are sized by it.
@@ -300,10 +275,8 @@ export class ServerConnection {
 
   private destroyTransport(): void {
     this.session?.destroy();
-    this.ws?.terminate();
     this.socket?.destroy();
     this.session = undefined;
-    this.ws = undefined;
     this.socket = undefined;
   }
 
@@ -450,25 +423,9 @@ export class ServerConnection {
     if (r !== undefined) clearTimeout(r.timer);
     const session = this.session;
     const socket = this.socket;
-    const ws = this.ws;
-    if (ws !== undefined) {
-      // A WebSocket's goodbye is its close frame (1000): the socket goes once the server answers it, or after the grace.
-      this.call?.goodbye(reason);
-      this.ws = undefined;
+    if (this.call instanceof WsClientCall) {
+      this.call.goodbyeAndClose(reason, GOODBYE_GRACE_MS);
       this.socket = undefined;
-      const timer = setTimeout(() => {
-        ws.terminate();
-        socket?.destroy();
-      }, GOODBYE_GRACE_MS);
-      timer.unref();
-      ws.once('close', () => {
-        clearTimeout(timer);
-        socket?.destroy();
-      });
-      if (ws.readyState === ws.CLOSED) {
-        clearTimeout(timer);
-        socket?.destroy();
-      }
     } else if (r !== undefined && this.call !== undefined && session !== undefined && !session.destroyed) {
       this.call.goodbye(reason);
       session.close();

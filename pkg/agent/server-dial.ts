@@ -28,8 +28,7 @@ import {
   type SessionOffer,
 } from '../protocol/resume.js';
 import { splitHostPort } from '../net/host-port.js';
-import type { WsDialedCall } from './server-dial-ws.js';
-import type { AgentTransport } from './transport-choice.js';
+import type { AgentTransport } from './transport.js';
 import { isUntrustedChain, opensslReason, presentedCertificate, untrustedChainHint, wrongPortHint } from './server-dial-hints.js';
 
 /** A server that refuses our certificate closes within this long of the TLS handshake (TLS 1.3 reports no alert). */
@@ -77,9 +76,6 @@ export interface DialTarget {
   /** gRPC, a WebSocket, or gRPC falling back to a WebSocket (transport-choice.ts). Default auto. */
   transport?: AgentTransport;
 }
-
-/** A call the server answered, over gRPC or over a WebSocket (server-dial-ws.ts). */
-export type DialedCall = GrpcDialedCall | WsDialedCall;
 
 /** A gRPC call the server answered: its connection, its stream (not read yet), and what the headers said. */
 export interface GrpcDialedCall {
@@ -256,7 +252,7 @@ function closeReason(securedAt: number | undefined): string {
 }
 
 /** The server's answer to the call: who it is and the session it offers, or why the answer cannot be used. */
-function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<DialedCall, 'identity' | 'offer'> | Error {
+function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<GrpcDialedCall, 'identity' | 'offer'> | Error {
   const refusal = responseRefusal(h);
   if (refusal !== undefined) {
     const err = connectFailed(t, `refused the call (${refusal})`);
@@ -267,7 +263,7 @@ function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<
 }
 
 /** What an accepting answer's metadata says: who the server is and the session it offers. */
-export function readAccepted(t: DialTarget, raw: string[]): Pick<DialedCall, 'identity' | 'offer'> | Error {
+export function readAccepted(t: DialTarget, raw: string[]): Pick<GrpcDialedCall, 'identity' | 'offer'> | Error {
   const identity = identityFrom(t, raw);
   if (identity instanceof Error) return identity;
   if (t.resume === undefined) return { identity, offer: undefined };

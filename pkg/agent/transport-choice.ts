@@ -13,12 +13,11 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { ServerConnectionError } from './errors.js';
 import { isUntrustedChain } from './server-dial-hints.js';
-import { dialServer, refusedByServer, type DialedCall, type DialTarget } from './server-dial.js';
-import { dialWebSocket } from './server-dial-ws.js';
+import { dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
+import { dialWebSocket, type WsDialedCall } from './server-dial-ws.js';
 
-export type AgentTransport = 'auto' | 'grpc' | 'websocket';
-
-export const AGENT_TRANSPORTS: readonly AgentTransport[] = ['auto', 'grpc', 'websocket'];
+/** A call the server answered, over gRPC or over a WebSocket. */
+export type DialedCall = GrpcDialedCall | WsDialedCall;
 
 /** What worked last for each server address, in this process. */
 const worked = new Map<string, 'grpc' | 'websocket'>();
@@ -43,7 +42,8 @@ export async function dialServerLink(t: DialTarget, log: Logger, signal?: AbortS
     } catch (again: unknown) {
       throw new ServerConnectionError(err.code, `${err.message}; over ${second === 'grpc' ? 'gRPC' : 'a WebSocket'}: ${errorMessage(again)}`, { cause: err });
     }
-    if (worked.get(t.address) !== second) log.info(`the tunnel server is reached over ${second === 'grpc' ? 'gRPC' : 'a WebSocket'} from now on`, { address: t.address });
+    if (worked.get(t.address) !== second)
+      log.info(`the tunnel server is reached over ${second === 'grpc' ? 'gRPC' : 'a WebSocket'} from now on`, { address: t.address });
     worked.set(t.address, second);
     return dialed;
   }

@@ -67,6 +67,25 @@ export class WsClientCall extends GrpcPacketStream {
     if (this.ws.readyState === this.ws.OPEN) this.ws.close(WS_NORMAL_CLOSE, 'goodbye');
   }
 
+  /** Says goodbye and lets the socket go once the server answers the close frame, or after `graceMs`. */
+  goodbyeAndClose(reason: string, graceMs: number): void {
+    const { ws, transport } = this;
+    this.goodbye(reason);
+    if (ws.readyState === ws.CLOSED) {
+      transport.destroy();
+      return;
+    }
+    const timer = setTimeout(() => {
+      ws.terminate();
+      transport.destroy();
+    }, graceMs);
+    timer.unref();
+    ws.once('close', () => {
+      clearTimeout(timer);
+      transport.destroy();
+    });
+  }
+
   /** Ends the link as a failure: the socket goes without a close frame, so the server keeps the session for a resume. */
   cancel(reason: string): void {
     this.finish(reason);

@@ -103,7 +103,12 @@ export class Admission {
    * it holds (`resumes`) skips only the stream limit: during a silent blip the
    * call it replaces still counts.
    */
-  admit(call: CallHead, peer: AgentCertificate | undefined, shuttingDown: boolean, resumes: (meta: AgentMetadata) => boolean = () => false): AgentMetadata | Refusal {
+  admit(
+    call: CallHead,
+    peer: AgentCertificate | undefined,
+    shuttingDown: boolean,
+    resumes: (meta: AgentMetadata) => boolean = () => false,
+  ): AgentMetadata | Refusal {
     if (shuttingDown) return { code: GrpcStatus.UNAVAILABLE, message: 'yurt-tunnel-server is shutting down', by: 'shutdown' };
     const bad = call.check([AGENT_CONNECT_PATH]);
     if (bad !== undefined) return { ...bad, by: 'call' };

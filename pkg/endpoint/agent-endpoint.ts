@@ -14,12 +14,9 @@
 // trailers, keepalive pings and GOAWAY as from any gRPC server.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
 import type { Server as TLSServer, TLSSocket } from 'node:tls';
-import { WebSocketServer } from 'ws';
 import { guardStreamHandler } from '../grpc/error-boundary.js';
 import { IncomingCall } from '../grpc/server-call-head.js';
 import { GrpcStatus } from '../grpc/status.js';
@@ -36,18 +33,16 @@ import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from
 import type { Backend } from '../tunnel/backend.js';
 import { sameOwner, type ClaimResolution, type SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
-import { Admission, type AgentCertificate, type AgentMetadata, type CallHead, type Refusal } from './admission.js';
+import { Admission, type AgentCertificate, type AgentMetadata, type Refusal } from './admission.js';
 import { carryAgentPackets, openAgentCall } from './agent-call.js';
 import { AgentConnection, remoteOf } from './agent-connection.js';
 import { agentServer, settingsOf, type AgentEndpointOptions, type AgentEndpointTLS, type Settings } from './agent-endpoint-settings.js';
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
 import { within } from '../timers/sleep.js';
-import { caCertificates, TrustedProxies, verifyForwardedCertificate } from './forwarded-cert.js';
-import type { X509Certificate } from 'node:crypto';
-import { isServedCall, type LinkConnection, type ServedCall } from './served-call.js';
-import { WsAgentCall } from './ws-agent-call.js';
-import { WsAgentConnection } from './ws-agent-connection.js';
-import { addUpgradeHeaders, answerHttp, WsCallHead } from './ws-call-head.js';
+import { ClientCertificates, peerCertSubject } from './client-certificates.js';
+import { logClaimRefusals } from './claim-refusals.js';
+import { isServedCall, type AnsweringHead, type Arrival, type LinkConnection, type ServedCall } from './served-call.js';
+import { WsArrivals } from './ws-arrivals.js';
 
 /** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
 const RESUME_MIN_PING_INTERVAL_MS = 1000;
@@ -57,37 +52,6 @@ const LIVENESS_CHECK_MS = 1000;
 
 /** How often, at most, the connect rate limit's summary line is logged. */
 const RATE_LOG_INTERVAL_MS = 5000;
-
-/** "CN=edge-1; DNS:edge-1" from the client certificate, for logs. */
-function peerCertSubject(cert: AgentCertificate | undefined): string {
-  if (!cert?.subject) return '';
-  return `CN=${String(cert.subject.CN ?? '')}${cert.subjectaltname ? `; ${cert.subjectaltname}` : ''}`;
-}
-
-/** The verified client certificate of a TLS connection (undefined without one, or one TLS did not verify). */
-function peerCertificateOf(socket: TLSSocket | undefined): AgentCertificate | undefined {
-  if (socket?.authorized !== true) return undefined;
-  const cert = socket.getPeerCertificate();
-  return Object.keys(cert).length === 0 ? undefined : cert;
-}
-
-/** What a call's head can do besides being read: refuse the call, or accept it with response metadata. */
-interface AnsweringHead extends CallHead {
-  refuse(refusal: Refusal): boolean;
-}
-
-/** One call arriving on either transport, for the shared path from admission to serving. */
-interface Arrival {
-  head: AnsweringHead;
-  /** The TLS connection the call came on. */
-  socket: TLSSocket | undefined;
-  connection: LinkConnection | undefined;
-  remoteAddress: string;
-  /** The link for the call, made before the answer (the tunnel may write to it as soon as it attaches). */
-  open(log: Logger): ServedCall;
-  /** Answers the call with `metadata`: the call's response headers, or the 101. */
-  accept(link: ServedCall, metadata: Readonly<Record<string, string>>): void;
-}
 
 /** Who a call is, for the session table: its agentID and certificate, and whether the identity check tied them. */
 function ownerOf(meta: AgentMetadata): SessionOwner {
@@ -110,11 +74,8 @@ export class AgentEndpoint {
   private readonly server: TLSServer;
   private readonly h2: http2.Http2Server;
   private readonly connections = new Map<Http2Session, AgentConnection>();
-  /** Agents' WebSocket connections (the HTTP/2 ones are in `connections`). */
-  private readonly wsConnections = new Set<WsAgentConnection>();
-  /** Takes the HTTP/1.1 connections (ALPN http/1.1, or none): WebSocket upgrades, or a precise 426. */
-  private readonly http1: http.Server;
-  private readonly wss: WebSocketServer;
+  /** The HTTP/1.1 connections (ALPN http/1.1, or none): agents' WebSocket upgrades. */
+  private readonly ws: WsArrivals;
   /** The connection each admitted call rides on. */
   private readonly connectionOf = new WeakMap<ServedCall, LinkConnection>();
   private readonly sockets = new ConnectionSet();
@@ -128,9 +89,7 @@ export class AgentEndpoint {
   private readonly refusedCallers: CallerRefusals;
   private readonly admission: Admission;
   private readonly limited: LogLimiter;
-  private readonly trustedProxies: TrustedProxies;
-  /** The agent CA's certificates, for forwarded client certificates. */
-  private agentCAs: X509Certificate[];
+  private readonly certificates: ClientCertificates;
   private lastRateLog = 0;
   private closing: Promise<void> | undefined;
   private listening = false;
@@ -148,8 +107,7 @@ export class AgentEndpoint {
     }
     this.log = (opts.logger ?? silentLogger()).child({ component: 'agent-endpoint' });
     this.limited = new LogLimiter(this.log);
-    this.trustedProxies = new TrustedProxies(this.opts.trustedProxyCIDRs);
-    this.agentCAs = caCertificates(opts.tls.ca);
+    this.certificates = new ClientCertificates(this.opts.forwardedClientCertHeader, this.opts.trustedProxyCIDRs, opts.tls.ca);
     this.metrics = new AgentEndpointMetrics(opts.metricsRegistry);
     this.refusedCallers = new CallerRefusals('agent', ['tls_handshake_timeout', 'tls_error'], opts.metricsRegistry);
     this.admission = new Admission({
@@ -175,35 +133,29 @@ export class AgentEndpoint {
         this.onStream(stream, headers, rawHeaders),
       ),
     );
-    this.wss = new WebSocketServer({ noServer: true, maxPayload: this.opts.maxMessageSize, perMessageDeflate: false, clientTracking: false });
-    addUpgradeHeaders(this.wss);
-    this.http1 = http.createServer();
-    this.http1.on('request', (req: IncomingMessage, res: ServerResponse) => this.onPlainRequest(req, res));
-    this.http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket as TLSSocket, head));
-    this.http1.on('clientError', (err: Error, socket: Duplex) => {
-      this.limited.warn('malformed HTTP/1.1 request on the agent port; answered 400', { remoteAddress: remoteOf(socket as TLSSocket), error: errorMessage(err) });
-      answerHttp(socket, 400, 'malformed HTTP/1.1 request');
+    this.ws = new WsArrivals({
+      opts: this.opts,
+      log: this.log,
+      limited: this.limited,
+      tunnel,
+      metrics: this.metrics,
+      remoteAddressOf: (socket) => remoteOf(socket),
+      arrive: (arrival) => this.arrive(arrival),
     });
   }
 
   /** h2 is gRPC; http/1.1, or no ALPN (load balancers speaking TLS to their backends seldom offer any), the WebSocket transport. */
   private onSecureConnection(socket: TLSSocket): void {
-    if (!socket.authorized && !this.trustedProxies.has(socket.remoteAddress)) {
+    if (!socket.authorized && !this.certificates.trusts(socket)) {
       // Only with trusted proxies does TLS let such a connection finish its handshake: refused here as TLS refuses it otherwise.
-      const remoteAddress = this.remoteAddresses.get(tlsParent(socket)) ?? remoteOf(socket);
+      const remoteAddress = remoteOf(socket);
       const error = String(socket.authorizationError ?? 'no client certificate');
       this.limited.warn('agent TLS handshake failed; connection refused', { remoteAddress, error, refusedSoFar: this.refusedCallers.add('tls_error') });
       socket.destroy();
       return;
     }
-    if (socket.alpnProtocol === 'h2') {
-      this.h2.emit('connection', socket);
-      return;
-    }
-    // An HTTP/1.1 connection gets as long for its upgrade as a connection gets for its TLS handshake
-    // (node:http's own head timeout runs only on a server that listens itself).
-    socket.setTimeout(this.opts.tlsHandshakeTimeoutMs, () => socket.destroy());
-    this.http1.emit('connection', socket);
+    if (socket.alpnProtocol === 'h2') this.h2.emit('connection', socket);
+    else this.ws.take(socket);
   }
 
   /**
@@ -212,7 +164,7 @@ export class AgentEndpoint {
    */
   setTLS(tls: AgentEndpointTLS): void {
     this.server.setSecureContext({ cert: tls.cert, key: tls.key, ca: tls.ca, minVersion: 'TLSv1.2' });
-    this.agentCAs = caCertificates(tls.ca);
+    this.certificates.setCA(tls.ca);
     this.log.info('serving certificate replaced for new agent connections');
   }
 
@@ -312,58 +264,10 @@ export class AgentEndpoint {
     });
   }
 
-  /** A plain HTTP/1.1 request, not an upgrade: this port speaks gRPC or WebSocket only. */
-  private onPlainRequest(req: IncomingMessage, res: ServerResponse): void {
-    this.limited.warn('plain HTTP/1.1 request on the agent port; answered 426', { remoteAddress: remoteOf(req.socket), method: req.method });
-    const body = 'this is the tunnel server agent port: it speaks gRPC (HTTP/2, ALPN h2) or a WebSocket upgrade (RFC 6455), nothing else\n';
-    res.writeHead(426, { connection: 'close, upgrade', upgrade: 'websocket', 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body) });
-    res.end(body);
-  }
-
-  /** An agent's WebSocket upgrade: the agent link over a WebSocket, through the same admission as a gRPC call. */
-  private onUpgrade(req: IncomingMessage, socket: TLSSocket, head: Buffer): void {
-    const remoteAddress = remoteOf(socket);
-    socket.on('error', (err) => this.log.verbose(2, 'agent WebSocket connection error', { remoteAddress, error: errorMessage(err) }));
-    if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket' || req.method !== 'GET') {
-      this.limited.warn('upgrade to something other than a WebSocket on the agent port; answered 400', { remoteAddress, upgrade: String(req.headers.upgrade ?? '') });
-      answerHttp(socket, 400, 'the agent port upgrades to a WebSocket only (GET with "Upgrade: websocket")');
-      return;
-    }
-    socket.setTimeout(0);
-    const call = new WsCallHead(req, socket, head, this.wss);
-    const connection = new WsAgentConnection(
-      socket,
-      { keepaliveTimeMs: this.opts.keepaliveTimeMs, keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs, log: this.limited },
-      remoteAddress,
-    );
-    this.arrive({
-      head: call,
-      socket,
-      connection,
-      remoteAddress,
-      open: (logger) =>
-        new WsAgentCall({
-          maxMessageSize: this.opts.maxMessageSize,
-          controlBufferLimit: this.opts.controlBufferLimit,
-          onControlRefused: () => this.metrics.refused('unread_control'),
-          onPacketSent: (type) => this.tunnel.metrics.packetSent(type),
-          logger,
-        }),
-      accept: (link, metadata) => {
-        const ws = call.accept(metadata);
-        if (ws === undefined) return;
-        (link as WsAgentCall).attach(ws);
-        connection.start(ws);
-        this.wsConnections.add(connection);
-        ws.once('close', () => this.wsConnections.delete(connection));
-      },
-    });
-  }
-
   /** A call on either transport: admission, session claims, the answer, then its packets into the tunnel. */
   private arrive(arrival: Arrival): void {
     const { head: call, connection, remoteAddress } = arrival;
-    const peer = this.clientCertificateOf(arrival);
+    const peer = this.certificates.of(arrival);
     if ('code' in peer) {
       this.refuse(call, peer, connection);
       return;
@@ -378,88 +282,12 @@ export class AgentEndpoint {
       this.refuse(call, meta, connection);
       return;
     }
-    if (claims !== undefined && this.refusedByClaims(claims, meta, call, connection, remoteAddress)) return;
+    if (claims !== undefined && logClaimRefusals(this.tunnel, this.limited, claims, meta, remoteAddress)) {
+      this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
+      return;
+    }
     const accepted = this.acceptCall(arrival, meta, claims?.found, peer.cert);
     this.serveCall(accepted, meta, connection);
-  }
-
-  /**
-   * The agent's client certificate: the one its TLS handshake verified, or,
-   * from a trusted proxy, the one forwarded in --forwarded-client-cert-header
-   * (verified here against the agent CA). A forwarded certificate from any
-   * other peer is refused, as is a call from a trusted proxy that forwarded
-   * none and presented no valid certificate of its own.
-   */
-  private clientCertificateOf(arrival: Arrival): { cert: AgentCertificate | undefined } | Refusal {
-    const { socket, head } = arrival;
-    const header = this.opts.forwardedClientCertHeader;
-    const forwarded = head.metadata(header);
-    if (forwarded.length === 0) {
-      if (socket?.authorized === true) return { cert: peerCertificateOf(socket) };
-      return {
-        code: GrpcStatus.UNAUTHENTICATED,
-        message: `no client certificate: the trusted proxy ${arrival.remoteAddress} presented no valid one and forwarded none in ${header}`,
-        by: 'identity',
-      };
-    }
-    if (!this.trustedProxies.has(socket?.remoteAddress)) {
-      return {
-        code: GrpcStatus.PERMISSION_DENIED,
-        message: `a client certificate forwarded in ${header} is believed only from --trusted-proxy-cidrs, and ${arrival.remoteAddress} is not among them`,
-        by: 'identity',
-      };
-    }
-    if (forwarded.length > 1) {
-      return { code: GrpcStatus.INVALID_ARGUMENT, message: `expected one ${header} header, got ${forwarded.length}`, by: 'identity' };
-    }
-    const cert = verifyForwardedCertificate(forwarded[0]!, this.agentCAs);
-    if (cert instanceof Error) return { code: GrpcStatus.UNAUTHENTICATED, message: `${cert.message} (header ${header})`, by: 'identity' };
-    return { cert };
-  }
-
-  /**
-   * Logs and counts the session claims of an admitted call that are not
-   * honoured; true when the call was refused for it (a stale attempt and no
-   * session found).
-   */
-  private refusedByClaims(
-    claims: ClaimResolution<Backend>,
-    meta: AgentMetadata,
-    call: AnsweringHead,
-    connection: LinkConnection | undefined,
-    remoteAddress: string,
-  ): boolean {
-    for (const s of claims.foreign) {
-      this.tunnel.resumeMetrics.claimRefused('foreign_certificate');
-      this.limited.warn('session token presented with another certificate or agentID; not honoured', {
-        agentID: meta.agentID,
-        sessionOf: s.owner.agentID,
-        sameAgentID: s.owner.agentID === meta.agentID,
-        session: s.id,
-        remoteAddress,
-      });
-    }
-    for (const s of claims.stale) {
-      this.tunnel.resumeMetrics.claimRefused('stale_attempt');
-      this.limited.verbose(2, 'stale session resume attempt refused', { agentID: meta.agentID, session: s.id, remoteAddress });
-    }
-    for (const ended of claims.ended) {
-      // The agent came back too late: its connections are gone on this side; the call carries a fresh session.
-      this.tunnel.resumeMetrics.claimRefused(ended.how === 'expired' ? 'session_expired' : 'session_ended');
-      this.limited.warn('session claim on a session that is over here; the agent gets a fresh one', {
-        agentID: meta.agentID,
-        sessionOf: ended.agentID,
-        session: ended.id,
-        how: ended.how,
-        endedMsAgo: Date.now() - ended.endedAt,
-        remoteAddress,
-      });
-    }
-    if (claims.found === undefined && claims.stale.length > 0) {
-      this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
-      return true;
-    }
-    return false;
   }
 
   /**
@@ -525,7 +353,8 @@ export class AgentEndpoint {
     }
     if (!resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
-    if (windowMs !== undefined && connection.pings !== undefined) connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
+    if (windowMs !== undefined && connection.pings !== undefined)
+      connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
     // The agent's packets go into the tunnel until the call ends.
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
@@ -600,7 +429,7 @@ export class AgentEndpoint {
   private async doClose(graceMs: number): Promise<void> {
     const closed = this.listening ? stopListening(this.server) : Promise.resolve();
     const end = { kind: 'shutdown', message: 'yurt-tunnel-server is shutting down' } as const;
-    for (const connection of [...this.connections.values(), ...this.wsConnections]) {
+    for (const connection of [...this.connections.values(), ...this.ws.connections]) {
       for (const call of connection.calls) call.endFor(end, GrpcStatus.UNAVAILABLE);
       connection.calls.clear();
     }
@@ -611,9 +440,7 @@ export class AgentEndpoint {
       await within(allClosed, graceMs);
     }
     for (const session of this.connections.keys()) session.destroy();
-    for (const connection of this.wsConnections) connection.drop('yurt-tunnel-server is shutting down');
-    this.wss.close();
-    this.http1.close();
+    this.ws.close();
     this.sockets.destroyAll();
     await closed;
     this.limited.flush();

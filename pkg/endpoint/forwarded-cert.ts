@@ -90,5 +90,9 @@ export function verifyForwardedCertificate(value: string, cas: readonly X509Cert
   if (eku !== undefined && eku.length > 0 && !eku.includes(CLIENT_AUTH_EKU)) {
     return new Error('the forwarded certificate is not for client authentication (extended key usage)');
   }
-  return { subject: subjectOf(cert.subject) as unknown as AgentCertificate['subject'], subjectaltname: cert.subjectAltName ?? '', fingerprint256: cert.fingerprint256 };
+  return {
+    subject: subjectOf(cert.subject) as unknown as AgentCertificate['subject'],
+    subjectaltname: cert.subjectAltName ?? '',
+    fingerprint256: cert.fingerprint256,
+  };
 }

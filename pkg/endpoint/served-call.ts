@@ -4,7 +4,10 @@
 // ws-agent-connection.ts). Admission, identity, sessions and the tunnel see
 // only these.
 
+import type { TLSSocket } from 'node:tls';
 import type { GrpcPacketStreamHandlers } from '../grpc/packet-stream.js';
+import type { Logger } from '../log/logger.js';
+import type { CallHead, Refusal } from './admission.js';
 import type { PingPolicy } from '../grpc/ping-policy.js';
 import type { AgentLink, AgentLinkEnd } from '../tunnel/agent-link.js';
 
@@ -35,5 +38,25 @@ export interface LinkConnection {
 
 /** The agent's side of the link, for `instanceof`-free checks of links the endpoint serves. */
 export function isServedCall(x: unknown): x is ServedCall {
-  return typeof x === 'object' && x !== null && typeof (x as Partial<ServedCall>).abort === 'function' && typeof (x as Partial<ServedCall>).endOf === 'function';
+  return (
+    typeof x === 'object' && x !== null && typeof (x as Partial<ServedCall>).abort === 'function' && typeof (x as Partial<ServedCall>).endOf === 'function'
+  );
+}
+
+/** What a call's head can do besides being read: refuse the call. */
+export interface AnsweringHead extends CallHead {
+  refuse(refusal: Refusal): boolean;
+}
+
+/** One call arriving on either transport, for the endpoint's one path from admission to serving. */
+export interface Arrival {
+  head: AnsweringHead;
+  /** The TLS connection the call came on. */
+  socket: TLSSocket | undefined;
+  connection: LinkConnection | undefined;
+  remoteAddress: string;
+  /** The link for the call, made before the answer (the tunnel may write to it as soon as it attaches). */
+  open(log: Logger): ServedCall;
+  /** Answers the call with `metadata`: the call's response headers, or the 101. */
+  accept(link: ServedCall, metadata: Readonly<Record<string, string>>): void;
 }

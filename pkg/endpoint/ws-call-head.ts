@@ -28,7 +28,12 @@ export function addUpgradeHeaders(wss: WebSocketServer): void {
 export function answerHttp(socket: Duplex, status: number, text: string, headers: Readonly<Record<string, string>> = {}): void {
   if (socket.destroyed || !socket.writable) return;
   const body = `${text}\n`;
-  const lines = [`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`, 'connection: close', 'content-type: text/plain; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`];
+  const lines = [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`,
+    'connection: close',
+    'content-type: text/plain; charset=utf-8',
+    `content-length: ${Buffer.byteLength(body)}`,
+  ];
   for (const [name, value] of Object.entries(headers)) lines.push(`${name}: ${value}`);
   socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
   socket.once('finish', () => socket.destroy());
