@@ -3,6 +3,7 @@
 // made once per run:
 //   yurt-tunnel                 our server and our agent (the real CLIs)
 //   yurt-tunnel, resume off     the same with --resume-window 0 on both (what session resume costs)
+//   yurt-tunnel, WebSocket      the same with --transport websocket on the agent (what the WebSocket transport costs)
 //   Konnectivity                the v0.30 Go proxy-server and proxy-agent
 //   Go agent, our server        our server with the Go proxy-agent joined to it
 // A pair is ready when its server has logged the agent's arrival; no
@@ -18,12 +19,13 @@ import { issueAgentCertificate, startLocalTunnel } from '../hack/local-tunnel.js
 import type { BenchPath } from './lean-conn.js';
 import { UsageError } from './options.js';
 
-export type PairName = 'yurt-tunnel' | 'yurt-tunnel, resume off' | 'Konnectivity' | 'Go agent, our server';
+export type PairName = 'yurt-tunnel' | 'yurt-tunnel, resume off' | 'yurt-tunnel, WebSocket' | 'Konnectivity' | 'Go agent, our server';
 
 /** The pairs by the names the options take (--only, --pair). */
 export const PAIR_OPTION_NAMES: Readonly<Record<string, PairName>> = {
   ours: 'yurt-tunnel',
   'ours-noresume': 'yurt-tunnel, resume off',
+  'ours-ws': 'yurt-tunnel, WebSocket',
   konnectivity: 'Konnectivity',
   'go-agent': 'Go agent, our server',
 };
@@ -160,15 +162,16 @@ const logLines = (text: string): string =>
     .map((l) => `${l}\n`)
     .join('');
 
-async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
+async function startOurs(ctx: PairContext, resume: boolean, transport: 'grpc' | 'websocket' = 'grpc'): Promise<Pair> {
   const off = resume ? [] : ['--resume-window', '0'];
+  const transportArgs = ['--transport', transport];
   let agentText = '';
   const local = await startLocalTunnel({
     nodeName: 'bench',
     certDir: ctx.certDir,
     agentDir: join(ctx.dir, 'bench'),
     serverArgs: [...off, ...(ctx.serverArgs ?? [])],
-    agentArgs: [...off, ...(ctx.agentArgs ?? [])],
+    agentArgs: [...off, ...transportArgs, ...(ctx.agentArgs ?? [])],
     serverNodeArgs: ctx.nodeArgs,
     agentNodeArgs: ctx.nodeArgs,
     serverEnv: ctx.env,
@@ -182,6 +185,11 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     },
   });
   const offered = /connected to tunnel server.*?sessionResume\W+(true|false)/s.exec(agentText)?.[1];
+  const carried = /connected to tunnel server.*?transport\W+(grpc|websocket)/s.exec(agentText)?.[1];
+  if (carried !== transport) {
+    await local.stop();
+    throw new Error(`our pair over ${transport}: the agent's "connected" line says transport=${carried ?? '(not found)'}:\n${agentText.slice(-2000)}`);
+  }
   if (offered !== String(resume)) {
     await local.stop();
     throw new Error(
@@ -189,7 +197,7 @@ async function startOurs(ctx: PairContext, resume: boolean): Promise<Pair> {
     );
   }
   return {
-    name: resume ? 'yurt-tunnel' : 'yurt-tunnel, resume off',
+    name: transport === 'websocket' ? 'yurt-tunnel, WebSocket' : resume ? 'yurt-tunnel' : 'yurt-tunnel, resume off',
     path: { kind: 'connect', uds: local.udsPath, address: ctx.targetAddress, proxyHost: 'bench' },
     serverPid: local.children[0]!.pid!,
     agentPid: local.children[1]!.pid!,
@@ -261,7 +269,7 @@ async function startKonnectivity(ctx: PairContext): Promise<Pair> {
 
 /** The pairs this machine can run, in the order each round runs them. */
 export function pairNames(ctx: PairContext): PairName[] {
-  const ours: PairName[] = ['yurt-tunnel', 'yurt-tunnel, resume off'];
+  const ours: PairName[] = ['yurt-tunnel', 'yurt-tunnel, resume off', 'yurt-tunnel, WebSocket'];
   return ctx.go === undefined ? ours : [...ours, 'Konnectivity', 'Go agent, our server'];
 }
 
@@ -271,6 +279,8 @@ export function startPair(name: PairName, ctx: PairContext): Promise<Pair> {
       return startOurs(ctx, true);
     case 'yurt-tunnel, resume off':
       return startOurs(ctx, false);
+    case 'yurt-tunnel, WebSocket':
+      return startOurs(ctx, true, 'websocket');
     case 'Konnectivity':
       return startKonnectivity(ctx);
     case 'Go agent, our server':

@@ -44,7 +44,7 @@ test('an unknown scenario, option or pair, a missing or wrong value, or a stray 
     [['compare', '--bogus'], /^compare: Unknown option '--bogus'/],
     [['--scale'], /^compare: Unknown option '--scale'/],
     [['compare', 'extra'], /^compare: Unexpected argument 'extra'/],
-    [['compare', '--only', 'nobody'], /^unknown pair nobody \(ours, ours-noresume, konnectivity, go-agent\)$/],
+    [['compare', '--only', 'nobody'], /^unknown pair nobody \(ours, ours-noresume, ours-ws, konnectivity, go-agent\)$/],
     [['scale', '--rate'], /^scale: Option '--rate <value>' argument missing/],
     [['slow-link', '--rate', 'x'], /^--rate takes a number from 16 to 100000, not x$/],
     [['idle-curve', '--idle', '10,soon'], /^--idle takes numbers from 0 to 600, comma-separated, not 10,soon$/],
