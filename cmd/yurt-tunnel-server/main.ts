@@ -245,7 +245,7 @@ const program = new Command('yurt-tunnel-server')
   .option(
     '--forwarded-client-cert-header <name>',
     "header in which a load balancer that terminates TLS forwards the agent's client certificate, URL-escaped PEM " +
-      "(nginx: $ssl_client_escaped_cert); believed only from --trusted-proxy-cidrs and verified against the agent CA",
+      '(nginx: $ssl_client_escaped_cert); believed only from --trusted-proxy-cidrs and verified against the agent CA',
     'X-SSL-Client-Cert',
   )
   .option(

@@ -149,6 +149,7 @@ export class AgentEndpoint {
     if (!socket.authorized && !this.certificates.trusts(socket)) {
       // Only with trusted proxies does TLS let such a connection finish its handshake: refused here as TLS refuses it otherwise.
       const remoteAddress = remoteOf(socket);
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- undefined when no certificate came, whatever @types/node says
       const error = String(socket.authorizationError ?? 'no client certificate');
       this.limited.warn('agent TLS handshake failed; connection refused', { remoteAddress, error, refusedSoFar: this.refusedCallers.add('tls_error') });
       socket.destroy();

@@ -245,7 +245,10 @@ test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed th
     join(agent1Dir, 'tls.key'),
   ]);
   const answer = await forged.waitForLine(/^answer /, 15_000);
-  assert.match(answer, /^answer 403 7 a client certificate forwarded in x-ssl-client-cert is believed only from --trusted-proxy-cidrs, and 10\.30\.0\.2:\d+ is not among them$/);
+  assert.match(
+    answer,
+    /^answer 403 7 a client certificate forwarded in x-ssl-client-cert is believed only from --trusted-proxy-cidrs, and 10\.30\.0\.2:\d+ is not among them$/,
+  );
   await server.waitForLine(/agent call rejected .*trusted-proxy-cidrs/);
 
   // Through haproxy in TCP mode, TLS end to end: gRPC.

@@ -80,7 +80,10 @@ test('a forwarded client certificate is believed from a trusted proxy only, and 
   // From the trusted proxy with nothing forwarded and no certificate of its own: no identity, refused.
   const none = await upgrade(h, server, PROXY, undefined, {});
   assert.equal((none as { status: number }).status, 401);
-  assert.match((none as { grpcMessage: string }).grpcMessage, /^no client certificate: the trusted proxy 127\.0\.0\.2:\d+ presented no valid one and forwarded none in x-ssl-client-cert$/);
+  assert.match(
+    (none as { grpcMessage: string }).grpcMessage,
+    /^no client certificate: the trusted proxy 127\.0\.0\.2:\d+ presented no valid one and forwarded none in x-ssl-client-cert$/,
+  );
 
   // A forwarded certificate from a peer outside --trusted-proxy-cidrs, even one with a valid certificate of its own: refused.
   const untrusted = await upgrade(h, server, '127.0.0.1', pki.agent('edge-3'), { agentid: 'edge-3', 'x-ssl-client-cert': escaped(edge1.cert) });

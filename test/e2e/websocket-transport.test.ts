@@ -76,7 +76,9 @@ function sink(s: Socket): Promise<{ hash: string; bytes: number }> {
 test('an agent with --transport websocket joins, and 32 MiB cross byte-exact each way', LIMIT, async (t) => {
   const h = harness(t);
   let down: Promise<string> | undefined;
-  const source = await startTCPServer(h, (s) => (down = pump(s, 32 * MiB)));
+  const source = await startTCPServer(h, (s) => {
+    down = pump(s, 32 * MiB);
+  });
   let up: Promise<{ hash: string; bytes: number }> | undefined;
   const target = await startTCPServer(h, (s) => {
     up = sink(s);
@@ -132,7 +134,9 @@ test('over a WebSocket a half-close travels end to end and the answer still come
 test('a session dropped on gRPC resumes over a WebSocket, nothing lost', LIMIT, async (t) => {
   const h = harness(t);
   let down: Promise<string> | undefined;
-  const source = await startTCPServer(h, (s) => (down = pump(s, 64 * MiB)));
+  const source = await startTCPServer(h, (s) => {
+    down = pump(s, 64 * MiB);
+  });
   const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
   const relay = await startBlipRelay(h, [server.endpoint.address.port]);
   const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: 10_000, transport: 'grpc' } });
@@ -178,7 +182,7 @@ test('the agent port answers what is not an agent upgrade with a precise status'
   plain.on('error', () => {});
   await once(plain, 'secureConnect');
   plain.end('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
-  const answer = (await readAll(plain as unknown as Socket)).toString();
+  const answer = (await readAll(plain)).toString();
   assert.match(answer, /^HTTP\/1\.1 426 Upgrade Required\r\n/);
   assert.match(answer, /it speaks gRPC \(HTTP\/2, ALPN h2\) or a WebSocket upgrade/);
 
