@@ -13,7 +13,7 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { splitHostPort } from '../net/host-port.js';
 import { ServerConnectionError } from './errors.js';
-import { callMetadata, connectFailed, readAccepted, refusedByServer, sniFor, type DialTarget, type ServerIdentity } from './server-dial.js';
+import { callMetadata, connectFailed, readAccepted, refusedByServer, serverSocket, sniFor, type DialTarget, type ServerIdentity } from './server-dial.js';
 import type { SessionOffer } from '../protocol/resume.js';
 
 /** Largest message taken from the server (one Packet), as gRPC's default limit. */
@@ -33,23 +33,19 @@ export interface WsDialedCall {
 }
 
 /**
- * Opens the WebSocket link to `t`. `connect` makes the TLS socket (by
- * default straight to the server; a proxy's tunnel can be given instead).
+ * Opens the WebSocket link to `t`: TLS over the TCP connection server-dial.ts
+ * makes (straight to the server, or through the HTTP or SOCKS proxy).
  */
-export function dialWebSocket(
-  t: DialTarget,
-  log: Logger,
-  signal?: AbortSignal,
-  connect: (host: string, port: number) => Socket = (host, port) => defaultTlsSocket(t, host, port),
-): Promise<WsDialedCall> {
+export async function dialWebSocket(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<WsDialedCall> {
   const target = splitHostPort(t.address);
   if (target === undefined) {
-    return Promise.reject(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`));
+    throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
   }
   const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+  const beneath = await serverSocket(t, target, signal);
   let socket: Socket | undefined;
   const ws = new WebSocket(`wss://${authority}${WEBSOCKET_PATH}`, {
-    createConnection: () => (socket = connect(target.host, target.port)),
+    createConnection: () => (socket = tlsOver(t, beneath)),
     // Metadata as request headers (a repeated value as repeated header lines).
     headers: callMetadata(t),
     perMessageDeflate: false,
@@ -65,6 +61,7 @@ export function dialWebSocket(
       settled = true;
       ws.terminate();
       socket?.destroy();
+      beneath.destroy();
       reject(err);
     };
     if (signal !== undefined) {
@@ -98,11 +95,10 @@ export function dialWebSocket(
   });
 }
 
-/** TLS to the server with our client certificate, ALPN http/1.1, the server's name checked. */
-function defaultTlsSocket(t: DialTarget, host: string, port: number): Socket {
+/** TLS to the server over `beneath` with our client certificate, ALPN http/1.1, the server's name checked. */
+function tlsOver(t: DialTarget, beneath: Socket): Socket {
   return tlsConnect({
-    host,
-    port,
+    socket: beneath,
     ca: t.tls.ca,
     cert: t.tls.cert,
     key: t.tls.key,

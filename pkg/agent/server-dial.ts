@@ -171,7 +171,7 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
  * The TCP connection beneath TLS, direct or through the proxy, within the
  * handshake timeout. A proxy's refusal stays a ProxyError naming the proxy.
  */
-async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
+export async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
   const ending = new AbortController();
   const timer = setTimeout(() => ending.abort(handshakeTimeout(t)), t.handshakeTimeoutMs);
   timer.unref();

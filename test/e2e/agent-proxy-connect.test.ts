@@ -76,6 +76,23 @@ test('an agent joins through an HTTP CONNECT proxy with Basic credentials and ca
   assert.equal(await roundTrip(server.udsPath, `127.0.0.1:${echo.port}`, 'through the proxy'), 'through the proxy');
 });
 
+test('an agent on the WebSocket transport joins through the same proxy', LIMIT, async (t) => {
+  const h = harness(t);
+  const proxy = await startConnectProxy(h);
+  const server = await startServer(h);
+  const echo = await startEchoServer(h);
+  startAgent(h, server.agentAddress, {
+    nodeName: 'edge-1',
+    connection: { transport: 'websocket', proxy: config(`http://user:secret@127.0.0.1:${proxy.port}`) },
+  });
+  await waitFor('agent edge-1 to register over a WebSocket through the proxy', () => server.tunnel.registry.agentCount === 1);
+  assert.deepEqual(
+    proxy.asked.map((a) => a.target),
+    [server.agentAddress],
+  );
+  assert.equal(await roundTrip(server.udsPath, `127.0.0.1:${echo.port}`, 'websocket through the proxy'), 'websocket through the proxy');
+});
+
 test('a proxy that answers 407 is one warning naming the proxy and its answer, without the password', LIMIT, async (t) => {
   const h = harness(t);
   const proxy = await startConnectProxy(h);
