@@ -26,6 +26,10 @@ export class WsClientCall extends GrpcPacketStream {
     super(duplex, { ...opts, wholeMessages: true });
     this.duplex = duplex;
     duplex.attach(ws);
+    // A frame ws could not write (the socket was reset under it): without a
+    // listener this error would end the process. The link failed; the
+    // WebSocket's 'close' (1006) follows and reports it, and resume bridges it.
+    duplex.on('error', () => ws.terminate());
   }
 
   override start(handlers: GrpcPacketStreamHandlers): void {

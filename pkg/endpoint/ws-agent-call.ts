@@ -28,6 +28,10 @@ export class WsAgentCall extends GrpcPacketStream implements AgentLink {
     const duplex = new WsMessageDuplex();
     super(duplex, { ...opts, wholeMessages: true });
     this.duplex = duplex;
+    // A frame ws could not write (the socket was reset under it): without a
+    // listener this error would end the process. The link failed; the
+    // WebSocket's 'close' (1006) follows and reports it.
+    duplex.on('error', () => this.ws?.terminate());
   }
 
   /** The upgrade completed: the link runs over `ws`. */

@@ -197,3 +197,47 @@ test('the agent port answers what is not an agent upgrade with a precise status'
   ws.terminate();
   assert.equal(server.tunnel.registry.agentCount, 0);
 });
+
+// A blip longer than the resume window, on the path of a busy download over a
+// WebSocket: the sessions expire (or the agent's late resume of a session it
+// gave up says goodbye), and the download must end as a failure, never as a
+// clean end with fewer bytes. 'silent' is the black hole of a load balancer's
+// dropped port (its side towards the server stays open); 'reset' a cut. The
+// CONNECT caller is a Unix socket, which cannot be reset (cut-streams.test.ts):
+// it sees EOF either way, so the failure is watched where it can be seen, in
+// the tunnelled connection the caller is spliced to and in the access line.
+for (const kind of ['silent', 'reset'] as const) {
+  test(`over a WebSocket a ${kind} blip past the resume window ends the download as a failure, never a clean short end`, LIMIT, async (t) => {
+    const h = harness(t);
+    const total = 64 * MiB;
+    const source = await startTCPServer(h, (s) => {
+      s.on('error', () => {});
+      pump(s, total).catch(() => {});
+    });
+    const windowMs = 1000;
+    const server = await startServer(h, { endpoint: { resumeWindowMs: windowMs } });
+    const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+    startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: windowMs, transport: 'websocket' } });
+    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+    assert.equal(linkTransport(server), 'websocket');
+    assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+
+    const conn = await server.tunnel.dial(`127.0.0.1:${source.port}`);
+    let bytes = 0;
+    let blipped: Promise<void> | undefined;
+    conn.on('data', (c: Buffer) => {
+      bytes += c.length;
+      if (blipped === undefined && bytes >= 4 * MiB) blipped = relay.blip(kind, 3 * windowMs + 1000);
+    });
+    const ended = await new Promise<string>((resolve) => {
+      conn.once('end', () => resolve(`clean end after ${bytes} of ${total} bytes`));
+      conn.once('error', (err: Error & { code?: string }) => resolve(`error ${err.code ?? err.message}`));
+    });
+    await blipped;
+    assert.ok(bytes < total, `the download was cut (${bytes} bytes)`);
+    assert.match(ended, /^error YT_ERR_(AGENT_LOST|CONNECTION_CLOSED)$/, 'the tunnelled connection ends with an error');
+    await waitFor('the access line', () => server.log.find('connection ended').length === 1);
+    assert.notEqual(server.log.find('connection ended')[0]!.fields.ended, 'closed', 'the access line records a failure');
+    conn.destroy();
+  });
+}
