@@ -1,6 +1,7 @@
 // kube-apiserver's egress selector through our server and agent, driven by
 // kubectl: a real kube-apiserver configured with an EgressSelectorConfiguration
-// reaches the stand-in kubelet of node edge-1 only through the tunnel.
+// reaches the stand-in kubelet of node edge-1 only through the tunnel, with
+// the agent's link over gRPC and over a WebSocket.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -14,6 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import type { TunnelAgent } from '../../pkg/agent/app.js';
 import { issueCertificate } from '../../pkg/certs/pki.js';
 import type { TunnelServer } from '../../pkg/server/app.js';
+import { WsAgentCall } from '../../pkg/endpoint/ws-agent-call.js';
 import { startClusterAgent, startClusterServer } from '../support/cluster.js';
 import { controlPlaneSkipReason, autoApprove, putNode, putPod, startControlPlane, type ControlPlane, type EgressSelector } from '../support/envtest/index.js';
 import { connect as tlsConnect } from 'node:tls';
@@ -210,6 +212,20 @@ describe('kube-apiserver egress selector through the tunnel (kubectl)', { skip }
 
   describe('GRPC', () => {
     before(() => cp.useEgressSelector(grpc()));
+    kubectlCases(state);
+  });
+
+  // Issue 37 item 2: the same calls with the agent's link over a WebSocket (--transport websocket), straight to the agent port.
+  describe('HTTPConnect, the agent over a WebSocket', () => {
+    before(async () => {
+      await agent.stop();
+      await waitFor('edge-1 to leave', () => server.tunnel.registry.agentCount === 0, 10_000);
+      agent = await startClusterAgent(suite, cp, server, dir, 'edge-1', { transport: 'websocket' });
+      await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1, 20_000);
+      const backend = server.tunnel.registry.all()[0]!;
+      assert.ok((backend.sessionLink?.transport ?? backend.link) instanceof WsAgentCall, 'the agent joined over a WebSocket');
+      await cp.useEgressSelector(httpConnect());
+    });
     kubectlCases(state);
   });
 
