@@ -241,3 +241,47 @@ for (const kind of ['silent', 'reset'] as const) {
     conn.destroy();
   });
 }
+
+// The same cut with the server writing (an upload): the server's side of the
+// WebSocket must take the failed write as the link failing, as the agent's does.
+test('over a WebSocket a reset blip past the resume window ends an upload as a failure, and the server keeps serving', LIMIT, async (t) => {
+  const h = harness(t);
+  const total = 256 * MiB;
+  let received = 0;
+  const target = await startTCPServer(h, (s) => {
+    s.on('data', (c: Buffer) => (received += c.length));
+  });
+  const windowMs = 1000;
+  const server = await startServer(h, { endpoint: { resumeWindowMs: windowMs } });
+  const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+  startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: windowMs, transport: 'websocket' } });
+  await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(linkTransport(server), 'websocket');
+
+  const conn = await server.tunnel.dial(`127.0.0.1:${target.port}`);
+  const chunk = Buffer.alloc(64 * 1024, 7);
+  let sent = 0;
+  let blipped: Promise<void> | undefined;
+  const ended = new Promise<string>((resolve) => {
+    conn.once('error', (err: Error & { code?: string }) => resolve(`error ${err.code ?? err.message}`));
+    conn.once('close', () => resolve('closed without an error'));
+  });
+  // Bounded by `total`: the upload is cut long before.
+  const write = (): void => {
+    while (sent < total && !conn.destroyed) {
+      if (blipped === undefined && received >= 4 * MiB) blipped = relay.blip('reset', 3 * windowMs + 1000);
+      sent += chunk.length;
+      if (!conn.write(chunk)) {
+        conn.once('drain', write);
+        return;
+      }
+    }
+  };
+  write();
+  assert.match(await ended, /^error YT_ERR_(AGENT_LOST|CONNECTION_CLOSED)$/, 'the tunnelled connection ends with an error');
+  assert.ok(blipped !== undefined, 'the path was cut mid-upload');
+  await blipped;
+  assert.ok(received < total, `the upload was cut (${received} bytes)`);
+  // The server is still there: the agent comes back with a fresh link.
+  await waitFor('agent edge-1 to register again', () => server.tunnel.registry.agentCount === 1, 10_000);
+});
