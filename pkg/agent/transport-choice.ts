@@ -49,8 +49,24 @@ export async function dialServerLink(t: DialTarget, log: Logger, signal?: AbortS
   }
 }
 
-/** Socket errors the other transport would meet the same way, before any HTTP is spoken. */
-const SAME_PATH_FAILURES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ERR_SSL_WRONG_VERSION_NUMBER']);
+/**
+ * Socket errors the other transport would meet the same way, before any HTTP
+ * is spoken. A reset or a timeout says the path broke, not that it refuses
+ * HTTP/2 (an L7 balancer refuses h2 by ALPN or an HTTP/1.1 answer): the next
+ * dial tries the same transport again instead of moving the agent to the
+ * WebSocket for the life of the process.
+ */
+const SAME_PATH_FAILURES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+]);
 
 /** Whether a failed dial says nothing against the other transport. */
 function otherMayWork(err: ServerConnectionError): boolean {
