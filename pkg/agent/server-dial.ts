@@ -122,7 +122,9 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
     let explaining = false;
     const onClose = (): void => {
       if (settled || explaining) return;
-      fail(closeReason(securedAt));
+      const err = connectFailed(t, closeReason(securedAt));
+      if (securedAt === undefined) closedBeforeTls.add(err);
+      settle(err);
     };
     const settle = (err: Error | undefined, call?: GrpcDialedCall): void => {
       if (settled) return;
@@ -238,6 +240,14 @@ export function connectFailed(t: DialTarget, text: string, cause?: Error): Serve
  * worked, so `--transport auto` does not try the other one for them.
  */
 export const refusedByServer = new WeakSet<Error>();
+
+/**
+ * Connections closed before TLS was established: nothing about HTTP/2 was
+ * said yet, and a WebSocket would meet the same close, so `--transport auto`
+ * does not try it for them (an L7 balancer refusing h2 answers ALPN with an
+ * alert, an error of its own).
+ */
+export const closedBeforeTls = new WeakSet<Error>();
 
 /** Why the connection closed before the server answered, judged by when TLS was established. */
 function closeReason(securedAt: number | undefined): string {

@@ -13,7 +13,7 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { ServerConnectionError } from './errors.js';
 import { isUntrustedChain } from './server-dial-hints.js';
-import { dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
+import { closedBeforeTls, dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
 import { dialWebSocket, type WsDialedCall } from './server-dial-ws.js';
 
 /** A call the server answered, over gRPC or over a WebSocket. */
@@ -70,7 +70,7 @@ const SAME_PATH_FAILURES = new Set([
 
 /** Whether a failed dial says nothing against the other transport. */
 function otherMayWork(err: ServerConnectionError): boolean {
-  if (refusedByServer.has(err)) return false;
+  if (refusedByServer.has(err) || closedBeforeTls.has(err)) return false;
   const cause = err.cause;
   if (cause === undefined) return true;
   const code = (cause as { code?: unknown }).code;
