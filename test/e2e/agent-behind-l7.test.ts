@@ -191,7 +191,8 @@ test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed th
     // nginx matches the name against DNS SANs only: the local certificate's localhost.
     UPSTREAM_NAME: 'localhost',
   });
-  const nginxProc = lb.startProcess(h, nginx!, ['-p', dir, '-c', conf, '-g', 'daemon off;'], {}, { node: false });
+  // One process (no master and workers): stopping it leaves no orphaned worker holding the test's pipes open.
+  const nginxProc = lb.startProcess(h, nginx!, ['-p', dir, '-c', conf, '-g', 'daemon off; master_process off;'], {}, { node: false });
   h.defer(() => {
     if (process.env.YT_DEBUG_LOGS) process.stderr.write(`nginx:\n${nginxProc.lines.join('\n')}\n`);
   });
