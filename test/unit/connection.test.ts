@@ -294,7 +294,7 @@ const ROWS: Row[] = [
     },
   },
   {
-    name: "the close timer ends a connection whose agent never answers CLOSE_REQ (ConnectionClosedError)",
+    name: 'the close timer ends a connection whose agent never answers CLOSE_REQ (ConnectionClosedError)',
     sides: ['server'],
     opts: { closeTimeoutMs: 30 },
     async run(d) {
@@ -344,7 +344,7 @@ const ROWS: Row[] = [
     },
   },
   {
-    name: "half-close: our end is CLOSE_WRITE; the peer still sends; its CLOSE_WRITE ends our end and one CLOSE_RSP follows",
+    name: 'half-close: our end is CLOSE_WRITE; the peer still sends; its CLOSE_WRITE ends our end and one CLOSE_RSP follows',
     sides: ['agent'],
     opts: { halfClose: true },
     async run(d) {

@@ -15,9 +15,7 @@ import { test } from 'node:test';
 import { setImmediate as tick } from 'node:timers/promises';
 import { EndpointConn } from '../../pkg/agent/endpoint-conn.js';
 import { COALESCE_BELOW, COALESCE_CHUNK } from '../../pkg/mux/coalescer.js';
-import { MAX_DATA_PAYLOAD } from '../../pkg/mux/packet-conn.js';
 import type { SocketRelay } from '../../pkg/mux/socket-relay.js';
-import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
 import { TunnelRelay } from '../../pkg/tunnel/tunnel-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { waitFor } from '../support/tunnel.js';
@@ -85,28 +83,6 @@ async function readAtLeast(socket: Socket, n: number): Promise<Buffer> {
   }
   return Buffer.concat(chunks);
 }
-
-test('bytes from the socket become DATA for the connectID, split at MAX_DATA_PAYLOAD, each piece after the link took the previous', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  link.holdCallbacks = true;
-  const relay = endpoint(link);
-  h.defer(() => relay.destroy());
-  relay.attach(near);
-  const big = Buffer.alloc(MAX_DATA_PAYLOAD + 1000, 7);
-  far.write(big);
-  await waitFor('the first piece', () => link.data.length >= 1);
-  // Everything the socket delivered so far waits for the first callback.
-  assert.equal(link.data.length, 1);
-  while (link.sentBytes().length < big.length) {
-    if (link.pendingCallbacks > 0) link.releaseOne();
-    else await new Promise((r) => setImmediate(r));
-  }
-  assert.ok(link.data.every((d) => d.connectID === 7n && d.data.length <= MAX_DATA_PAYLOAD));
-  assert.ok(link.sentBytes().equals(big));
-  assert.equal(relay.bytesSent, big.length);
-});
 
 test('DATA delivered before the socket is attached is written first, then what follows', LIMIT, async (t) => {
   const h = harness(t);
@@ -311,126 +287,6 @@ test('held before the socket is attached, with the end: written in order, then t
   assert.ok((await readToEnd(far)).equals(Buffer.concat(parts)));
 });
 
-test('EndpointConn: the target ends (no half-close): one CLOSE_RSP without error, after its last bytes; a clean close', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link);
-  const closed = ended(relay);
-  relay.attach(near);
-  far.end('bye');
-  assert.equal(await closed, undefined);
-  assert.equal(link.sentBytes().toString(), 'bye');
-  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
-  await once(far, 'close');
-});
-
-test('EndpointConn: CLOSE_REQ (remoteClose) ends the target after what was delivered, stops reading it, and answers one CLOSE_RSP', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link);
-  const closed = ended(relay);
-  relay.attach(near);
-  relay.deliver(Buffer.from('last words'));
-  relay.remoteClose();
-  relay.deliver(Buffer.from('dropped'));
-  const got: Buffer[] = [];
-  far.on('data', (c: Buffer) => got.push(c));
-  await once(far, 'end');
-  assert.equal(Buffer.concat(got).toString(), 'last words');
-  assert.equal(await closed, undefined);
-  assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
-  // remoteClose, end and destroy afterwards change nothing.
-  relay.remoteClose();
-  relay.destroy(new Error('late'));
-  assert.equal(link.ofType('CLOSE_RSP').length, 1);
-});
-
-test('EndpointConn: a target that resets makes one CLOSE_RSP carrying the error', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link);
-  const closed = ended(relay);
-  relay.attach(near);
-  far.resetAndDestroy();
-  const err = await closed;
-  assert.ok(err !== undefined);
-  const rsp = link.ofType('CLOSE_RSP');
-  assert.equal(rsp.length, 1);
-  assert.ok(rsp[0]!.type === 'CLOSE_RSP' && rsp[0]!.error !== '', 'the CLOSE_RSP says why');
-});
-
-test(
-  "EndpointConn with half-close: the target's end is CLOSE_WRITE; the server still sends; its CLOSE_WRITE ends the target and one CLOSE_RSP follows",
-  LIMIT,
-  async (t) => {
-    const h = harness(t);
-    const { near, far } = await socketPair(h);
-    const link = new RecordingLink();
-    const relay = endpoint(link, { halfClose: true });
-    const closed = ended(relay);
-    relay.attach(near);
-    far.end('request');
-    await waitFor('CLOSE_WRITE', () => link.ofType('CLOSE_WRITE').length === 1);
-    assert.equal(link.sentBytes().toString(), 'request');
-    relay.deliver(Buffer.from('answer'));
-    relay.remoteEndWrite();
-    const got: Buffer[] = [];
-    far.on('data', (c: Buffer) => got.push(c));
-    await once(far, 'end');
-    assert.equal(Buffer.concat(got).toString(), 'answer');
-    assert.equal(await closed, undefined);
-    assert.deepEqual(link.ofType('CLOSE_RSP'), [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
-  },
-);
-
-test("TunnelRelay: the agent's CLOSE_RSP with an error resets the caller; nothing is sent back", LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = tunnelRelay(link);
-  const closed = ended(relay);
-  relay.attach(near);
-  const farError = once(far, 'error').then(([e]) => e as NodeJS.ErrnoException);
-  relay.remoteClose(new ConnectionClosedError('target reset'));
-  assert.ok((await closed) instanceof ConnectionClosedError);
-  assert.equal((await farError).code, 'ECONNRESET');
-  assert.deepEqual(link.control, []);
-});
-
-test("TunnelRelay: the caller's end (no half-close) is one CLOSE_REQ; the caller is closed once the agent answers", LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = tunnelRelay(link);
-  const closed = ended(relay);
-  relay.attach(near);
-  far.end('GET /');
-  await waitFor('CLOSE_REQ', () => link.control.length === 1);
-  assert.deepEqual(link.control, [{ type: 'CLOSE_REQ', connectID: 9n }]);
-  assert.equal(link.sentBytes().toString(), 'GET /');
-  relay.remoteClose();
-  await once(far, 'end');
-  assert.equal(await closed, undefined);
-  assert.equal(link.control.length, 1);
-});
-
-test('TunnelRelay: a caller that closes without its end (a reset) tells an agent that reads errors why (CLOSE_REQ with an error)', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = tunnelRelay(link, {}, { halfClose: true });
-  const closed = ended(relay);
-  relay.attach(near);
-  far.resetAndDestroy();
-  assert.ok((await closed) !== undefined);
-  const req = link.ofType('CLOSE_REQ');
-  assert.equal(req.length, 1);
-  assert.ok(req[0]!.type === 'CLOSE_REQ' && req[0]!.error !== undefined && req[0]!.error !== '');
-});
-
 test('attach() with bytes read during the dial and a socket whose EOF came then: the bytes go first, then the end', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
@@ -445,36 +301,6 @@ test('attach() with bytes read during the dial and a socket whose EOF came then:
   relay.attach(near, early);
   assert.equal(link.sentBytes().toString(), 'sent during the dial');
   assert.deepEqual(link.control, [{ type: 'CLOSE_WRITE', connectID: 9n }]);
-});
-
-test("with flow control: no more than the peer's window is sent until WINDOW_UPDATE grants more", LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link, { flow: FLOW });
-  h.defer(() => relay.destroy());
-  relay.attach(near);
-  far.write(Buffer.alloc(3 * FLOW.sendWindow, 1));
-  await waitFor('a window of DATA', () => link.sentBytes().length === FLOW.sendWindow);
-  // More is in the socket; none of it goes out without credit.
-  await new Promise((r) => setTimeout(r, 50));
-  assert.equal(link.sentBytes().length, FLOW.sendWindow);
-  relay.grantCredit(FLOW.sendWindow);
-  await waitFor('the next window', () => link.sentBytes().length === 2 * FLOW.sendWindow);
-});
-
-test('with flow control: what the socket took is granted back (WINDOW_UPDATE), and the shared link is never paused', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link, { flow: FLOW });
-  h.defer(() => relay.destroy());
-  relay.attach(near);
-  far.resume();
-  for (let i = 0; i < 8; i++) relay.deliver(Buffer.alloc(FLOW.receiveWindow / 8, 2));
-  const updates = link.ofType('WINDOW_UPDATE');
-  assert.ok(updates.length >= 1, 'consumption was granted back');
-  assert.equal(link.pauses, 0);
 });
 
 test('with flow control: a slow reader whose peer keeps to the window never pauses the shared link; a byte past the window does', LIMIT, async (t) => {
