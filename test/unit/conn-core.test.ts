@@ -1,8 +1,8 @@
 // The connection core (pkg/mux/conn-core.ts) as one table: each row drives a
 // core through the peer's packets and our end, and names the packets the
 // link carried and where both state machines stand. The Duplex and the
-// socket shapes (packet-conn.test.ts, socket-relay.test.ts) run on this core;
-// what is theirs (bytes, back-pressure, sockets) is tested there.
+// socket shapes run on this core; connection.test.ts runs the connection's
+// cases against both, with what is theirs (bytes, back-pressure, sockets).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
