@@ -486,7 +486,7 @@ function closed(conn: PacketConn): Promise<void> {
 
 // --- writes ---------------------------------------------------------------
 
-test('back-pressure: while the link holds its callback, write() returns false, and drain follows once it is taken', LIMIT, async (t) => {
+test('PacketConn only: back-pressure: while the link holds its callback, write() returns false, and drain follows once it is taken', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   link.holdCallbacks = true;
@@ -508,7 +508,7 @@ test('back-pressure: while the link holds its callback, write() returns false, a
   assert.equal(link.pendingCallbacks, 0);
 });
 
-test("sendHighWaterMark bounds what writers may queue, apart from the receive side's highWaterMark", LIMIT, async (t) => {
+test("PacketConn only: sendHighWaterMark bounds what writers may queue, apart from the receive side's highWaterMark", LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   link.holdCallbacks = true;
@@ -526,7 +526,7 @@ test("sendHighWaterMark bounds what writers may queue, apart from the receive si
 
 // --- reads and the shared link's pause ------------------------------------
 
-test('deliver() beyond the highWaterMark pauses the link exactly once; reading resumes it exactly once', LIMIT, async (t) => {
+test('PacketConn only: deliver() beyond the highWaterMark pauses the link exactly once; reading resumes it exactly once', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = tunnelConn(h, link, 9n, { highWaterMark: 16 });
@@ -553,7 +553,7 @@ test('deliver() beyond the highWaterMark pauses the link exactly once; reading r
   assert.equal(link.resumes, 1);
 });
 
-test('a flowing reader takes delivered data without ever pausing the link', LIMIT, async (t) => {
+test('PacketConn only: a flowing reader takes delivered data without ever pausing the link', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n, { highWaterMark: 16 });
@@ -567,7 +567,7 @@ test('a flowing reader takes delivered data without ever pausing the link', LIMI
   assert.equal(link.resumes, 0);
 });
 
-test('destroy while paused releases the pause, once', LIMIT, async (t) => {
+test('PacketConn only: destroy while paused releases the pause, once', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = tunnelConn(h, link, 9n, { highWaterMark: 4 });
@@ -581,7 +581,7 @@ test('destroy while paused releases the pause, once', LIMIT, async (t) => {
   assert.equal(link.resumes, 1);
 });
 
-test('destroy after reading resumed the link does not resume it again', LIMIT, async (t) => {
+test('PacketConn only: destroy after reading resumed the link does not resume it again', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n, { highWaterMark: 4 });
@@ -596,7 +596,7 @@ test('destroy after reading resumed the link does not resume it again', LIMIT, a
 
 // --- TunnelConn: the server side ------------------------------------------
 
-test('TunnelConn end() twice, then destroy(), still sends one CLOSE_REQ', LIMIT, async (t) => {
+test('PacketConn only: TunnelConn end() twice, then destroy(), still sends one CLOSE_REQ', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = tunnelConn(h, link, 9n);
@@ -610,7 +610,7 @@ test('TunnelConn end() twice, then destroy(), still sends one CLOSE_REQ', LIMIT,
 });
 
 test(
-  'TunnelConn destroyed with an error tells an agent that negotiated half-close why (its CLOSE_REQ carries the error); a normal end does not',
+  'PacketConn only: TunnelConn destroyed with an error tells an agent that negotiated half-close why (its CLOSE_REQ carries the error); a normal end does not',
   LIMIT,
   async (t) => {
     const h = harness(t);
@@ -629,7 +629,7 @@ test(
   },
 );
 
-test('the close timer destroys a connection whose local reader never takes the end', LIMIT, async (t) => {
+test('PacketConn only: the close timer destroys a connection whose local reader never takes the end', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n, { closeTimeoutMs: 30 });
@@ -645,7 +645,7 @@ test('the close timer destroys a connection whose local reader never takes the e
 
 // --- the agent's close handshake on a PacketConn -----------------------------------------
 
-test('An agent-side PacketConn destroyed with an error sends one CLOSE_RSP carrying the error text', LIMIT, async (t) => {
+test('PacketConn only: An agent-side PacketConn destroyed with an error sends one CLOSE_RSP carrying the error text', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -658,7 +658,7 @@ test('An agent-side PacketConn destroyed with an error sends one CLOSE_RSP carry
   assert.equal(errors.length, 1);
 });
 
-test('An agent-side PacketConn destroyed without an error sends one CLOSE_RSP with no error text', LIMIT, async (t) => {
+test('PacketConn only: An agent-side PacketConn destroyed without an error sends one CLOSE_RSP with no error text', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link, 7n);
@@ -667,7 +667,7 @@ test('An agent-side PacketConn destroyed without an error sends one CLOSE_RSP wi
   assert.deepEqual(link.control, [{ type: 'CLOSE_RSP', connectID: 7n, error: '' }]);
 });
 
-test('connections sharing a link through a PauseGate pause it once and resume it when the last reader catches up', LIMIT, async (t) => {
+test('PacketConn only: connections sharing a link through a PauseGate pause it once and resume it when the last reader catches up', LIMIT, async (t) => {
   const h = harness(t);
   let pauses = 0;
   let resumes = 0;
@@ -694,26 +694,30 @@ test('connections sharing a link through a PauseGate pause it once and resume it
 
 // --- flow control (proto/yurttunnel_ext.proto) ----------------------------
 
-test('destroyed while a write waits for credit, every write is called back once: the waiting one and those queued behind it', LIMIT, async (t) => {
-  const h = harness(t);
-  const link = new RecordingLink();
-  const conn = new AgentSideConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
-  h.defer(() => conn.destroy());
-  conn.on('error', () => {});
-  const calls = [0, 0, 0];
-  conn.write(Buffer.alloc(100 * 1024, 1), () => calls[0]!++);
-  conn.write(Buffer.alloc(10, 2), () => calls[1]!++);
-  conn.write(Buffer.alloc(10, 3), () => calls[2]!++);
-  await tick();
-  assert.deepEqual(calls, [0, 0, 0], 'the first waits for credit, the others behind it');
-  const gone = closed(conn);
-  conn.destroy();
-  await gone;
-  // A writer that holds a pooled slab until its write calls back (the gRPC frontend) gets it back.
-  assert.deepEqual(calls, [1, 1, 1]);
-});
+test(
+  'PacketConn only: destroyed while a write waits for credit, every write is called back once: the waiting one and those queued behind it',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const link = new RecordingLink();
+    const conn = new AgentSideConn(link, 5n, '10.0.0.5:10250', { flow: FLOW });
+    h.defer(() => conn.destroy());
+    conn.on('error', () => {});
+    const calls = [0, 0, 0];
+    conn.write(Buffer.alloc(100 * 1024, 1), () => calls[0]!++);
+    conn.write(Buffer.alloc(10, 2), () => calls[1]!++);
+    conn.write(Buffer.alloc(10, 3), () => calls[2]!++);
+    await tick();
+    assert.deepEqual(calls, [0, 0, 0], 'the first waits for credit, the others behind it');
+    const gone = closed(conn);
+    conn.destroy();
+    await gone;
+    // A writer that holds a pooled slab until its write calls back (the gRPC frontend) gets it back.
+    assert.deepEqual(calls, [1, 1, 1]);
+  },
+);
 
-test('a delivered payload that views a pooled slab is copied: the reader gets its bytes after the slab went back', LIMIT, async (t) => {
+test('PacketConn only: a delivered payload that views a pooled slab is copied: the reader gets its bytes after the slab went back', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = endpointConn(h, link);
@@ -726,7 +730,7 @@ test('a delivered payload that views a pooled slab is copied: the reader gets it
   assert.deepEqual(chunk, Buffer.alloc(1000, 7));
 });
 
-test('with flow control a peer that ignores the window makes the link pause, as without it', LIMIT, async (t) => {
+test('PacketConn only: with flow control a peer that ignores the window makes the link pause, as without it', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = new AgentSideConn(link, 7n, '10.0.0.5:10250', { flow: FLOW });
@@ -738,7 +742,7 @@ test('with flow control a peer that ignores the window makes the link pause, as 
   assert.equal(link.resumes, 1);
 });
 
-test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow one does not', LIMIT, async (t) => {
+test('PacketConn only: a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow one does not', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const fast = new AgentSideConn(link, 10n, '10.0.0.5:10250', { flow: FLOW });
@@ -768,7 +772,7 @@ test('a reader that keeps up gets a wider window, up to MAX_AUTO_WINDOW; a slow 
 });
 
 test(
-  'a window narrowed for a slow reader never leaves both sides waiting: a peer that used all its credit gets more as the reader takes',
+  'PacketConn only: a window narrowed for a slow reader never leaves both sides waiting: a peer that used all its credit gets more as the reader takes',
   { timeout: 15_000 },
   async (t) => {
     const h = harness(t);
@@ -814,7 +818,7 @@ function heldMemory(): number {
   return m.heapUsed + m.arrayBuffers;
 }
 
-test('1-byte payloads behind a reader that does not read are pushed together: they cost about their bytes', LIMIT, async (t) => {
+test('PacketConn only: 1-byte payloads behind a reader that does not read are pushed together: they cost about their bytes', LIMIT, async (t) => {
   const h = harness(t);
   const link = new RecordingLink();
   const conn = new AgentSideConn(link, 13n, '10.0.0.5:10250', { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
@@ -890,7 +894,7 @@ const readers: Record<string, (conn: PacketConn, rand: () => number) => Promise<
 
 for (const [name, read] of Object.entries(readers)) {
   for (const flow of [false, true]) {
-    test(`${name}${flow ? ', with flow control' : ''}: mixed small and large payloads arrive in order, then the end`, LIMIT, async (t) => {
+    test(`PacketConn only: ${name}${flow ? ', with flow control' : ''}: mixed small and large payloads arrive in order, then the end`, LIMIT, async (t) => {
       const h = harness(t);
       const rand = prng(name.length * (flow ? 2 : 1));
       const next = payloads(rand);
@@ -917,37 +921,41 @@ for (const [name, read] of Object.entries(readers)) {
   }
 }
 
-test('with flow control, a peer that keeps to its window and sends 1-byte payloads to a reader that stops and goes is never stuck', LIMIT, async (t) => {
-  const h = harness(t);
-  const link = new RecordingLink();
-  // Held chunks (16 KiB) are the whole window: only a grant after the read that took one lets the peer go on.
-  const announced = 16 * 1024;
-  const conn = new AgentSideConn(link, 15n, '10.0.0.5:10250', { flow: { sendWindow: announced, receiveWindow: announced } });
-  h.defer(() => conn.destroy());
-  const rand = prng(7);
-  let consumed = 0;
-  let next = 0;
-  let inOrder = true;
-  conn.on('data', (c: Buffer) => {
-    for (const b of c) inOrder &&= b === next++ % 251;
-    consumed += c.length;
-  });
-  const granted = (): number => link.control.reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
-  const total = 512 * 1024;
-  let sent = 0;
-  const deadline = Date.now() + 5000;
-  for (let round = 0; round < 100_000 && consumed < total && Date.now() < deadline; round++) {
-    const r = rand();
-    if (r < 0.2) conn.pause();
-    else if (r < 0.6) conn.resume();
-    const credit = Math.min(announced + granted() - sent, total - sent);
-    for (let i = 0; i < credit; i++) conn.deliver(Buffer.from([sent++ % 251]));
-    await tick();
-  }
-  assert.equal(consumed, total, `the reader got ${consumed} of ${total}, the peer was granted ${announced + granted()}`);
-  assert.ok(inOrder);
-  assert.equal(link.pauses, 0, 'the peer never went past its window');
-});
+test(
+  'PacketConn only: with flow control, a peer that keeps to its window and sends 1-byte payloads to a reader that stops and goes is never stuck',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const link = new RecordingLink();
+    // Held chunks (16 KiB) are the whole window: only a grant after the read that took one lets the peer go on.
+    const announced = 16 * 1024;
+    const conn = new AgentSideConn(link, 15n, '10.0.0.5:10250', { flow: { sendWindow: announced, receiveWindow: announced } });
+    h.defer(() => conn.destroy());
+    const rand = prng(7);
+    let consumed = 0;
+    let next = 0;
+    let inOrder = true;
+    conn.on('data', (c: Buffer) => {
+      for (const b of c) inOrder &&= b === next++ % 251;
+      consumed += c.length;
+    });
+    const granted = (): number => link.control.reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
+    const total = 512 * 1024;
+    let sent = 0;
+    const deadline = Date.now() + 5000;
+    for (let round = 0; round < 100_000 && consumed < total && Date.now() < deadline; round++) {
+      const r = rand();
+      if (r < 0.2) conn.pause();
+      else if (r < 0.6) conn.resume();
+      const credit = Math.min(announced + granted() - sent, total - sent);
+      for (let i = 0; i < credit; i++) conn.deliver(Buffer.from([sent++ % 251]));
+      await tick();
+    }
+    assert.equal(consumed, total, `the reader got ${consumed} of ${total}, the peer was granted ${announced + granted()}`);
+    assert.ok(inOrder);
+    assert.equal(link.pauses, 0, 'the peer never went past its window');
+  },
+);
 
 // ====== ConnTable: a link's connections by connectID, with tombstones ======
 
@@ -1070,7 +1078,7 @@ async function readAtLeast(socket: Socket, n: number): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-test('DATA delivered before the socket is attached is written first, then what follows', LIMIT, async (t) => {
+test('SocketRelay only: DATA delivered before the socket is attached is written first, then what follows', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -1116,43 +1124,47 @@ async function readToEnd(socket: Socket): Promise<Buffer> {
   return Buffer.concat(got);
 }
 
-test('EndpointConn: small payloads that wait behind a target that does not read are written together, in memory of their own', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  far.pause();
-  const link = new RecordingLink();
-  const relay = endpoint(link, { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
-  h.defer(() => relay.destroy());
-  relay.attach(near);
-  const written = recordWrites(near);
-  const expected = await backUp(relay, near);
-  const backedUp = written.length;
-  // 1-byte payloads, each a view of a 64 KiB read (as from HTTP/2): they wait, held, not written one by one.
-  const read = Buffer.alloc(64 * 1024, 2);
-  const small = 20_000;
-  for (let i = 0; i < small; i++) {
-    const one = read.subarray(i, i + 1);
-    expected.push(one);
-    relay.deliver(one);
-  }
-  let waiting = written.slice(backedUp);
-  assert.equal(waiting.length, Math.floor(small / COALESCE_CHUNK), 'one write per full chunk');
-  assert.ok(
-    waiting.every((c) => c.length === COALESCE_CHUNK && c.buffer.byteLength === COALESCE_CHUNK),
-    'each a chunk of its own memory, not a view of a read',
-  );
-  // A payload that is not copied goes after the bytes held before it; they keep about their bytes.
-  const large = Buffer.alloc(2 * COALESCE_BELOW, 3);
-  expected.push(large);
-  relay.deliver(large);
-  waiting = written.slice(backedUp);
-  const rest = waiting.at(-2)!;
-  assert.equal(rest.length, small % COALESCE_CHUNK);
-  assert.ok(rest.buffer.byteLength < 4 * rest.length, `the rest keeps ${rest.buffer.byteLength} bytes for ${rest.length}`);
-  assert.equal(waiting.at(-1), large, 'written as it is');
-  relay.remoteClose();
-  assert.ok((await readToEnd(far)).equals(Buffer.concat(expected)), 'every byte, in order, then the end');
-});
+test(
+  'SocketRelay only: EndpointConn: small payloads that wait behind a target that does not read are written together, in memory of their own',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    far.pause();
+    const link = new RecordingLink();
+    const relay = endpoint(link, { flow: { sendWindow: 64 * 1024, receiveWindow: 64 * 1024 * 1024 } });
+    h.defer(() => relay.destroy());
+    relay.attach(near);
+    const written = recordWrites(near);
+    const expected = await backUp(relay, near);
+    const backedUp = written.length;
+    // 1-byte payloads, each a view of a 64 KiB read (as from HTTP/2): they wait, held, not written one by one.
+    const read = Buffer.alloc(64 * 1024, 2);
+    const small = 20_000;
+    for (let i = 0; i < small; i++) {
+      const one = read.subarray(i, i + 1);
+      expected.push(one);
+      relay.deliver(one);
+    }
+    let waiting = written.slice(backedUp);
+    assert.equal(waiting.length, Math.floor(small / COALESCE_CHUNK), 'one write per full chunk');
+    assert.ok(
+      waiting.every((c) => c.length === COALESCE_CHUNK && c.buffer.byteLength === COALESCE_CHUNK),
+      'each a chunk of its own memory, not a view of a read',
+    );
+    // A payload that is not copied goes after the bytes held before it; they keep about their bytes.
+    const large = Buffer.alloc(2 * COALESCE_BELOW, 3);
+    expected.push(large);
+    relay.deliver(large);
+    waiting = written.slice(backedUp);
+    const rest = waiting.at(-2)!;
+    assert.equal(rest.length, small % COALESCE_CHUNK);
+    assert.ok(rest.buffer.byteLength < 4 * rest.length, `the rest keeps ${rest.buffer.byteLength} bytes for ${rest.length}`);
+    assert.equal(waiting.at(-1), large, 'written as it is');
+    relay.remoteClose();
+    assert.ok((await readToEnd(far)).equals(Buffer.concat(expected)), 'every byte, in order, then the end');
+  },
+);
 
 const releases = {
   // The socket went over its own mark: a 'drain' comes, and the link, paused for it, goes on.
@@ -1167,7 +1179,7 @@ const releases = {
 };
 
 for (const [when, { piece, opts, drainDue }] of Object.entries(releases)) {
-  test(`held bytes go out once the socket has written what it had, with no more DATA to push them: ${when}`, LIMIT, async (t) => {
+  test(`SocketRelay only: held bytes go out once the socket has written what it had, with no more DATA to push them: ${when}`, LIMIT, async (t) => {
     const h = harness(t);
     const { near, far } = await socketPair(h, { unix: true });
     far.pause();
@@ -1212,7 +1224,7 @@ const endings: Record<string, { make: (link: RecordingLink) => SocketRelay; end:
 for (const [name, { make, end }] of Object.entries(endings)) {
   for (const seed of [1, 2, 3]) {
     test(
-      `${name}: mixed small and large payloads, some before the socket, a reader that stops and goes at odd moments: every byte in order, then the end (seed ${seed})`,
+      `SocketRelay only: ${name}: mixed small and large payloads, some before the socket, a reader that stops and goes at odd moments: every byte in order, then the end (seed ${seed})`,
       LIMIT,
       async (t) => {
         const h = harness(t);
@@ -1253,7 +1265,7 @@ for (const [name, { make, end }] of Object.entries(endings)) {
   }
 }
 
-test('held before the socket is attached, with the end: written in order, then the end', LIMIT, async (t) => {
+test('SocketRelay only: held before the socket is attached, with the end: written in order, then the end', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -1273,7 +1285,7 @@ test('held before the socket is attached, with the end: written in order, then t
   assert.ok((await readToEnd(far)).equals(Buffer.concat(parts)));
 });
 
-test('attach() with bytes read during the dial and a socket whose EOF came then: the bytes go first, then the end', LIMIT, async (t) => {
+test('SocketRelay only: attach() with bytes read during the dial and a socket whose EOF came then: the bytes go first, then the end', LIMIT, async (t) => {
   const h = harness(t);
   const { near, far } = await socketPair(h);
   const link = new RecordingLink();
@@ -1289,39 +1301,43 @@ test('attach() with bytes read during the dial and a socket whose EOF came then:
   assert.deepEqual(link.control, [{ type: 'CLOSE_WRITE', connectID: 9n }]);
 });
 
-test('with flow control: a slow reader whose peer keeps to the window never pauses the shared link; a byte past the window does', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new RecordingLink();
-  const relay = endpoint(link, { flow: FLOW });
-  h.defer(() => relay.destroy());
-  relay.attach(near);
-  far.pause();
-  // A well-behaved peer: sends only what it was granted, in 1 KiB pieces, until the reader's buffers are full.
-  const granted = (): number => FLOW.receiveWindow + link.ofType('WINDOW_UPDATE').reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
-  let sent = 0;
-  for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024;) {
-    const credit = granted() - sent;
-    if (credit <= 0) {
-      idle++;
-      await new Promise((r) => setTimeout(r, 20));
-      continue;
+test(
+  'SocketRelay only: with flow control: a slow reader whose peer keeps to the window never pauses the shared link; a byte past the window does',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    const link = new RecordingLink();
+    const relay = endpoint(link, { flow: FLOW });
+    h.defer(() => relay.destroy());
+    relay.attach(near);
+    far.pause();
+    // A well-behaved peer: sends only what it was granted, in 1 KiB pieces, until the reader's buffers are full.
+    const granted = (): number => FLOW.receiveWindow + link.ofType('WINDOW_UPDATE').reduce((n, p) => n + (p.type === 'WINDOW_UPDATE' ? Number(p.bytes) : 0), 0);
+    let sent = 0;
+    for (let idle = 0; idle < 3 && sent < 64 * 1024 * 1024;) {
+      const credit = granted() - sent;
+      if (credit <= 0) {
+        idle++;
+        await new Promise((r) => setTimeout(r, 20));
+        continue;
+      }
+      idle = 0;
+      const n = Math.min(1024, credit);
+      relay.deliver(Buffer.alloc(n, 4));
+      sent += n;
+      if (sent % (64 * 1024) === 0) await new Promise((r) => setImmediate(r));
     }
-    idle = 0;
-    const n = Math.min(1024, credit);
-    relay.deliver(Buffer.alloc(n, 4));
-    sent += n;
-    if (sent % (64 * 1024) === 0) await new Promise((r) => setImmediate(r));
-  }
-  assert.ok(near.writableLength > 0, 'the reader fell behind');
-  assert.equal(link.pauses, 0, 'a peer within its window never pauses the link');
-  relay.deliver(Buffer.alloc(1024, 5));
-  assert.equal(link.pauses, 1, 'one past the window does');
-});
+    assert.ok(near.writableLength > 0, 'the reader fell behind');
+    assert.equal(link.pauses, 0, 'a peer within its window never pauses the link');
+    relay.deliver(Buffer.alloc(1024, 5));
+    assert.equal(link.pauses, 1, 'one past the window does');
+  },
+);
 
 for (const highWaterMark of [64 * 1024, 1024]) {
   test(
-    `without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`,
+    `SocketRelay only: without flow control (highWaterMark ${highWaterMark}): a caller that reads nothing pauses the shared link once; its reading resumes it once`,
     LIMIT,
     async (t) => {
       const h = harness(t);
@@ -1378,35 +1394,39 @@ class SuspendableLink extends RecordingLink {
   }
 }
 
-test('TunnelRelay on a suspended link: its last bytes wait for the link however many close timeouts pass, then it closes cleanly', LIMIT, async (t) => {
-  const h = harness(t);
-  const { near, far } = await socketPair(h);
-  const link = new SuspendableLink();
-  link.suspend();
-  const relay = tunnelRelay(link, { halfClose: true, closeTimeoutMs: 50 }, { halfClose: true });
-  h.defer(() => relay.destroy());
-  const end = ended(relay);
-  relay.attach(near);
-  // The agent has finished (CLOSE_WRITE); the caller sends its tail and ends: its socket
-  // closes while the tail waits for the link, and the close timer starts.
-  relay.remoteEndWrite();
-  far.end('the tail');
-  await waitFor('the tail handed to the link', () => link.pendingCallbacks === 1);
-  // The close timer expires three times during the blip; each time the link is still suspended.
-  await waitFor('three close timeouts during the blip', () => link.asked >= 3);
-  assert.equal(relay.closed, false, 'the relay waited for its link');
-  link.resume();
-  assert.equal(await end, undefined, 'a clean close');
-  assert.equal(link.sentBytes().toString(), 'the tail');
-  assert.deepEqual(
-    link.ofType('CLOSE_REQ').map((p) => (p as { error?: string }).error ?? ''),
-    [''],
-    'one CLOSE_REQ, without an error',
-  );
-});
+test(
+  'SocketRelay only: TunnelRelay on a suspended link: its last bytes wait for the link however many close timeouts pass, then it closes cleanly',
+  LIMIT,
+  async (t) => {
+    const h = harness(t);
+    const { near, far } = await socketPair(h);
+    const link = new SuspendableLink();
+    link.suspend();
+    const relay = tunnelRelay(link, { halfClose: true, closeTimeoutMs: 50 }, { halfClose: true });
+    h.defer(() => relay.destroy());
+    const end = ended(relay);
+    relay.attach(near);
+    // The agent has finished (CLOSE_WRITE); the caller sends its tail and ends: its socket
+    // closes while the tail waits for the link, and the close timer starts.
+    relay.remoteEndWrite();
+    far.end('the tail');
+    await waitFor('the tail handed to the link', () => link.pendingCallbacks === 1);
+    // The close timer expires three times during the blip; each time the link is still suspended.
+    await waitFor('three close timeouts during the blip', () => link.asked >= 3);
+    assert.equal(relay.closed, false, 'the relay waited for its link');
+    link.resume();
+    assert.equal(await end, undefined, 'a clean close');
+    assert.equal(link.sentBytes().toString(), 'the tail');
+    assert.deepEqual(
+      link.ofType('CLOSE_REQ').map((p) => (p as { error?: string }).error ?? ''),
+      [''],
+      'one CLOSE_REQ, without an error',
+    );
+  },
+);
 
 test(
-  "TunnelRelay on a suspended link: waiting for the agent's CLOSE_RSP outlasts the close timeout; the answer after the resume closes it cleanly",
+  "SocketRelay only: TunnelRelay on a suspended link: waiting for the agent's CLOSE_RSP outlasts the close timeout; the answer after the resume closes it cleanly",
   LIMIT,
   async (t) => {
     const h = harness(t);
@@ -1430,7 +1450,7 @@ test(
   },
 );
 
-test('a finished relay leaves none of its handlers on the socket, only a listener that takes a late error', LIMIT, async (t) => {
+test('SocketRelay only: a finished relay leaves none of its handlers on the socket, only a listener that takes a late error', LIMIT, async (t) => {
   const handlers = (relay: SocketRelay): Set<unknown> => {
     const r = relay as unknown as Record<string, unknown>;
     return new Set(['onSocketData', 'onSocketEnd', 'onSocketError', 'onSocketClose', 'onSocketDrain', 'closeSocketCleanly'].map((k) => r[k]));
