@@ -397,6 +397,22 @@ const ROWS: Row[] = [
     },
   },
   {
+    name: "half-close: our end is CLOSE_WRITE; the agent still sends; its CLOSE_WRITE ends our end and closes the connection, nothing more sent (the agent's CLOSE_RSP is owed)",
+    sides: ['server'],
+    opts: { halfClose: true },
+    async run(d) {
+      d.end('request');
+      await waitFor('CLOSE_WRITE', () => d.link.ofType('CLOSE_WRITE').length === 1);
+      assert.equal(d.link.sentBytes().toString(), 'request');
+      const arrived = d.arrived();
+      d.conn.deliver(Buffer.from('answer'));
+      d.conn.remoteEndWrite();
+      assert.deepEqual(await arrived, { data: Buffer.from('answer'), ended: true });
+      assert.equal(await d.closed, undefined);
+      assert.deepEqual(d.link.control, [{ type: 'CLOSE_WRITE', connectID: 9n }]);
+    },
+  },
+  {
     name: "with flow control no more than the peer's window goes out until credit comes; a zero or negative grant changes nothing",
     opts: { flow: FLOW },
     async run(d) {
