@@ -338,14 +338,15 @@ test('core: the close timer waits while the link is suspended, then ends the con
 
 test('core: the linger ends a connection whose peer goes quiet, cleanly; DATA starts it over', async (t) => {
   harness(t);
-  const { core: c, destroyed } = core(SERVER_CLOSE, { lingerAfterEndMs: 40 });
+  // Wide margins (DATA every 50 ms against a 300 ms linger): a loaded CI machine once took over 40 ms for a 20 ms sleep.
+  const { core: c, destroyed } = core(SERVER_CLOSE, { lingerAfterEndMs: 300 });
   c.localEnds();
-  for (let i = 0; i < 4; i++) {
-    await sleep(20);
+  for (let i = 0; i < 8; i++) {
+    await sleep(50);
     c.received();
   }
   assert.deepEqual(destroyed, [], 'each DATA started the linger over');
-  await sleep(90);
+  await sleep(700);
   assert.deepEqual(destroyed, [undefined]);
   c.close(null);
 });
