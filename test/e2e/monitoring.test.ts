@@ -1,11 +1,17 @@
 // The monitoring pack against a real Prometheus (Debian's 2.42): it scrapes
-// the meta ports of two real yurt-tunnel-server processes and a real agent
-// every second and evaluates manifests/monitoring/rules.yaml as shipped
-// (`for:` untouched: an alert counts once it is in ALERTS, pending or
-// firing). The test drives traffic and failures, and checks that each alert
-// it can make true locally appears, with the labels an operator reads:
+// the meta ports of two (three with the Go binaries) real yurt-tunnel-server
+// processes and a real agent every second and evaluates
+// manifests/monitoring/rules.yaml as shipped (`for:` untouched: an alert
+// counts once it is in ALERTS, pending or firing). The test drives traffic
+// and failures, and checks that each alert it can make true locally appears,
+// with the labels an operator reads:
 //
 // - YurtTunnelReplicaWithoutAgents: the second server has no agent;
+// - YurtTunnelStalledConnections: a third server, with a short
+//   --stalled-connection-timeout, carries the upstream Go agent (no
+//   per-connection flow control; our agent always negotiates it) and a reader
+//   that takes nothing from a firehose target (a subtest, skipped with
+//   findKonnectivity's reason where the Go binaries are missing);
 // - YurtTunnelCertificateExpiresSoon: the agent's certificate lasts 3 days;
 // - YurtTunnelNodeWithoutAgent: a stand-in for kube-state-metrics serves the
 //   kube_pod_info it would (edge-1 and edge-2 each have pods and an agent pod;
@@ -17,9 +23,6 @@
 // - YurtTunnelSessionResumesFailing: the server killed and restarted while the
 //   agent held a suspended session (lost_by_server).
 //
-// YurtTunnelStalledConnections is left to promtool (test/monitoring): our
-// agent always negotiates per-connection flow control with our server, and
-// only a link without it (an upstream Go agent) closes stalled connections.
 // At the end every dashboard panel's query must return series.
 
 import assert from 'node:assert/strict';
@@ -29,7 +32,9 @@ import { createServer } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { freeLowPort } from '../../hack/ports.js';
 import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { findKonnectivity, goAgentArgs } from '../../hack/konnectivity.js';
 import { AGENT_JOB, ALERT_RULES, SERVER_JOB, toYaml } from '../../hack/monitoring.js';
 import { AGENT_COMMON_NAME, CA_CERT_FILE, CA_KEY_FILE, YURTTUNNEL_ORGANIZATION, writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { issueCertificate } from '../../pkg/certs/pki.js';
@@ -37,12 +42,13 @@ import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { prometheusSkipReason, startPrometheus, type TestPrometheus } from '../support/prometheus.js';
-import { closedPort, connectVia, readExactly, startEchoServer, startHangingListener, tempDir } from '../support/tunnel.js';
+import { closedPort, connectVia, readExactly, startEchoServer, startFirehose, startHangingListener, tempDir } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
 
 const PACK = join(repoRoot(), 'manifests/monitoring');
 const RULES_BY_ALERT = new Map(ALERT_RULES.map((r) => [r.alert, r.expr]));
 const MAX_PENDING = 4;
+const GO_BINS = findKonnectivity();
 
 interface ServerProc {
   proc: Proc;
@@ -167,6 +173,22 @@ test(
       'server-a',
     ]);
     const b = await serverProcess(h, 'b');
+    // Server C carries the upstream Go agent, which has no per-connection flow control: a stalled reader is closed there.
+    let c: ServerProc | undefined;
+    if (typeof GO_BINS !== 'string') {
+      c = await serverProcess(h, 'c', ['--stalled-connection-timeout', '500ms', '--v', '2']);
+      const goAgentDir = join(await tempDir(h, 'yt-mon-go-agent-'), 'agent');
+      await writeAgentCertificate({ certDir: join(c.udsPath, '..', 'pki'), nodeName: 'edge-go', outDir: goAgentDir, nodeIPs: ['127.0.0.1'] });
+      const goAgent = startProcess(
+        h,
+        GO_BINS.proxyAgent,
+        goAgentArgs(goAgentDir, c.agentPort, 'edge-go', 'host=edge-go&ipv4=127.0.0.1', await freeLowPort(), await freeLowPort()),
+        {},
+        { node: false },
+      );
+      await goAgent.waitForLine(/"Start serving"/, 20_000);
+      await c.proc.waitForLine(/agent connected agentID=edge-go/, 20_000);
+    }
     const relay = await startBlipRelay(h, [a.agentPort]);
     const agentDir = join(await tempDir(h, 'yt-mon-agent-'), 'agent');
     const certDir = join(a.udsPath, '..', 'pki');
@@ -200,7 +222,7 @@ test(
         global: { scrape_interval: '1s', scrape_timeout: '1s', evaluation_interval: '1s' },
         rule_files: ['rules.yaml'],
         scrape_configs: [
-          { job_name: SERVER_JOB, static_configs: [{ targets: [`127.0.0.1:${a.metaPort}`, `127.0.0.1:${b.metaPort}`] }] },
+          { job_name: SERVER_JOB, static_configs: [{ targets: [a, b, c].flatMap((s) => (s === undefined ? [] : [`127.0.0.1:${s.metaPort}`])) }] },
           { job_name: AGENT_JOB, static_configs: [{ targets: [`127.0.0.1:${agentMeta}`], labels: { node: 'edge-1' } }] },
           { job_name: 'kube-state-metrics', static_configs: [{ targets: [`127.0.0.1:${ksm}`] }] },
         ],
@@ -240,6 +262,20 @@ test(
     assert.deepEqual(await prom.query(`ALERTS{alertname="YurtTunnelCertificateExpiresSoon",job="${SERVER_JOB}"}`), []);
     await untilAlert(prom, 'YurtTunnelNodeWithoutAgent', { node: 'edge-2' });
     assert.deepEqual(await prom.query('ALERTS{alertname="YurtTunnelNodeWithoutAgent",node="edge-1"}'), []);
+
+    await t.test('YurtTunnelStalledConnections: a reader that stops behind the Go agent', { skip: typeof GO_BINS === 'string' ? GO_BINS : false }, async () => {
+      assert.ok(c !== undefined);
+      // A reader that takes nothing: its buffer fills, the Go agent's stream pauses for it, and server C closes it.
+      const firehose = await startFirehose(h);
+      const stalled = await connectVia(c.udsPath, `127.0.0.1:${firehose.port}`);
+      assert.equal(stalled.status, 200, stalled.head);
+      stalled.socket.pause();
+      h.defer(() => stalled.socket.destroy());
+      const stalls = await untilAlert(prom, 'YurtTunnelStalledConnections', { instance: `127.0.0.1:${c.metaPort}` });
+      assert.equal(stalls.severity, 'warning');
+      // The replica-without-agents condition still holds for B alone: C has its agent.
+      assert.deepEqual(await prom.query(`ALERTS{alertname="YurtTunnelReplicaWithoutAgents",instance="127.0.0.1:${c.metaPort}"}`), []);
+    });
 
     // Phase 2: dials that fail (a closed port), in two rounds a few scrapes apart so that rate() sees the counter grow.
     for (let round = 0; round < 2; round++) {
