@@ -101,6 +101,8 @@ describe('server Leases with a real kube-apiserver', { skip }, () => {
     const [a, b] = await Promise.all([startServer(h, dir, 'server-a', ports[0]!), startServer(h, dir, 'server-b', ports[1]!)]);
 
     // Field for field: name, namespace, labels, holder, duration; renewTime moves on.
+    // The server writes its Lease after it says it started: wait for it, as an agent would.
+    await waitFor('server-a to publish its Lease', async () => (await leaseOf('konnectivity-proxy-server-server-a')) !== undefined, 15_000);
     const first = await leaseOf('konnectivity-proxy-server-server-a');
     assert.ok(first !== undefined, 'server-a published its Lease');
     assert.equal(first.metadata.namespace, NAMESPACE);
