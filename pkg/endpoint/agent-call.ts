@@ -10,35 +10,23 @@ import { ServerPacketCall } from '../grpc/server-call.js';
 import type { AgentLink, AgentLinkClose, AgentLinkEnd } from '../tunnel/agent-link.js';
 import type { Backend } from '../tunnel/backend.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
+import { GivenEnd } from './given-end.js';
 import type { ServedCall } from './served-call.js';
 
 export class AgentCall extends ServerPacketCall implements AgentLink {
-  /** Why we ended the call ourselves, in the tunnel's terms. */
-  private given: AgentLinkEnd | undefined;
+  private readonly ends = new GivenEnd();
 
-  /** `shutdown` ends the call with UNAVAILABLE (agents retry elsewhere); `cut-off` with RESOURCE_EXHAUSTED, then a reset. */
   close(end: AgentLinkClose): void {
-    if (end.kind === 'cut-off') {
-      this.given ??= end;
-      this.cutOff(GrpcStatus.RESOURCE_EXHAUSTED, end.message);
-    } else {
-      this.endFor(end, GrpcStatus.UNAVAILABLE);
-    }
+    this.ends.close(this, end);
   }
 
-  /** Ends the call with `code`, for `end`. */
   endFor(end: AgentLinkEnd, code: number): void {
-    this.given ??= end;
-    this.end(code, end.message);
+    this.ends.endFor(this, end, code);
   }
 
-  /**
-   * How the call ended, given the reason it closed with: as we ended it, or
-   * `left` when the agent finished its stream (answered OK), or `failed`.
-   */
+  /** How the call ended, given the reason it closed with (`left`: the agent finished its stream, answered OK). */
   endOf(reason: string): AgentLinkEnd {
-    if (this.given !== undefined) return this.given;
-    return this.endStatus?.code === GrpcStatus.OK ? { kind: 'left', message: reason } : { kind: 'failed', message: reason };
+    return this.ends.endOf(reason, this.endStatus?.code === GrpcStatus.OK);
   }
 }
 

@@ -11,6 +11,7 @@ import { WsMessageDuplex } from '../grpc/ws-message-duplex.js';
 import { closeCodeOf, closeReason, describeClose, WS_NORMAL_CLOSE } from '../grpc/ws-status.js';
 import type { ProtocolError } from '../protocol/errors.js';
 import type { AgentLink, AgentLinkClose, AgentLinkEnd } from '../tunnel/agent-link.js';
+import { GivenEnd } from './given-end.js';
 
 /** How long a peer gets to answer our close frame before its socket is destroyed. */
 const CLOSE_GRACE_MS = 5000;
@@ -18,7 +19,7 @@ const CLOSE_GRACE_MS = 5000;
 export class WsAgentCall extends GrpcPacketStream implements AgentLink {
   private readonly duplex: WsMessageDuplex;
   private ws: WebSocket | undefined;
-  private given: AgentLinkEnd | undefined;
+  private readonly ends = new GivenEnd();
   /** The agent closed normally (1000): its goodbye. */
   private agentLeft = false;
   private closedAt = false;
@@ -46,7 +47,7 @@ export class WsAgentCall extends GrpcPacketStream implements AgentLink {
     });
     ws.once('close', (code: number, reason: Buffer) => {
       this.closedAt = true;
-      if (code === WS_NORMAL_CLOSE && this.given === undefined) this.agentLeft = true;
+      if (code === WS_NORMAL_CLOSE && !this.ends.isGiven) this.agentLeft = true;
       this.duplex.destroy();
       this.finish(code === WS_NORMAL_CLOSE ? 'agent ended the stream' : `connection closed (${describeClose(code, reason.toString())})`);
       for (const w of this.closeWaiters.splice(0)) w();
@@ -58,26 +59,17 @@ export class WsAgentCall extends GrpcPacketStream implements AgentLink {
     if (this.ws === undefined || this.ws.readyState !== this.ws.OPEN) this.abort('the WebSocket upgrade did not complete');
   }
 
-  /** `shutdown` ends the link with UNAVAILABLE (agents retry elsewhere); `cut-off` with RESOURCE_EXHAUSTED, reading nothing more. */
   close(end: AgentLinkClose): void {
-    if (end.kind === 'cut-off') {
-      this.given ??= end;
-      this.cutOff(GrpcStatus.RESOURCE_EXHAUSTED, end.message);
-    } else {
-      this.endFor(end, GrpcStatus.UNAVAILABLE);
-    }
+    this.ends.close(this, end);
   }
 
-  /** Ends the link with `code`, for `end`. */
   endFor(end: AgentLinkEnd, code: number): void {
-    this.given ??= end;
-    this.end(code, end.message);
+    this.ends.endFor(this, end, code);
   }
 
-  /** How the link ended: as we ended it, `left` when the agent closed normally, else `failed`. */
+  /** How the link ended (`left`: the agent closed normally). */
   endOf(reason: string): AgentLinkEnd {
-    if (this.given !== undefined) return this.given;
-    return this.agentLeft ? { kind: 'left', message: reason } : { kind: 'failed', message: reason };
+    return this.ends.endOf(reason, this.agentLeft);
   }
 
   /** Runs `cb` once the WebSocket is closed (at once if it is). */
@@ -106,7 +98,7 @@ export class WsAgentCall extends GrpcPacketStream implements AgentLink {
     ws.once('close', () => clearTimeout(timer));
   }
 
-  private cutOff(code: number, message: string): void {
+  cutOff(code: number, message: string): void {
     this.stopReading();
     this.end(code, message);
   }
