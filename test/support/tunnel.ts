@@ -400,14 +400,21 @@ export async function readExactly(socket: Socket, n: number, initial: Buffer = B
       cleanup();
       reject(new Error(`socket ended after ${have} of ${n} bytes`));
     };
+    const onError = (err: Error): void => {
+      cleanup();
+      reject(new Error(`socket failed after ${have} of ${n} bytes: ${err.message}`));
+    };
     const cleanup = (): void => {
       socket.off('data', onData);
       socket.off('end', onEnd);
       socket.off('close', onEnd);
+      socket.off('error', onError);
     };
     socket.on('data', onData);
     socket.once('end', onEnd);
     socket.once('close', onEnd);
+    // A write just before (EPIPE, ECONNRESET) fails here, not as an uncaught 'error'.
+    socket.once('error', onError);
     socket.resume();
   });
 }
