@@ -4,8 +4,6 @@
 // and `exec -i` must not notice more than a pause.
 
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +15,7 @@ import { startBlipRelay, type BlipKind, type BlipRelay } from '../support/blip-r
 import { startClusterAgent, startClusterServer } from '../support/cluster.js';
 import { autoApprove, controlPlaneSkipReason, putNode, putPod, startControlPlane, type ControlPlane, type EgressSelector } from '../support/envtest/index.js';
 import { suiteHarness } from '../support/harness.js';
+import { checkFollowLines, firstOutputAfter, runKubectl, stopKubectl, whileRunning } from '../support/kubectl-stream.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { StandinKubelet } from '../support/standin-kubelet/index.js';
 import { waitFor } from '../support/tunnel.js';
@@ -24,75 +23,6 @@ import { waitFor } from '../support/tunnel.js';
 const skip = controlPlaneSkipReason();
 const RESUME_WINDOW_MS = 10_000;
 const BLIP_MS = 3000;
-
-interface Kubectl {
-  child: ChildProcessWithoutNullStreams;
-  /** stdout so far, and when each piece arrived (performance.now()). */
-  out(): string;
-  pieces: Array<{ at: number; text: string }>;
-  stderr(): string;
-  exited: Promise<number | null>;
-  /** The exit code once it has exited, else undefined. */
-  code: number | null | undefined;
-}
-
-function runKubectl(cp: ControlPlane, args: string[]): Kubectl {
-  const child = spawn(cp.bins.kubectl, [`--kubeconfig=${cp.adminKubeconfig}`, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  const pieces: Array<{ at: number; text: string }> = [];
-  let err = '';
-  child.stdout.setEncoding('utf8');
-  child.stdout.on('data', (text: string) => pieces.push({ at: performance.now(), text }));
-  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-  // A kubectl that exited early fails the test by its exit; a write to its closed stdin must not end the process first.
-  child.stdin.on('error', () => {});
-  const k: Kubectl = {
-    child,
-    pieces,
-    out: () => pieces.map((p) => p.text).join(''),
-    stderr: () => err,
-    code: undefined,
-    // 'close', not 'exit': all of stdout has been read by then.
-    exited: once(child, 'close').then(([code]) => (k.code = code as number | null)),
-  };
-  return k;
-}
-
-/** Waits for `cond`, failing at once (with kubectl's stderr) if kubectl exits first. */
-async function whileRunning(k: Kubectl, what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  await waitFor(
-    what,
-    () => {
-      if (k.code !== undefined) throw new Error(`kubectl exited (${k.code}) while waiting for ${what}: ${k.stderr()}`);
-      return cond();
-    },
-    timeoutMs,
-  );
-}
-
-/** Stops a kubectl that is still running, and waits for it. */
-async function stop(k: Kubectl): Promise<void> {
-  if (k.code === undefined) k.child.kill('SIGINT');
-  await k.exited;
-}
-
-/** The first stdout that arrived after `since`, in ms after it. */
-function firstOutputAfter(k: Kubectl, since: number): number | undefined {
-  const p = k.pieces.find((x) => x.at >= since);
-  return p === undefined ? undefined : p.at - since;
-}
-
-/** Lines of a follow stream: "line 1..3" then "follow 1..n", each once, in order; returns n. */
-function checkFollowLines(out: string): number {
-  const lines = out.split('\n');
-  assert.equal(lines.pop(), '', 'the output ends with a whole line');
-  assert.deepEqual(lines.slice(0, 3), ['line 1', 'line 2', 'line 3']);
-  const follow = lines.slice(3);
-  for (let i = 0; i < follow.length; i++) {
-    if (follow[i] !== `follow ${i + 1}`)
-      assert.fail(`line ${i + 4} is ${JSON.stringify(follow[i])}, expected "follow ${i + 1}": a line lost, doubled or reordered`);
-  }
-  return follow.length;
-}
 
 describe('kubectl across a 3 s blip between agent and server (session resume)', { skip }, () => {
   const suite = suiteHarness();
@@ -166,11 +96,11 @@ describe('kubectl across a 3 s blip between agent and server (session resume)', 
         t.diagnostic(`${kind} blip: kubectl printed again ${Math.round(firstOutputAfter(k, b.healedAt)!)} ms after the relay healed`);
         assert.equal(kubelet.followStreams.length, streamsBefore + 1, 'no second log request reached the kubelet');
         assert.equal(record.endedAt, null, 'the kubelet stream never ended');
-        await stop(k);
+        await stopKubectl(k);
         const n = checkFollowLines(k.out());
         assert.ok(n <= record.linesWritten, `kubectl printed ${n} follow lines, the kubelet wrote ${record.linesWritten}`);
       } finally {
-        await stop(k);
+        await stopKubectl(k);
       }
     });
   }
@@ -199,7 +129,7 @@ describe('kubectl across a 3 s blip between agent and server (session resume)', 
         assert.equal(await k.exited, 0, k.stderr());
       } finally {
         clearInterval(timer);
-        await stop(k);
+        await stopKubectl(k);
       }
       const lines = k.out().split('\n');
       assert.equal(lines.pop(), '', 'the output ends with a whole line');

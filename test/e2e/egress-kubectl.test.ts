@@ -20,6 +20,7 @@ import { startClusterAgent, startClusterServer } from '../support/cluster.js';
 import { controlPlaneSkipReason, autoApprove, putNode, putPod, startControlPlane, type ControlPlane, type EgressSelector } from '../support/envtest/index.js';
 import { connect as tlsConnect } from 'node:tls';
 import { harness, suiteHarness } from '../support/harness.js';
+import { checkExec } from '../support/kubectl-stream.js';
 import { CHANNEL, StandinKubelet, upgradeToChannelWebSocket } from '../support/standin-kubelet/index.js';
 import { startEchoServer, waitFor } from '../support/tunnel.js';
 import { EDGE_WORKER_LABEL } from '../../pkg/kube/tunnel-addresses.js';
@@ -62,14 +63,7 @@ function kubectlCases(state: () => { cp: ControlPlane; kubelet: StandinKubelet; 
 
   test('kubectl exec, with and without -i', async () => {
     const { cp } = state();
-    const plain = await cp.kubectl(['exec', 'p1', '-c', 'c1', '--', 'echo', 'hello', 'from', 'the', 'edge']);
-    assert.equal(plain.code, 0, plain.stderr);
-    // kubectl's complaints (e.g. "Unknown stream id 1, discarding message") say why output is missing.
-    assert.equal(plain.stdout, 'hello from the edge\n', plain.stderr);
-    const input = 'stdin through the tunnel\n'.repeat(100);
-    const interactive = await cp.kubectl(['exec', '-i', 'p1', '-c', 'c1', '--', 'cat'], { input });
-    assert.equal(interactive.code, 0, interactive.stderr);
-    assert.equal(interactive.stdout, input, interactive.stderr);
+    await checkExec(cp, ['hello', 'from', 'the', 'edge'], 'stdin through the tunnel');
   });
 
   test('kubectl port-forward: a byte-exact echo through the forwarded port', async () => {
