@@ -8,8 +8,11 @@
 // WebSocket and joins, a download is byte-exact, a 3 s blip of the nginx
 // path (iptables DROP in ws-lb) is survived by session resume; a forwarded
 // certificate from the edge itself (outside --trusted-proxy-cidrs) is
-// refused; through haproxy gRPC is used. The configurations are
-// test/fixtures/l7/, which docs/operating.md shows.
+// refused; through haproxy gRPC is used. The second test (namespaces
+// `l7k-*`) puts the real kube-apiserver behind the same nginx path: kubectl
+// logs -f survives the blip with every line once and in order, then exec
+// works. The configurations are test/fixtures/l7/, which docs/operating.md
+// shows.
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -19,7 +22,10 @@ import { delimiter, join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { localServerFlags } from '../../hack/local-tunnel.js';
+import { issueCertificate } from '../../pkg/certs/pki.js';
+import { controlPlaneSkipReason, putNode, putPod, startControlPlane } from '../support/envtest/index.js';
 import { harness, type Harness } from '../support/harness.js';
+import { checkExec, checkFollowLines, firstOutputAfter, runKubectl, stopKubectl, whileRunning } from '../support/kubectl-stream.js';
 import { NetworkNamespace, netnsSkipReason, vethPair } from '../support/netns/index.js';
 import { AGENT_BIN, runProcess, SERVER_BIN, type Proc } from '../support/processes.js';
 import { repoRoot } from '../support/upstream.js';
@@ -29,6 +35,7 @@ const LB_IP = '10.30.0.1';
 const EDGE_IP = '10.30.0.2';
 const AGENT_PORT = 10262;
 const MiB = 1024 * 1024;
+const KUBELET_MAIN = join(repoRoot(), 'dist/test/support/standin-kubelet/main.js');
 
 function binary(name: string): string | undefined {
   for (const dir of [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']) {
@@ -47,8 +54,8 @@ const haproxy = binary('haproxy');
 const skip =
   netnsSkipReason() ??
   (nginx === undefined ? 'nginx is not installed (apt-get install nginx-light)' : undefined) ??
-  (haproxy === undefined ? 'haproxy is not installed (apt-get install haproxy)' : undefined) ??
   (binary('iptables') === undefined ? 'iptables is not installed (apt-get install iptables)' : undefined);
+const haproxySkip = haproxy === undefined ? 'haproxy is not installed (apt-get install haproxy)' : undefined;
 
 /** `total` bytes, the same for every call: counter blocks hashed. */
 function* payload(total: number): Generator<Buffer> {
@@ -156,17 +163,30 @@ async function issue(h: Harness, certDir: string, node: string, out: string): Pr
   assert.equal(r.code, 0, r.output);
 }
 
-test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed through, gRPC)', { skip, timeout: 240_000 }, async (t) => {
-  const h = harness(t, { leakCheck: false });
-  const dir = await tempDir(h, 'ws-l7-');
-  const lb = await NetworkNamespace.create(h, 'ws-lb');
-  const edge = await NetworkNamespace.create(h, 'ws-edge');
+interface NginxPath {
+  lb: NetworkNamespace;
+  edge: NetworkNamespace;
+  /** The tunnel server in `lb`, its agent port on every address there. */
+  server: Proc;
+  certDir: string;
+  /** The server's CONNECT proxier (the file system is shared across network namespaces). */
+  udsPath: string;
+}
+
+/**
+ * Namespaces `<prefix>-lb` (the server, and nginx in front of it on LB_IP:443)
+ * and `<prefix>-edge` (a route to LB_IP and nothing else); the server's
+ * files in `dir`. Up when this resolves.
+ */
+async function nginxPath(h: Harness, prefix: string, dir: string): Promise<NginxPath> {
+  const lb = await NetworkNamespace.create(h, `${prefix}-lb`);
+  const edge = await NetworkNamespace.create(h, `${prefix}-edge`);
   await vethPair({ ns: lb, name: 'to-edge', addresses: [`${LB_IP}/30`] }, { ns: edge, name: 'to-lb', addresses: [`${EDGE_IP}/30`] });
 
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
   const serverArgs = localServerFlags({ certDir, agentPort: AGENT_PORT, udsPath });
-  // nginx connects from ws-lb's loopback: the only peer whose forwarded certificates are believed.
+  // nginx connects from the lb namespace's loopback: the only peer whose forwarded certificates are believed.
   const server: Proc = lb.startProcess(h, SERVER_BIN, [
     ...serverArgs.map((a) => (a === '127.0.0.1' ? '0.0.0.0' : a)),
     '--cert-ips',
@@ -196,12 +216,35 @@ test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed th
   h.defer(() => {
     if (process.env.YT_DEBUG_LOGS) process.stderr.write(`nginx:\n${nginxProc.lines.join('\n')}\n`);
   });
+  await listening(lb, LB_IP, 443);
+  return { lb, edge, server, certDir, udsPath };
+}
+
+/**
+ * A blip of the nginx path: its port drops everything both ways for `ms`,
+ * then heals. The agent's liveness watch (a quarter of its resume window)
+ * takes the link for lost; it comes back through nginx once the path heals
+ * and resumes its session.
+ */
+async function blipNginxPath(lb: NetworkNamespace, ms: number): Promise<void> {
+  const drops = [
+    ['INPUT', '-p', 'tcp', '--dport', '443', '-j', 'DROP'],
+    ['OUTPUT', '-p', 'tcp', '--sport', '443', '-j', 'DROP'],
+  ];
+  for (const rule of drops) await lb.must('iptables', ['-I', ...rule]);
+  await sleep(ms);
+  for (const rule of drops) await lb.must('iptables', ['-D', ...rule]);
+}
+
+test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed through, gRPC)', { skip: skip ?? haproxySkip, timeout: 240_000 }, async (t) => {
+  const h = harness(t, { leakCheck: false });
+  const dir = await tempDir(h, 'ws-l7-');
+  const { lb, edge, server, certDir, udsPath } = await nginxPath(h, 'ws', dir);
   const cfg = await filled(join(repoRoot(), 'test/fixtures/l7/haproxy.cfg'), join(dir, 'haproxy.cfg'), {
     LISTEN: `${LB_IP}:8443`,
     UPSTREAM: `127.0.0.1:${AGENT_PORT}`,
   });
   lb.startProcess(h, haproxy!, ['-db', '-f', cfg], {}, { node: false });
-  await listening(lb, LB_IP, 443);
   await listening(lb, LB_IP, 8443);
 
   const agent1Dir = join(dir, 'agent-1');
@@ -223,18 +266,8 @@ test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed th
   const plain = await download(udsPath, sourcePort);
   assert.deepEqual(plain, { bytes: 32 * MiB, hash: expected }, 'a download through nginx is byte-exact');
 
-  // A 3 s blip of the nginx path: its port drops everything both ways, then heals. The agent's liveness watch
-  // (a quarter of its 4 s resume window) takes the link for lost, it comes back through nginx once the path heals
-  // and resumes its session; the download goes on, nothing lost.
-  const drops = [
-    ['INPUT', '-p', 'tcp', '--dport', '443', '-j', 'DROP'],
-    ['OUTPUT', '-p', 'tcp', '--sport', '443', '-j', 'DROP'],
-  ];
-  const blipped = await download(udsPath, sourcePort, async () => {
-    for (const rule of drops) await lb.must('iptables', ['-I', ...rule]);
-    await sleep(3000);
-    for (const rule of drops) await lb.must('iptables', ['-D', ...rule]);
-  });
+  // A 3 s blip of the nginx path, survived by session resume: the download goes on, nothing lost.
+  const blipped = await download(udsPath, sourcePort, () => blipNginxPath(lb, 3000));
   assert.deepEqual(blipped, { bytes: 32 * MiB, hash: expected }, 'a download across the blip is byte-exact');
   await agent1.waitForLine(/link to tunnel server resumed/, 20_000);
 
@@ -257,3 +290,69 @@ test('agents behind nginx (TLS terminated, WebSocket) and haproxy (TLS passed th
   await agent2.waitForLine(/connected to tunnel server .*transport=grpc/, 30_000);
   assert.ok(!agent2.lines.some((l) => /WebSocket/.test(l)), agent2.lines.join('\n'));
 });
+
+// Issue 37's kubectl through nginx: kube-apiserver's egress selector (HTTPConnect on the server's proxier socket)
+// reaches the stand-in kubelet of edge-1, inside the edge namespace, only through the agent, whose only way to the
+// server is nginx (auto falls back to a WebSocket; the server believes the certificate nginx forwards).
+test(
+  'kubectl logs -f and exec through nginx with the real kube-apiserver; logs -f across a 3 s blip of the nginx path',
+  { skip: skip ?? controlPlaneSkipReason(), timeout: 120_000 },
+  async (t) => {
+    const h = harness(t, { leakCheck: false });
+    const dir = await tempDir(h, 'l7k-');
+    const { lb, edge, server, certDir, udsPath } = await nginxPath(h, 'l7k', dir);
+    const cp = await startControlPlane({ egressSelector: { mode: 'HTTPConnect', udsPath } });
+    h.defer(() => cp.stop());
+
+    const serving = issueCertificate(cp.pki.ca, { commonName: 'edge-1', ips: ['127.0.0.1'], usages: ['serverAuth'] });
+    const kubeletConfig = join(dir, 'kubelet.json');
+    await writeFile(kubeletConfig, JSON.stringify({ cert: serving.cert, key: serving.key, clientCA: cp.pki.ca.cert }));
+    const kubeletPort = Number(/^ready (\d+)$/.exec(await edge.startProcess(h, KUBELET_MAIN, [kubeletConfig]).waitForLine(/^ready \d+$/))![1]);
+    await putNode(cp, 'edge-1', { internalIP: '127.0.0.1', kubeletPort });
+    await putPod(cp, 'default', 'p1', 'edge-1');
+
+    const agentDir = join(dir, 'agent');
+    await issue(h, certDir, 'edge-1', agentDir);
+    const agent = edge.startProcess(h, AGENT_BIN, agentArgs(agentDir, 'edge-1', `${LB_IP}:443`, ['--transport', 'auto', '--resume-window', '4s']));
+    h.defer(() => {
+      if (process.env.YT_DEBUG_LOGS) process.stderr.write(`agent:\n${agent.lines.join('\n')}\n`);
+    });
+    await agent.waitForLine(/connected to tunnel server .*transport=websocket/, 30_000);
+    // Its peer is nginx (no client certificate of its own): edge-1 is who the forwarded certificate says.
+    await server.waitForLine(/agent connected.*agentID=edge-1.*remoteAddress=127\.0\.0\.1\b/);
+
+    const healthz = await cp.kubectl(['get', '--raw', '/api/v1/nodes/edge-1/proxy/healthz']);
+    assert.equal(healthz.code, 0, healthz.stderr);
+    assert.equal(healthz.stdout, 'ok');
+
+    // logs -f across the blip: the agent takes the link for lost, comes back through nginx and resumes its
+    // session; kubectl sees a pause, then every line once, in order, on the same kubelet stream.
+    const k = runKubectl(cp, ['logs', '-f', 'p1', '-c', 'c1']);
+    try {
+      await whileRunning(k, 'followed lines', () => /^follow 25$/m.test(k.out()), 20_000);
+      await blipNginxPath(lb, 3000);
+      const healedAt = performance.now();
+      const linesAtHeal = k.out().split('\n').length;
+      await agent.waitForLine(/link to tunnel server resumed/, 10_000);
+      await server.waitForLine(/agent link resumed.*agentID=edge-1/, 10_000);
+      // It keeps streaming: what the blip held back comes at once on resume, and lines the kubelet writes a
+      // second later still arrive, on the same stream.
+      const resumedAt = performance.now();
+      await whileRunning(
+        k,
+        'lines after the blip',
+        () => k.out().split('\n').length > linesAtHeal + 50 && k.pieces.some((p) => p.at > resumedAt + 1000),
+        20_000,
+      );
+      t.diagnostic(`kubectl printed again ${Math.round(firstOutputAfter(k, healedAt)!)} ms after the path healed`);
+      await stopKubectl(k);
+      const n = checkFollowLines(k.out());
+      assert.ok(n > 75, `${n} follow lines`);
+    } finally {
+      await stopKubectl(k);
+    }
+
+    // New streams over the resumed link: exec, with and without stdin.
+    await checkExec(cp, ['hello', 'through', 'nginx'], 'stdin through nginx');
+  },
+);
