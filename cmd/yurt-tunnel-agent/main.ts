@@ -39,6 +39,7 @@ interface AgentFlags {
   tunnelserverAddr?: string;
   proxyUrl?: string;
   proxyCredentialsFile?: string;
+  proxyCaFile?: string;
   transport: AgentTransport;
   caFile?: string;
   certFile?: string;
@@ -99,6 +100,10 @@ const program = new Command('yurt-tunnel-agent')
       '(default: env https_proxy, HTTPS_PROXY, all_proxy, ALL_PROXY; NO_PROXY exempts servers in both cases)',
   )
   .option('--proxy-credentials-file <path>', "a file holding the proxy's user:password (wins over credentials in the proxy URL)")
+  .option(
+    '--proxy-ca-file <path>',
+    "CA certificates (PEM) that an https:// proxy's certificate must lead to, instead of Node's built-in list and NODE_EXTRA_CA_CERTS",
+  )
   .option(
     '--cert-dir <dir>',
     'where certificates are kept: ca.crt, tls.crt, tls.key given to the agent, or the one it requests from the cluster',
@@ -188,7 +193,7 @@ addProcessOptions(program).action(async (flags: AgentFlags) => {
     nodeName: flags.nodeName ?? process.env.NODE_NAME ?? '',
     nodeIP: flags.nodeIp ?? (process.env.NODE_IP || undefined),
     tunnelServerAddr: flags.tunnelserverAddr ?? '',
-    proxy: { proxyUrl: flags.proxyUrl, credentialsFile: flags.proxyCredentialsFile, env: process.env },
+    proxy: { proxyUrl: flags.proxyUrl, credentialsFile: flags.proxyCredentialsFile, caFile: flags.proxyCaFile, env: process.env },
     transport: flags.transport,
     certDir: flags.certDir,
     kubeSource: agentKubeConfigSource({ kubeConfig: flags.kubeConfig, apiserverAddr: flags.apiserverAddr }),

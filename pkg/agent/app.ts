@@ -84,7 +84,7 @@ export interface AgentOptions {
   startupRehearsal?: boolean;
   /** What V8 is told around the rehearsal (the CLIs: cmd/common/v8-tiering.ts's rehearsalTiering). */
   rehearsalTiering?: RehearsalTiering;
-  /** The proxy to the servers: --proxy-url, --proxy-credentials-file and the *_PROXY variables (proxy/proxy-config.ts). */
+  /** The proxy to the servers: --proxy-url, --proxy-credentials-file, --proxy-ca-file and the *_PROXY variables (proxy/proxy-config.ts). */
   proxy?: ProxySettings;
   logger: Logger;
 }

@@ -271,7 +271,7 @@ test('a port another process holds: exit 1 naming the flag, the address and what
   assert.match(server.lines.at(-1)!, inUse('--secure-port'));
 });
 
-test('agent --proxy-url with another scheme, or an unreadable --proxy-credentials-file: exit 1 naming the flag', LIMIT, async (t) => {
+test('agent --proxy-url with another scheme, or an unreadable --proxy-credentials-file or --proxy-ca-file: exit 1 naming the flag', LIMIT, async (t) => {
   const h = harness(t);
   const files = await agentFiles(h);
   const tls = ['--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile];
@@ -287,5 +287,12 @@ test('agent --proxy-url with another scheme, or an unreadable --proxy-credential
     AGENT_BIN,
     [...files.flags, ...tls, '--proxy-url', 'http://proxy.example:3128', '--proxy-credentials-file', missing],
     new RegExp(`^yurt-tunnel-agent: --proxy-credentials-file: cannot read ${escaped(missing)}: ENOENT`),
+  );
+  const missingCA = join(files.dir, 'no-such-proxy-ca.crt');
+  await assertRefused(
+    h,
+    AGENT_BIN,
+    [...files.flags, ...tls, '--proxy-url', 'https://proxy.example:3129', '--proxy-ca-file', missingCA],
+    new RegExp(`^yurt-tunnel-agent: --proxy-ca-file: cannot read ${escaped(missingCA)}: ENOENT`),
   );
 });

@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import { NoProxy } from '../../pkg/agent/proxy/no-proxy.js';
 import { parseProxyUrl, proxyConfigFrom, proxyFor, redact } from '../../pkg/agent/proxy/proxy-config.js';
 import { ConfigError } from '../../pkg/protocol/errors.js';
+import { testPKI } from '../support/pki.js';
 
 test('NO_PROXY: *, IPs, CIDRs, domains with and without a leading dot, ports', () => {
   const cases: [string, string, number, boolean][] = [
@@ -94,4 +95,32 @@ test('--proxy-url wins over the environment; lower case first; NO_PROXY applies;
   await writeFile(file, 'no colon\n');
   await assert.rejects(proxyConfigFrom({ proxyUrl: 'http://flag:4', credentialsFile: file }), { code: 'YT_ERR_FILE_INVALID' });
   await assert.rejects(proxyConfigFrom({ credentialsFile: file }), { name: 'TypeError', message: /no proxy is set/ });
+});
+
+test('--proxy-ca-file: read for an https:// proxy; refused without one, for another scheme, unreadable or not a certificate', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'yt-proxy-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const file = join(dir, 'proxy-ca.crt');
+  await writeFile(file, testPKI().ca.cert);
+  assert.equal((await proxyConfigFrom({ env: { HTTPS_PROXY: 'https://proxy:3129' }, caFile: file }))?.server.ca, testPKI().ca.cert);
+  assert.equal((await proxyConfigFrom({ proxyUrl: 'https://proxy:3129' }))?.server.ca, undefined);
+  await assert.rejects(proxyConfigFrom({ caFile: file }), {
+    name: 'TypeError',
+    message: '--proxy-ca-file is given but no proxy is set (--proxy-url, HTTPS_PROXY or ALL_PROXY)',
+  });
+  await assert.rejects(proxyConfigFrom({ env: { HTTPS_PROXY: 'http://proxy:3128' }, caFile: file }), {
+    name: 'TypeError',
+    message: '--proxy-ca-file is for an https:// proxy; HTTPS_PROXY names http://proxy:3128',
+  });
+  await assert.rejects(proxyConfigFrom({ proxyUrl: 'https://proxy', caFile: join(dir, 'missing') }), (err: unknown) => {
+    assert.ok(err instanceof ConfigError);
+    assert.equal(err.code, 'YT_ERR_FILE_UNREADABLE');
+    assert.match(err.message, /^--proxy-ca-file: cannot read .*missing: ENOENT/);
+    return true;
+  });
+  await writeFile(file, 'not a certificate\n');
+  await assert.rejects(proxyConfigFrom({ proxyUrl: 'https://proxy', caFile: file }), {
+    code: 'YT_ERR_FILE_INVALID',
+    message: /^--proxy-ca-file: .*proxy-ca\.crt does not hold a PEM certificate: it holds no PEM block/,
+  });
 });

@@ -2,10 +2,13 @@
 // environment as command-line tools read it (https_proxy, HTTPS_PROXY,
 // all_proxy, ALL_PROXY; lower case first, as curl), with NO_PROXY's
 // exceptions (no-proxy.ts) and Basic or SOCKS5 credentials from the URL or
-// from --proxy-credentials-file. Read once at start-up: a mistake stops the
-// agent with the flag or variable named.
+// from --proxy-credentials-file. An https:// proxy's certificate is checked
+// against --proxy-ca-file when given (those CAs only, as curl's
+// --proxy-cacert), else Node's built-in list and NODE_EXTRA_CA_CERTS. Read
+// once at start-up: a mistake stops the agent with the flag or variable named.
 
 import { readFile } from 'node:fs/promises';
+import { readPemFile } from '../../certs/read-pem.js';
 import { ConfigError } from '../../protocol/errors.js';
 import { errorMessage } from '../../protocol/errors.js';
 import { NoProxy } from './no-proxy.js';
@@ -23,6 +26,8 @@ export interface ProxyServer {
   host: string;
   port: number;
   credentials: ProxyCredentials | undefined;
+  /** PEM CAs an https:// proxy's certificate must lead to (--proxy-ca-file); undefined: Node's defaults. */
+  ca?: string;
   /** The URL without its user information: what logs and errors show. */
   display: string;
   /** Where it was set (`--proxy-url`, `HTTPS_PROXY`, ...), for messages. */
@@ -39,6 +44,8 @@ export interface ProxySettings {
   proxyUrl?: string;
   /** --proxy-credentials-file: a file holding `user:password`; wins over the URL's user information. */
   credentialsFile?: string;
+  /** --proxy-ca-file: PEM CAs trusted for an https:// proxy's certificate, instead of Node's defaults. */
+  caFile?: string;
   /** Where the *_PROXY variables are read (the CLI passes process.env). */
   env?: NodeJS.ProcessEnv;
 }
@@ -54,13 +61,16 @@ export async function proxyConfigFrom(s: ProxySettings): Promise<ProxyConfig | u
     names.flatMap((n): [string, string][] => (env[n] !== undefined && env[n].trim() !== '' ? [[n, env[n].trim()]] : []))[0];
   const given: [string, string] | undefined = s.proxyUrl !== undefined && s.proxyUrl !== '' ? ['--proxy-url', s.proxyUrl] : pick(ENV_PROXY);
   if (given === undefined) {
-    if (s.credentialsFile !== undefined) {
-      throw new TypeError('--proxy-credentials-file is given but no proxy is set (--proxy-url, HTTPS_PROXY or ALL_PROXY)');
-    }
+    const orphan = s.credentialsFile !== undefined ? '--proxy-credentials-file' : s.caFile !== undefined ? '--proxy-ca-file' : undefined;
+    if (orphan !== undefined) throw new TypeError(`${orphan} is given but no proxy is set (--proxy-url, HTTPS_PROXY or ALL_PROXY)`);
     return undefined;
   }
   const server = parseProxyUrl(given[1], given[0]);
   if (s.credentialsFile !== undefined) server.credentials = await readCredentials(s.credentialsFile);
+  if (s.caFile !== undefined) {
+    if (server.protocol !== 'https') throw new TypeError(`--proxy-ca-file is for an https:// proxy; ${given[0]} names ${server.display}`);
+    server.ca = await readPemFile(s.caFile, { namedBy: '--proxy-ca-file', kind: 'certificate' });
+  }
   return { server, noProxy: new NoProxy(pick(ENV_NO_PROXY)?.[1] ?? '') };
 }
 
