@@ -2,15 +2,19 @@
 // namespaces this test makes (root only):
 //
 //   proxy-cloud  10.77.1.1 ── 10.77.1.2  proxy-mid  10.77.2.1 ── 10.77.2.2  proxy-edge
-//   (the server)                          (squid :3128, tinyproxy :8888,     (the agent, and the
-//                                          dante :1080; no forwarding)        echo target on its loopback)
+//   (the server)                          (squid :3128 and https :3129,      (the agent, and the
+//                                          tinyproxy :8888, dante :1080;      echo target on its loopback)
+//                                          no forwarding)
 //
 // The edge has no route to the cloud: only the proxies reach the server. For
 // each proxy the agent joins (squid with Basic auth and tinyproxy by
-// HTTPS_PROXY, dante's SOCKS5 with a user and password by --proxy-url), 64 MiB
+// HTTPS_PROXY, squid's https_port by HTTPS_PROXY=https://... with
+// --proxy-ca-file, so the agent's TLS runs inside TLS to squid, dante's
+// SOCKS5 with a user and password by --proxy-url), 64 MiB
 // cross the tunnel byte-exact, an agent claiming another node with edge-1's
 // certificate is still refused, and a wrong password is one warning naming
-// the proxy and its answer. NO_PROXY sends the agent around the proxy over a
+// the proxy and its answer. squid's certificate, when the agent is not given
+// its CA, is one warning naming the proxy. NO_PROXY sends the agent around the proxy over a
 // direct link added for that case alone.
 
 import assert from 'node:assert/strict';
@@ -26,6 +30,7 @@ import { NETNS_TOOL, NetworkNamespace, netnsSkipReason, run, vethPair } from '..
 import { AGENT_BIN, SERVER_BIN, runProcess, type Proc } from '../support/processes.js';
 import { connectVia, tempDir } from '../support/tunnel.js';
 import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { createCA, issueCertificate } from '../../pkg/certs/pki.js';
 
 const SQUID_AUTH = '/usr/lib/squid/basic_ncsa_auth';
 
@@ -130,11 +135,19 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
   after(() => suite.close());
 
   async function startSquid(): Promise<void> {
+    // https_port's certificate, from a CA of its own that only --proxy-ca-file makes the agent trust.
+    const ca = createCA('squid-test-ca');
+    const serving = issueCertificate(ca, { commonName: 'proxy-mid', ips: [MID_EDGE_IP], usages: ['serverAuth'] });
+    await writeFile(join(dir, 'squid-ca.crt'), ca.cert, { mode: 0o644 });
+    await writeFile(join(dir, 'squid.crt'), serving.cert, { mode: 0o644 });
+    // Read by squid's unprivileged user; a key made for this test alone.
+    await writeFile(join(dir, 'squid.key'), serving.key, { mode: 0o644 });
     const htpasswd = await run('openssl', ['passwd', '-apr1', password]);
     assert.equal(htpasswd.code, 0, htpasswd.stderr);
     await writeFile(join(dir, 'squid.passwd'), `edge:${htpasswd.stdout.trim()}\n`, { mode: 0o644 });
     const conf = [
       `http_port ${MID_EDGE_IP}:3128`,
+      `https_port ${MID_EDGE_IP}:3129 tls-cert=${join(dir, 'squid.crt')} tls-key=${join(dir, 'squid.key')}`,
       `auth_param basic program ${SQUID_AUTH} ${join(dir, 'squid.passwd')}`,
       'auth_param basic realm yurt-tunnel-test',
       'acl authed proxy_auth REQUIRED',
@@ -152,6 +165,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     await writeFile(join(dir, 'squid.conf'), `${conf}\n`, { mode: 0o644 });
     const squid = mid.startProcess(suite, 'squid', ['-N', '-d', '1', '-f', join(dir, 'squid.conf')], {}, { node: false });
     await squid.waitForLine(/Accepting HTTP Socket connections/, 60_000);
+    await squid.waitForLine(/Accepting HTTPS Socket connections/, 60_000);
   }
 
   async function startTinyproxy(): Promise<void> {
@@ -252,11 +266,18 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     assert.equal(received.digest('hex'), sent.digest('hex'));
   }
 
-  const proxies: { name: string; url: (pw: string) => string; by: 'HTTPS_PROXY' | '--proxy-url'; refusal: RegExp }[] = [
+  const proxies: { name: string; url: (pw: string) => string; by: 'HTTPS_PROXY' | '--proxy-url'; flags?: () => string[]; refusal: RegExp }[] = [
     {
       name: 'squid',
       url: (pw) => `http://edge:${pw}@${MID_EDGE_IP}:3128`,
       by: 'HTTPS_PROXY',
+      refusal: /refused CONNECT to \S+: 407 Proxy Authentication Required/,
+    },
+    {
+      name: "squid's https_port",
+      url: (pw) => `https://edge:${pw}@${MID_EDGE_IP}:3129`,
+      by: 'HTTPS_PROXY',
+      flags: () => ['--proxy-ca-file', join(dir, 'squid-ca.crt')],
       refusal: /refused CONNECT to \S+: 407 Proxy Authentication Required/,
     },
     // tinyproxy answers a wrong BasicAuth with 401, not 407: the warning says what it said.
@@ -272,7 +293,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
   for (const p of proxies) {
     test(`through ${p.name} (${p.by}): joins, 64 MiB byte-exact, an impostor refused, a wrong password one clear warning`, LIMIT, async () => {
       const given = (pw: string): [string[], NodeJS.ProcessEnv] =>
-        p.by === 'HTTPS_PROXY' ? [[], { HTTPS_PROXY: p.url(pw) }] : [['--proxy-url', p.url(pw)], {}];
+        p.by === 'HTTPS_PROXY' ? [p.flags?.() ?? [], { HTTPS_PROXY: p.url(pw) }] : [['--proxy-url', p.url(pw), ...(p.flags?.() ?? [])], {}];
       const display = p.url('x').replace(/\/\/[^@]*@/, '//');
 
       const agent = startEdgeAgent(...given(password));
@@ -295,6 +316,16 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
       assert.ok(!refused.lines.some((l) => l.includes(wrong)), 'the password never reaches the log');
     });
   }
+
+  test("squid's https_port with a certificate the agent does not trust: one warning naming the proxy", LIMIT, async () => {
+    const agent = startEdgeAgent([], { HTTPS_PROXY: `https://edge:${password}@${MID_EDGE_IP}:3129` });
+    const warning = await agent.waitForLine(/could not connect to the tunnel server; will retry/, 60_000);
+    await stopAgent(agent);
+    assert.ok(warning.includes(`proxy https://${MID_EDGE_IP}:3129 (HTTPS_PROXY): its certificate is not trusted`), warning);
+    assert.ok(warning.includes("give the agent the proxy's CA with --proxy-ca-file"), warning);
+    const error = warning.slice(warning.indexOf('error='));
+    assert.ok(!error.includes(serverAddr), `the error names the proxy, not the server: ${warning}`);
+  });
 
   test('NO_PROXY sends the agent around the proxy, over a direct link', LIMIT, async () => {
     await vethPair({ ns: cloud, name: 'c-edge', addresses: ['10.77.3.1/24'] }, { ns: edge, name: 'e-cloud', addresses: ['10.77.3.2/24'] });

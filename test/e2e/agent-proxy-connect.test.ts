@@ -1,65 +1,23 @@
 // The agent through an HTTP CONNECT proxy, all on loopback and in process: a
-// small proxy (node:http's 'connect' event) that checks Basic credentials and
+// small proxy (test/support/connect-proxy.ts) that checks Basic credentials and
 // pipes to the target, in front of a real server. The agent joins through it
 // and carries data; a wrong password is one warning naming the proxy and its
 // 407, never the password nor a TLS error; NO_PROXY goes around it; a proxy
 // that is down or hangs fails the dial with its name and leaves nothing open.
-// The real proxies (squid, tinyproxy, dante) are in agent-proxies.test.ts.
+// The real proxies (squid, tinyproxy, dante) are in agent-proxies.test.ts, an
+// https:// proxy in agent-https-proxy.test.ts.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
-import { connect, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { ProxyError } from '../../pkg/agent/errors.js';
 import { NoProxy } from '../../pkg/agent/proxy/no-proxy.js';
 import { openServerSocket } from '../../pkg/agent/proxy/open-server-socket.js';
 import { parseProxyUrl, type ProxyConfig } from '../../pkg/agent/proxy/proxy-config.js';
-import { harness, type Harness } from '../support/harness.js';
+import { startConnectProxy } from '../support/connect-proxy.js';
+import { harness } from '../support/harness.js';
 import { closedPort, roundTrip, startEchoServer, startHangingListener, startServer, startAgent, waitFor } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 30_000 };
-
-interface TestProxy {
-  port: number;
-  /** CONNECT targets asked for, with the credentials presented. */
-  asked: { target: string; auth: string | undefined }[];
-}
-
-/** An HTTP CONNECT proxy on loopback that wants Basic `user:secret`. */
-async function startConnectProxy(h: Harness): Promise<TestProxy> {
-  const asked: TestProxy['asked'] = [];
-  const sockets = new Set<Socket>();
-  const server = createHttpServer();
-  server.on('connect', (req: IncomingMessage, client: Socket, head: Buffer) => {
-    sockets.add(client);
-    client.on('error', () => client.destroy());
-    const auth = req.headers['proxy-authorization'];
-    asked.push({ target: req.url ?? '', auth });
-    if (auth !== `Basic ${Buffer.from('user:secret').toString('base64')}`) {
-      client.end('HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n\r\n');
-      return;
-    }
-    const [host, port] = (req.url ?? '').split(':');
-    const upstream = connect(Number(port), host);
-    sockets.add(upstream);
-    upstream.on('error', () => client.destroy());
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-    upstream.once('connect', () => {
-      client.write('HTTP/1.1 200 Connection established\r\n\r\n');
-      if (head.length > 0) upstream.write(head);
-      client.pipe(upstream).pipe(client);
-    });
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  h.defer(async () => {
-    for (const s of sockets) s.destroy();
-    await new Promise((r) => server.close(r));
-  });
-  return { port: (server.address() as AddressInfo).port, asked };
-}
 
 function config(url: string, noProxy = ''): ProxyConfig {
   return { server: parseProxyUrl(url, '--proxy-url'), noProxy: new NoProxy(noProxy) };
@@ -130,7 +88,7 @@ test('a proxy that is down, or hangs until the dial is abandoned, fails with its
     assert.match(err.message, new RegExp(`^proxy http://127\\.0\\.0\\.1:${down} \\(--proxy-url\\) for 127\\.0\\.0\\.1:1: connect ECONNREFUSED`));
     return true;
   });
-  for (const scheme of ['http', 'socks5h']) {
+  for (const scheme of ['http', 'https', 'socks5h']) {
     const hanging = await startHangingListener(h);
     const abandon = new AbortController();
     const reason = new Error('given up');
