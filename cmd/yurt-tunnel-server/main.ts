@@ -3,7 +3,7 @@
 
 import { Command, Option } from 'commander';
 import { writeAgentCertificate } from '../../pkg/certs/local-store.js';
-import { fetchAgents, formatAgents, type AgentsOutput } from '../../pkg/meta/agents-status.js';
+import type { AgentsOutput } from '../../pkg/meta/agents-status.js';
 import { createLogger } from '../../pkg/log/logger.js';
 import {
   DEFAULT_CERT_DIR,
@@ -491,6 +491,7 @@ program
   .option('--meta-addr <host:port>', "the server's meta server", parseHostPort, '127.0.0.1:10265')
   .option('-o, --output <format>', 'table, wide or json', parseAgentsOutput, 'table' as AgentsOutput)
   .action(async (flags: { metaAddr: string; output: AgentsOutput }) => {
+    const { fetchAgents, formatAgents } = await import('../../pkg/meta/agents-status.js');
     process.stdout.write(formatAgents(await fetchAgents(flags.metaAddr), flags.output));
   });
 

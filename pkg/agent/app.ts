@@ -24,8 +24,7 @@ import { parseServerAddresses } from './server-addresses.js';
 import { DialLimit } from './dial-limit.js';
 import { Dialer } from './dialer.js';
 import { runningNodeOptions } from './node-options.js';
-import { runStartupRehearsal, type RehearsalTiering } from '../grpc/data-path-rehearsal.js';
-import { rehearseAgent } from './rehearsal.js';
+import type { RehearsalTiering } from '../grpc/data-path-rehearsal.js';
 import { proxyConfigFrom, type ProxyConfig, type ProxySettings } from './proxy/proxy-config.js';
 
 export interface AgentOptions {
@@ -305,7 +304,10 @@ export class TunnelAgent {
     const { identifiers, allowList } = checkedOptions(opts);
     const proxy = await proxyConfigFrom(opts.proxy ?? {});
     const credentials = await agentCredentials(opts);
-    if (opts.startupRehearsal === true)
+    if (opts.startupRehearsal === true) {
+      // Loaded only when asked for: an agent without the rehearsal does not load its modules.
+      const { runStartupRehearsal } = await import('../grpc/data-path-rehearsal.js');
+      const { rehearseAgent } = await import('./rehearsal.js');
       await runStartupRehearsal(
         opts.logger,
         (size) =>
@@ -316,6 +318,7 @@ export class TunnelAgent {
           }),
         opts.rehearsalTiering,
       );
+    }
     const metrics = new AgentMetrics();
     let leases: ServerLeaseCounter | undefined;
     try {

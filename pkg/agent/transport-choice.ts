@@ -14,7 +14,13 @@ import { errorMessage } from '../protocol/errors.js';
 import { ServerConnectionError } from './errors.js';
 import { isUntrustedChain } from './server-dial-hints.js';
 import { closedBeforeTls, dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
-import { dialWebSocket, type WsDialedCall } from './server-dial-ws.js';
+import type { WsDialedCall } from './server-dial-ws.js';
+
+/** The WebSocket dial, loaded at its first use: an agent whose gRPC works never loads the ws package. */
+async function dialWebSocket(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<WsDialedCall> {
+  const ws = await import('./server-dial-ws.js');
+  return ws.dialWebSocket(t, log, signal);
+}
 
 /** A call the server answered, over gRPC or over a WebSocket. */
 export type DialedCall = GrpcDialedCall | WsDialedCall;

@@ -7,7 +7,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
-import { WebSocketServer } from 'ws';
+import type { WebSocketServer } from 'ws';
 import type { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
@@ -36,11 +36,15 @@ export class WsArrivals {
   /** Agents' WebSocket connections, once upgraded. */
   readonly connections = new Set<WsAgentConnection>();
   private readonly http1: http.Server;
-  private readonly wss: WebSocketServer;
+  /**
+   * ws's server, loaded at the first HTTP/1.1 connection: a server whose agents
+   * all speak gRPC never loads the ws package (~1/5 of a server's start-up CPU
+   * for module loading; test/unit/startup-packages.test.ts).
+   */
+  private wss: Promise<WebSocketServer> | undefined;
+  private closed = false;
 
   constructor(private readonly o: WsArrivalsOptions) {
-    this.wss = new WebSocketServer({ noServer: true, maxPayload: o.opts.maxMessageSize, perMessageDeflate: false, clientTracking: false });
-    addUpgradeHeaders(this.wss);
     this.http1 = http.createServer();
     this.http1.on('request', (req: IncomingMessage, res: ServerResponse) => this.onPlainRequest(req, res));
     this.http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket as TLSSocket, head));
@@ -54,13 +58,28 @@ export class WsArrivals {
   take(socket: TLSSocket): void {
     // As long for its upgrade as a connection has for its TLS handshake (node:http's head timeout runs only on a server that listens itself).
     socket.setTimeout(this.o.opts.tlsHandshakeTimeoutMs, () => socket.destroy());
+    // Loaded while the request head comes.
+    void this.upgrader().catch(() => {});
     this.http1.emit('connection', socket);
   }
 
   close(): void {
+    this.closed = true;
     for (const connection of this.connections) connection.drop('yurt-tunnel-server is shutting down');
-    this.wss.close();
+    void this.wss?.then(
+      (wss) => wss.close(),
+      () => {},
+    );
     this.http1.close();
+  }
+
+  private upgrader(): Promise<WebSocketServer> {
+    this.wss ??= import('ws').then(({ WebSocketServer }) => {
+      const wss = new WebSocketServer({ noServer: true, maxPayload: this.o.opts.maxMessageSize, perMessageDeflate: false, clientTracking: false });
+      addUpgradeHeaders(wss);
+      return wss;
+    });
+    return this.wss;
   }
 
   private onPlainRequest(req: IncomingMessage, res: ServerResponse): void {
@@ -86,8 +105,23 @@ export class WsArrivals {
       answerHttp(socket, 400, 'the agent port upgrades to a WebSocket only (GET with "Upgrade: websocket")');
       return;
     }
+    this.upgrader().then(
+      (wss) => {
+        if (this.closed) socket.destroy();
+        else if (!socket.destroyed) this.arrive(req, socket, head, wss, remoteAddress);
+      },
+      (err: unknown) => {
+        o.limited.warn('the WebSocket transport could not be loaded; answered 500', { remoteAddress, error: errorMessage(err) });
+        answerHttp(socket, 500, 'the WebSocket transport could not be loaded');
+      },
+    );
+  }
+
+  /** An upgrade to a WebSocket, to admission. */
+  private arrive(req: IncomingMessage, socket: TLSSocket, head: Buffer, wss: WebSocketServer, remoteAddress: string): void {
+    const { o } = this;
     socket.setTimeout(0);
-    const call = new WsCallHead(req, socket, head, this.wss);
+    const call = new WsCallHead(req, socket, head, wss);
     const { keepaliveTimeMs, keepaliveTimeoutMs } = o.opts;
     const connection = new WsAgentConnection(socket, { keepaliveTimeMs, keepaliveTimeoutMs, log: o.limited }, remoteAddress);
     o.arrive({

@@ -35,8 +35,6 @@ import {
 } from './components.js';
 import { loopbackFor, type ServerLeaseSettings, type ServerOptions } from './options.js';
 import { clusterCertificates, localCertificates, readServerFiles, type ServerCertificates, type ServerFiles } from './startup.js';
-import { runStartupRehearsal } from '../grpc/data-path-rehearsal.js';
-import { rehearseServer } from './rehearsal.js';
 import { DEFAULT_RESUME_WINDOW_MS } from '../protocol/resume.js';
 
 /**
@@ -150,6 +148,9 @@ export class TunnelServer {
   /** Rehearses the data path if asked, then starts every component in turn; the caller stops the server if one fails. */
   private async serve(certs: ServerCertificates, opts: ServerOptions, cluster: ClusterServices | undefined): Promise<void> {
     if (opts.startupRehearsal === true) {
+      // Loaded only when asked for: a server without the rehearsal does not load its modules.
+      const { runStartupRehearsal } = await import('../grpc/data-path-rehearsal.js');
+      const { rehearseServer } = await import('./rehearsal.js');
       await runStartupRehearsal(
         this.log,
         (size) =>

@@ -17,7 +17,7 @@ import { localhostProxy } from '../interceptor/middleware/localhost-proxy.js';
 import { masterPortTLS } from '../interceptor/middleware/master-port-tls.js';
 import { traceRequest } from '../interceptor/middleware/trace-request.js';
 import { RequestInterceptor } from '../interceptor/request-interceptor.js';
-import { DEFAULT_SYNC_PERIOD_MS, IptablesManager, MIN_SYNC_PERIOD_MS } from '../iptables/manager.js';
+import type { IptablesManager } from '../iptables/manager.js';
 import { defaultServerConfig, masterPortMappings, type ServerConfig } from '../kube/server-config.js';
 import { MetaServer, type ReadyCheck } from '../meta/meta-server.js';
 import { watchCertificateExpiry } from '../metrics/certificate-expiry.js';
@@ -26,7 +26,6 @@ import { watchPendingDialsPerAgent } from '../tunnel/pending-dial-metrics.js';
 import { DEFAULT_MAX_PENDING_DIALS_PER_AGENT } from '../tunnel/options.js';
 import { PROFILING_ROUTES } from '../meta/profiling.js';
 import { NodeResolverChain, type EdgeNodeTest, type NodeResolver } from '../nodes/node-resolver.js';
-import { IptablesError } from '../iptables/errors.js';
 import { agentStatuses, connectionStatuses } from '../tunnel/debug.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { AgentNodeResolver } from './agent-node-resolver.js';
@@ -262,6 +261,9 @@ export function metaFor(
  */
 export async function startIptables(cluster: ClusterServices, master: MasterServer, opts: ServerOptions): Promise<IptablesManager | undefined> {
   const log = opts.logger;
+  // Loaded here, as the cluster services are: a server in local mode never loads the iptables room.
+  const { DEFAULT_SYNC_PERIOD_MS, IptablesManager, MIN_SYNC_PERIOD_MS } = await import('../iptables/manager.js');
+  const { IptablesError } = await import('../iptables/errors.js');
   let syncPeriodMs = opts.iptablesSyncPeriodMs ?? DEFAULT_SYNC_PERIOD_MS;
   if (syncPeriodMs < MIN_SYNC_PERIOD_MS) {
     log.info('--iptables-sync-period raised to its minimum', { requestedMs: syncPeriodMs, usedMs: MIN_SYNC_PERIOD_MS });
