@@ -1,6 +1,8 @@
 // Loaded with `node --import` into a CLI run: when the process exits it prints
 //   yt-packages ["commander","prom-client",…]
-// to stderr: every npm package (node_modules/<name>) the process loaded,
+//   yt-modules ["cmd/yurt-tunnel-agent/main.js","pkg/agent/app.js",…]
+// to stderr: every npm package (node_modules/<name>) the process loaded, and
+// every module of our own (dist/pkg, dist/cmd),
 // required (the module cache holds CommonJS packages, whether required or
 // imported from ES modules) or imported as an ES module (recorded by
 // loaded-packages-hooks.ts, since no cache of those is open to us).
@@ -29,9 +31,13 @@ process.on('exit', () => {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
   rmSync(dir, { recursive: true, force: true });
+  const own = new Set<string>();
   for (const path of [...Object.keys(cache), ...importedText.split('\n')]) {
     const name = packageOf(path);
     if (name !== undefined) names.add(name);
+    const ours = /\/dist\/((?:pkg|cmd)\/.*)$/.exec(path)?.[1];
+    if (ours !== undefined && !path.includes('/node_modules/')) own.add(ours);
   }
   process.stderr.write(`yt-packages ${JSON.stringify([...names].sort())}\n`);
+  process.stderr.write(`yt-modules ${JSON.stringify([...own].sort())}\n`);
 });
