@@ -1,5 +1,5 @@
-// The agent's side of its link over a WebSocket: the same packet stream as
-// its gRPC call (client-call.ts), over ws-message-duplex.ts. The server's
+// The agent's side of its link over a WebSocket: the same client end as its
+// gRPC call (pkg/grpc/client-packet-stream.ts), over ws-message-duplex.ts. The server's
 // status arrives in the close frame (pkg/grpc/ws-status.ts): a close that
 // carries one is the server ending the link (as gRPC trailers are), anything
 // else (no close frame, a broken socket) is the link failing, which session
@@ -7,14 +7,12 @@
 
 import type { Socket } from 'node:net';
 import type WebSocket from 'ws';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from '../grpc/packet-stream.js';
+import { ClientPacketStream } from '../grpc/client-packet-stream.js';
+import type { GrpcPacketStreamHandlers, GrpcPacketStreamOptions } from '../grpc/packet-stream.js';
 import { WsMessageDuplex } from '../grpc/ws-message-duplex.js';
 import { describeClose, statusOfClose, WS_NORMAL_CLOSE } from '../grpc/ws-status.js';
-import type { ProtocolError } from '../protocol/errors.js';
 
-export class WsClientCall extends GrpcPacketStream {
-  /** The server ended the link itself (a close frame with a status): a goodbye, not a failure. */
-  endedByServer = false;
+export class WsClientCall extends ClientPacketStream {
   private readonly duplex: WsMessageDuplex;
 
   constructor(
@@ -44,8 +42,7 @@ export class WsClientCall extends GrpcPacketStream {
     ws.once('close', (code: number, reason: Buffer) => {
       this.duplex.destroy();
       if (statusOfClose(code) !== undefined) {
-        this.endedByServer = true;
-        this.finish(`server ended the stream (${describeClose(code, reason.toString())})`);
+        this.serverEnded(`server ended the stream (${describeClose(code, reason.toString())})`);
       } else {
         this.finish(`connection closed (${describeClose(code, reason.toString())})`);
       }
@@ -53,21 +50,8 @@ export class WsClientCall extends GrpcPacketStream {
     if (ws.readyState !== ws.OPEN) this.finish('connection closed');
   }
 
-  protected onProtocolError(err: ProtocolError): void {
-    this.cancel(`server sent a malformed message: ${err.message}`);
-  }
-
-  protected onOverloaded(message: string): void {
-    this.cancel(message);
-  }
-
-  protected onInternalError(message: string): void {
-    this.cancel(message);
-  }
-
-  /** Says goodbye: a normal close (1000), which the server takes for a deliberate end. */
-  goodbye(reason: string): void {
-    this.finish(reason);
+  /** A goodbye: a normal close (1000), which the server takes for a deliberate end. */
+  protected sendGoodbye(): void {
     if (this.ws.readyState === this.ws.OPEN) this.ws.close(WS_NORMAL_CLOSE, 'goodbye');
   }
 
@@ -90,9 +74,8 @@ export class WsClientCall extends GrpcPacketStream {
     });
   }
 
-  /** Ends the link as a failure: the socket goes without a close frame, so the server keeps the session for a resume. */
-  cancel(reason: string): void {
-    this.finish(reason);
+  /** A failure: the socket goes without a close frame, so the server keeps the session for a resume. */
+  protected breakLink(): void {
     this.ws.terminate();
     this.transport.destroy();
   }

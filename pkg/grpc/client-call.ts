@@ -1,17 +1,15 @@
 // The client's side of a streaming gRPC call carrying packets (the agent's
-// `AgentService/Connect`): the shared packet framing plus what a gRPC client
-// reads, the call's status in the trailers, and cancellation.
+// `AgentService/Connect`): the client end both transports share
+// (client-packet-stream.ts) plus what a gRPC client reads, the call's status
+// in the trailers, and how a goodbye and a cancel show in HTTP/2.
 
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import type { Socket } from 'node:net';
-import { GrpcPacketStream, type GrpcPacketStreamHandlers, type GrpcPacketStreamOptions } from './packet-stream.js';
+import { ClientPacketStream } from './client-packet-stream.js';
+import type { GrpcPacketStreamHandlers, GrpcPacketStreamOptions } from './packet-stream.js';
 import { describeGrpcStatus } from './status.js';
-import type { ProtocolError } from '../protocol/errors.js';
 
-export class ClientPacketCall extends GrpcPacketStream {
-  /** The server ended the call itself (trailers or END_STREAM): a goodbye, not a failure. */
-  endedByServer = false;
-
+export class ClientPacketCall extends ClientPacketStream {
   /**
    * `transport`: the socket beneath, when this call is its connection's only
    * stream (the agent's Connect call); cancel() then drops it.
@@ -28,15 +26,13 @@ export class ClientPacketCall extends GrpcPacketStream {
     super.start(handlers);
     const stream = this.clientStream;
     stream.on('trailers', (trailers: IncomingHttpHeaders) => {
-      this.endedByServer = true;
       const status = trailers['grpc-status'] as string | undefined;
-      this.finish(`server ended the stream (${describeGrpcStatus(status, trailers['grpc-message'] as string | undefined)})`);
+      this.serverEnded(`server ended the stream (${describeGrpcStatus(status, trailers['grpc-message'] as string | undefined)})`);
     });
     stream.on('end', () => {
       // A stream whose connection is being destroyed ends too: no goodbye ('close' follows).
       if (stream.destroyed || stream.session === undefined || stream.session.destroyed) return;
-      this.endedByServer = true;
-      this.finish('server ended the stream');
+      this.serverEnded('server ended the stream');
     });
     stream.on('close', () => {
       const code = stream.rstCode;
@@ -48,24 +44,11 @@ export class ClientPacketCall extends GrpcPacketStream {
     });
   }
 
-  protected onProtocolError(err: ProtocolError): void {
-    this.cancel(`server sent a malformed message: ${err.message}`);
-  }
-
-  protected onOverloaded(message: string): void {
-    this.cancel(message);
-  }
-
-  protected onInternalError(message: string): void {
-    this.cancel(message);
-  }
-
   /**
-   * Says goodbye: half-closes the call (END_STREAM), which the server takes
-   * for a deliberate end (it answers with its status), unlike a reset.
+   * A goodbye: half-closes the call (END_STREAM), which the server takes for
+   * a deliberate end (it answers with its status), unlike a reset.
    */
-  goodbye(reason: string): void {
-    this.finish(reason);
+  protected sendGoodbye(): void {
     if (!this.clientStream.closed && !this.clientStream.destroyed) {
       this.clientStream.resume();
       this.clientStream.end();
@@ -73,19 +56,17 @@ export class ClientPacketCall extends GrpcPacketStream {
   }
 
   /**
-   * Ends the call from our side as a failure, for `reason`. Node resets a
-   * stream only after half-closing it (stream.close(code) sends END_STREAM,
-   * then RST_STREAM), and a server takes END_STREAM for a goodbye: with
-   * session resume it would end the session this agent means to resume. So a
-   * call given its transport drops its connection instead: the HTTP/2
-   * session, which then sends no END_STREAM, and the socket. The server sees
-   * the link fail. In that order: destroying the socket under a session with
-   * a write in flight loses that write's callback in Node 20, and with it the
-   * pooled slabs the write holds. Without a transport: RST_STREAM CANCEL
-   * (after Node's END_STREAM).
+   * A failure. Node resets a stream only after half-closing it
+   * (stream.close(code) sends END_STREAM, then RST_STREAM), and a server
+   * takes END_STREAM for a goodbye: with session resume it would end the
+   * session this agent means to resume. So a call given its transport drops
+   * its connection instead: the HTTP/2 session, which then sends no
+   * END_STREAM, and the socket. The server sees the link fail. In that order:
+   * destroying the socket under a session with a write in flight loses that
+   * write's callback in Node 20, and with it the pooled slabs the write
+   * holds. Without a transport: RST_STREAM CANCEL (after Node's END_STREAM).
    */
-  cancel(reason: string): void {
-    this.finish(reason);
+  protected breakLink(): void {
     const transport = this.transport;
     if (transport === undefined) {
       if (!this.clientStream.closed && !this.clientStream.destroyed) this.clientStream.close(constants.NGHTTP2_CANCEL);
