@@ -5,16 +5,22 @@
 // (ws-client-call.ts).
 
 import type { IncomingMessage } from 'node:http';
-import { isIP, type Socket } from 'node:net';
-import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
+import type { Socket } from 'node:net';
 import WebSocket from 'ws';
 import { describeGrpcStatus } from '../grpc/status.js';
 import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
-import { splitHostPort } from '../net/host-port.js';
-import { ServerConnectionError } from './errors.js';
-import { callMetadata, connectFailed, readAccepted, refusedByServer, serverSocket, sniFor, type DialTarget, type ServerIdentity } from './server-dial.js';
-import type { SessionOffer } from '../protocol/resume.js';
+import {
+  callMetadata,
+  connectFailed,
+  openBeneath,
+  readAccepted,
+  refusedByServer,
+  tlsOver,
+  whenStopping,
+  type DialTarget,
+  type ServerAnswer,
+} from './server-dial.js';
 
 /** Largest message taken from the server (one Packet), as gRPC's default limit. */
 const MAX_MESSAGE_SIZE = 4 * 1024 * 1024;
@@ -23,13 +29,11 @@ const MAX_MESSAGE_SIZE = 4 * 1024 * 1024;
 export const WEBSOCKET_PATH = '/yurt-tunnel/agent';
 
 /** A WebSocket link the server accepted, with what its 101 said. */
-export interface WsDialedCall {
+export interface WsDialedCall extends ServerAnswer {
   transport: 'websocket';
   ws: WebSocket;
   /** The TLS socket beneath. */
   socket: Socket;
-  identity: ServerIdentity;
-  offer: SessionOffer | undefined;
 }
 
 /**
@@ -37,15 +41,10 @@ export interface WsDialedCall {
  * makes (straight to the server, or through the HTTP or SOCKS proxy).
  */
 export async function dialWebSocket(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<WsDialedCall> {
-  const target = splitHostPort(t.address);
-  if (target === undefined) {
-    throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
-  }
-  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
-  const beneath = await serverSocket(t, target, signal);
+  const { authority, socket: beneath } = await openBeneath(t, signal);
   let socket: Socket | undefined;
   const ws = new WebSocket(`wss://${authority}${WEBSOCKET_PATH}`, {
-    createConnection: () => (socket = tlsOver(t, beneath)),
+    createConnection: () => (socket = tlsOver(t, beneath, 'http/1.1')),
     // Metadata as request headers (a repeated value as repeated header lines).
     headers: callMetadata(t),
     perMessageDeflate: false,
@@ -64,10 +63,7 @@ export async function dialWebSocket(t: DialTarget, log: Logger, signal?: AbortSi
       beneath.destroy();
       reject(err);
     };
-    if (signal !== undefined) {
-      if (signal.aborted) fail(connectFailed(t, 'the agent is stopping'));
-      else signal.addEventListener('abort', () => fail(connectFailed(t, 'the agent is stopping')), { once: true });
-    }
+    whenStopping(t, signal, fail);
     ws.once('upgrade', (res: IncomingMessage) => {
       raw = res.rawHeaders.map((v, i) => (i % 2 === 0 ? v.toLowerCase() : v));
     });
@@ -92,18 +88,5 @@ export async function dialWebSocket(t: DialTarget, log: Logger, signal?: AbortSi
       settled = true;
       resolve({ transport: 'websocket', ws, socket: socket!, ...answer });
     });
-  });
-}
-
-/** TLS to the server over `beneath` with our client certificate, ALPN http/1.1, the server's name checked. */
-function tlsOver(t: DialTarget, beneath: Socket): Socket {
-  return tlsConnect({
-    socket: beneath,
-    ca: t.tls.ca,
-    cert: t.tls.cert,
-    key: t.tls.key,
-    servername: sniFor(t.verifyName),
-    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
-    ALPNProtocols: ['http/1.1'],
   });
 }

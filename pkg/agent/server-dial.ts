@@ -2,11 +2,14 @@
 // the server's name, and the `AgentService/Connect` call, up to the server's
 // response headers. Who carries the call on (a new link, or a suspended
 // session it resumes) is decided from those headers by the caller, before it
-// reads any packet.
+// reads any packet. The start of a dial (the TCP connection, TLS) and the
+// reading of the server's answer are the WebSocket's too (server-dial-ws.ts):
+// the two transports differ only from TLS's ALPN on.
 
+import { addAbortListener } from 'node:events';
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import { isIP, type Socket } from 'node:net';
-import { checkServerIdentity, connect as tlsConnect, type PeerCertificate } from 'node:tls';
+import { checkServerIdentity, connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
 import { responseRefusal, startCall } from '../grpc/client-call-head.js';
 import { metadataValues } from '../grpc/metadata.js';
 import { AGENT_CONNECT_PATH } from '../grpc/services.js';
@@ -77,8 +80,15 @@ export interface DialTarget {
   transport?: AgentTransport;
 }
 
+/** What the server's answer says, on either transport: who it is and the session it offers. */
+export interface ServerAnswer {
+  identity: ServerIdentity;
+  /** The session the server offers (undefined: resume is off for this call). */
+  offer: SessionOffer | undefined;
+}
+
 /** A gRPC call the server answered: its connection, its stream (not read yet), and what the headers said. */
-export interface GrpcDialedCall {
+export interface GrpcDialedCall extends ServerAnswer {
   transport: 'grpc';
   session: ClientHttp2Session;
   /**
@@ -88,17 +98,11 @@ export interface GrpcDialedCall {
    */
   socket: Socket | undefined;
   stream: ClientHttp2Stream;
-  identity: ServerIdentity;
-  /** The session the server offers (undefined: resume is off for this call). */
-  offer: SessionOffer | undefined;
 }
 
 export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSignal): Promise<GrpcDialedCall> {
-  const target = splitHostPort(t.address);
-  if (target === undefined) {
-    throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
-  }
-  const { session, beneath } = connectSession(t, target, await serverSocket(t, target, signal), log);
+  const { target, authority, socket } = await openBeneath(t, signal);
+  const { session, beneath } = connectSession(t, authority, socket, log);
   return new Promise<GrpcDialedCall>((resolve, reject) => {
     let settled = false;
     /** When TLS was established; a close within a moment of it is how a server refuses a client certificate. */
@@ -143,10 +147,7 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
     const timer = setTimeout(() => settle(handshakeTimeout(t)), t.handshakeTimeoutMs);
     timer.unref();
     session.once('connect', () => (securedAt = performance.now()));
-    if (signal !== undefined) {
-      if (signal.aborted) fail('the agent is stopping');
-      else signal.addEventListener('abort', () => fail('the agent is stopping'), { once: true });
-    }
+    whenStopping(t, signal, settle);
     session.on('error', onError);
     session.once('close', onClose);
 
@@ -170,16 +171,30 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
 }
 
 /**
+ * The start of a dial on either transport: the address as host:port (and as
+ * a URL's authority), and the TCP connection beneath TLS.
+ */
+export async function openBeneath(
+  t: DialTarget,
+  signal: AbortSignal | undefined,
+): Promise<{ target: { host: string; port: number }; authority: string; socket: Socket }> {
+  const target = splitHostPort(t.address);
+  if (target === undefined) {
+    throw new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server address ${t.address} is not host:port`);
+  }
+  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
+  return { target, authority, socket: await serverSocket(t, target, signal) };
+}
+
+/**
  * The TCP connection beneath TLS, direct or through the proxy, within the
  * handshake timeout. A proxy's refusal stays a ProxyError naming the proxy.
  */
-export async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
+async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
   const ending = new AbortController();
   const timer = setTimeout(() => ending.abort(handshakeTimeout(t)), t.handshakeTimeoutMs);
   timer.unref();
-  const onStop = (): void => ending.abort(connectFailed(t, 'the agent is stopping'));
-  if (signal?.aborted === true) onStop();
-  signal?.addEventListener('abort', onStop, { once: true });
+  const stopped = whenStopping(t, signal, (err) => ending.abort(err));
   try {
     return await openServerSocket(target, t.proxy, ending.signal);
   } catch (err: unknown) {
@@ -187,8 +202,30 @@ export async function serverSocket(t: DialTarget, target: { host: string; port: 
     throw connectFailed(t, errorMessage(err), err instanceof Error ? err : undefined);
   } finally {
     clearTimeout(timer);
-    signal?.removeEventListener('abort', onStop);
+    stopped?.[Symbol.dispose]();
   }
+}
+
+/** Calls `stop` with "the agent is stopping" once `signal` aborts (at once if it has); disposing stops listening. */
+export function whenStopping(t: DialTarget, signal: AbortSignal | undefined, stop: (err: ServerConnectionError) => void): Disposable | undefined {
+  const onAbort = (): void => stop(connectFailed(t, 'the agent is stopping'));
+  if (signal?.aborted === true) onAbort();
+  else if (signal !== undefined) return addAbortListener(signal, onAbort);
+  return undefined;
+}
+
+/** TLS to the server over `beneath`: our client certificate, the server's name checked, `alpn` offered. */
+export function tlsOver(t: DialTarget, beneath: Socket, alpn: 'h2' | 'http/1.1'): TLSSocket {
+  return tlsConnect({
+    socket: beneath,
+    ca: t.tls.ca,
+    cert: t.tls.cert,
+    key: t.tls.key,
+    // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
+    servername: sniFor(t.verifyName),
+    checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
+    ALPNProtocols: [alpn],
+  });
 }
 
 function handshakeTimeout(t: DialTarget): ServerConnectionError {
@@ -198,23 +235,12 @@ function handshakeTimeout(t: DialTarget): ServerConnectionError {
 /** Opens the HTTP/2 connection to the server over `socket`; `beneath.socket` is its TLS socket once connected. */
 function connectSession(
   t: DialTarget,
-  target: { host: string; port: number },
+  authority: string,
   socket: Socket,
   log: Logger,
 ): { session: ClientHttp2Session; beneath: { socket: Socket | undefined } } {
-  const authority = isIP(target.host) === 6 ? `[${target.host}]:${target.port}` : `${target.host}:${target.port}`;
   const session = http2.connect(`https://${authority}`, {
-    createConnection: () =>
-      tlsConnect({
-        socket,
-        ca: t.tls.ca,
-        cert: t.tls.cert,
-        key: t.tls.key,
-        // TLS SNI must be a DNS name (Node deprecates IPs there); for an IP address send a fixed name instead.
-        servername: sniFor(t.verifyName),
-        checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(t.verifyName, cert),
-        ALPNProtocols: ['h2'],
-      }),
+    createConnection: () => tlsOver(t, socket, 'h2'),
     maxSessionMemory: 64,
     settings: { initialWindowSize: t.receiveWindow, enablePush: false },
   });
@@ -262,7 +288,7 @@ function closeReason(securedAt: number | undefined): string {
 }
 
 /** The server's answer to the call: who it is and the session it offers, or why the answer cannot be used. */
-function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<GrpcDialedCall, 'identity' | 'offer'> | Error {
+function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): ServerAnswer | Error {
   const refusal = responseRefusal(h);
   if (refusal !== undefined) {
     const err = connectFailed(t, `refused the call (${refusal})`);
@@ -273,7 +299,7 @@ function readAnswer(t: DialTarget, h: IncomingHttpHeaders, raw: string[]): Pick<
 }
 
 /** What an accepting answer's metadata says: who the server is and the session it offers. */
-export function readAccepted(t: DialTarget, raw: string[]): Pick<GrpcDialedCall, 'identity' | 'offer'> | Error {
+export function readAccepted(t: DialTarget, raw: string[]): ServerAnswer | Error {
   const identity = identityFrom(t, raw);
   if (identity instanceof Error) return identity;
   if (t.resume === undefined) return { identity, offer: undefined };
@@ -285,7 +311,7 @@ export function readAccepted(t: DialTarget, raw: string[]): Pick<GrpcDialedCall,
   return { identity, offer: identity.flow !== undefined && identity.halfClose ? parsed : undefined };
 }
 
-export function sniFor(verifyName: string): string {
+function sniFor(verifyName: string): string {
   return isIP(verifyName) === 0 ? verifyName : IP_TARGET_SNI;
 }
 
