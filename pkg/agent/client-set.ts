@@ -23,6 +23,16 @@ import type { KeepalivePolicy, ServerConnectionOptions } from './server-connecti
 const SUSPENDED_RETRY_MS = { min: 50, max: 500 };
 
 /**
+ * While a session is suspended, a dial gives up its TCP connect after this
+ * long and the next follows within SUSPENDED_RETRY_MS, with a new SYN: Linux
+ * would resend a dropped one only after 1 s and 3 s more (before 6.5; see
+ * server-dial.ts).
+ * Every dial, not only those to the address the session waits on: dials
+ * run one at a time, so any of them hanging holds the resume up.
+ */
+const SUSPENDED_CONNECT_TIMEOUT_MS = 1000;
+
+/**
  * "could not connect … will retry" lines written per minute; the rest are
  * counted in one summary line. A server that stays down otherwise costs a
  * line every few seconds for as long as it is down (18 a minute were seen).
@@ -78,8 +88,10 @@ export class ClientSet {
   private serverCount = 1;
   /** The number of servers last wanted, for the line that says it changed. */
   private lastWanted: number | undefined;
-  /** Aborts the dial under way (close()). */
+  /** Aborts the dial under way (close(), or a session suspended meanwhile: onSuspended()). */
   private dialing: AbortController | undefined;
+  /** The dial under way gives up its TCP connect early (a session waited when it began). */
+  private dialingBounded = false;
   private lastProbe = 0;
   private draining = false;
   private stopped = false;
@@ -230,10 +242,12 @@ export class ClientSet {
   private async dialOnce(address: string, probe: boolean): Promise<void> {
     const conn = this.newConnection(address);
     const claims = [...this.suspended.values()].flatMap((s) => s.nextClaim() ?? []);
+    const connectTimeoutMs = this.suspended.size > 0 ? SUSPENDED_CONNECT_TIMEOUT_MS : undefined;
     this.dialing = new AbortController();
+    this.dialingBounded = connectTimeoutMs !== undefined;
     let dialed: DialedCall;
     try {
-      dialed = await dialServerLink({ ...conn.dialTarget(claims), probe }, this.log, this.dialing.signal);
+      dialed = await dialServerLink({ ...conn.dialTarget(claims), probe, connectTimeoutMs }, this.log, this.dialing.signal);
     } finally {
       this.dialing = undefined;
     }
@@ -348,6 +362,12 @@ export class ClientSet {
       this.clients.delete(serverID);
       this.suspended.set(serverID, conn);
       this.log.warn('lost the link to tunnel server; resuming its session', { serverID, reason, connectedServers: this.clients.size });
+    }
+    // A dial under way that began while no session waited (a probe, another server) may sit on SYN
+    // resends for the whole handshake timeout, and dials run one at a time: it gives way to one that gives up early.
+    if (this.dialing !== undefined && !this.dialingBounded) {
+      const text = `dial given up for one with a ${SUSPENDED_CONNECT_TIMEOUT_MS} ms connect timeout, as a session waits to resume`;
+      this.dialing.abort(new ServerConnectionError('YT_ERR_CONNECT_FAILED', `tunnel server ${this.dialedAddress}: ${text}`));
     }
     this.wakeUp();
   }

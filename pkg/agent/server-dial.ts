@@ -70,6 +70,17 @@ export interface DialTarget {
   connWindow: number;
   halfClose: boolean;
   handshakeTimeoutMs: number;
+  /**
+   * Gives up a direct TCP connect that has not connected within this long
+   * (undefined: the handshake timeout bounds it). Set while a session waits
+   * to resume (client-set.ts): Linux resends an unanswered SYN only after
+   * 1 s and 3 s more (before 6.5; since, the first four every second), so
+   * after a blip of the path one dial would wait out most of the resume
+   * window on a SYN that was dropped, where a new dial sends a new SYN at
+   * once. Through a proxy the socket is ready only once the proxy has
+   * connected and answered: no such bound there.
+   */
+  connectTimeoutMs?: number;
   /** Session resume: our window, and the sessions we ask back. */
   resume: { windowMs: number; claims: SessionClaim[] } | undefined;
   /** We hold links to every server we know of: this dial looks for another (protocol/probe.ts). */
@@ -127,7 +138,7 @@ export async function dialServer(t: DialTarget, log: Logger, signal?: AbortSigna
     const onClose = (): void => {
       if (settled || explaining) return;
       const err = connectFailed(t, closeReason(securedAt));
-      if (securedAt === undefined) closedBeforeTls.add(err);
+      if (securedAt === undefined) failedBeforeTls.add(err);
       settle(err);
     };
     const settle = (err: Error | undefined, call?: GrpcDialedCall): void => {
@@ -188,11 +199,14 @@ export async function openBeneath(
 
 /**
  * The TCP connection beneath TLS, direct or through the proxy, within the
- * handshake timeout. A proxy's refusal stays a ProxyError naming the proxy.
+ * handshake timeout (a direct one within `connectTimeoutMs` when given). A
+ * proxy's refusal stays a ProxyError naming the proxy.
  */
 async function serverSocket(t: DialTarget, target: { host: string; port: number }, signal: AbortSignal | undefined): Promise<Socket> {
   const ending = new AbortController();
-  const timer = setTimeout(() => ending.abort(handshakeTimeout(t)), t.handshakeTimeoutMs);
+  const direct = proxyFor(t.proxy, target.host, target.port) === undefined;
+  const connectMs = direct && t.connectTimeoutMs !== undefined && t.connectTimeoutMs < t.handshakeTimeoutMs ? t.connectTimeoutMs : undefined;
+  const timer = setTimeout(() => ending.abort(connectMs === undefined ? handshakeTimeout(t) : connectTimeout(t, connectMs)), connectMs ?? t.handshakeTimeoutMs);
   timer.unref();
   const stopped = whenStopping(t, signal, (err) => ending.abort(err));
   try {
@@ -206,9 +220,13 @@ async function serverSocket(t: DialTarget, target: { host: string; port: number 
   }
 }
 
-/** Calls `stop` with "the agent is stopping" once `signal` aborts (at once if it has); disposing stops listening. */
+/**
+ * Calls `stop` once `signal` aborts (at once if it has), with its reason when
+ * that is a ServerConnectionError, else "the agent is stopping"; disposing
+ * stops listening.
+ */
 export function whenStopping(t: DialTarget, signal: AbortSignal | undefined, stop: (err: ServerConnectionError) => void): Disposable | undefined {
-  const onAbort = (): void => stop(connectFailed(t, 'the agent is stopping'));
+  const onAbort = (): void => stop(signal?.reason instanceof ServerConnectionError ? signal.reason : connectFailed(t, 'the agent is stopping'));
   if (signal?.aborted === true) onAbort();
   else if (signal !== undefined) return addAbortListener(signal, onAbort);
   return undefined;
@@ -230,6 +248,13 @@ export function tlsOver(t: DialTarget, beneath: Socket, alpn: 'h2' | 'http/1.1')
 
 function handshakeTimeout(t: DialTarget): ServerConnectionError {
   return new ServerConnectionError('YT_ERR_HANDSHAKE_TIMEOUT', `no response from tunnel server ${t.address} within ${t.handshakeTimeoutMs} ms`);
+}
+
+/** A TCP connect given up by `connectTimeoutMs`: the path, not the transport, failed. */
+function connectTimeout(t: DialTarget, ms: number): ServerConnectionError {
+  const err = connectFailed(t, `no TCP connection within ${ms} ms while a session waits to resume (dialling again)`);
+  failedBeforeTls.add(err);
+  return err;
 }
 
 /** Opens the HTTP/2 connection to the server over `socket`; `beneath.socket` is its TLS socket once connected. */
@@ -268,12 +293,13 @@ export function connectFailed(t: DialTarget, text: string, cause?: Error): Serve
 export const refusedByServer = new WeakSet<Error>();
 
 /**
- * Connections closed before TLS was established: nothing about HTTP/2 was
- * said yet, and a WebSocket would meet the same close, so `--transport auto`
- * does not try it for them (an L7 balancer refusing h2 answers ALPN with an
- * alert, an error of its own).
+ * Dials that failed before TLS was established (a connection closed during
+ * the handshake, a TCP connect given up): nothing about HTTP/2 was said yet,
+ * and a WebSocket would meet the same, so `--transport auto` does not try it
+ * for them (an L7 balancer refusing h2 answers ALPN with an alert, an error
+ * of its own).
  */
-export const closedBeforeTls = new WeakSet<Error>();
+export const failedBeforeTls = new WeakSet<Error>();
 
 /** Why the connection closed before the server answered, judged by when TLS was established. */
 function closeReason(securedAt: number | undefined): string {

@@ -13,7 +13,7 @@ import type { Logger } from '../log/logger.js';
 import { errorMessage } from '../protocol/errors.js';
 import { ServerConnectionError } from './errors.js';
 import { isUntrustedChain } from './server-dial-hints.js';
-import { closedBeforeTls, dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
+import { failedBeforeTls, dialServer, refusedByServer, type DialTarget, type GrpcDialedCall } from './server-dial.js';
 import type { WsDialedCall } from './server-dial-ws.js';
 
 /** The WebSocket dial, loaded at its first use: an agent whose gRPC works never loads the ws package. */
@@ -76,7 +76,7 @@ const SAME_PATH_FAILURES = new Set([
 
 /** Whether a failed dial says nothing against the other transport. */
 function otherMayWork(err: ServerConnectionError): boolean {
-  if (refusedByServer.has(err) || closedBeforeTls.has(err)) return false;
+  if (refusedByServer.has(err) || failedBeforeTls.has(err)) return false;
   const cause = err.cause;
   if (cause === undefined) return true;
   const code = (cause as { code?: unknown }).code;
