@@ -15,6 +15,13 @@ import type { ServedCall } from './served-call.js';
 /** An agent heard all the time is still pinged every this many keepalive intervals, so that /debug/agents shows a recent round trip. */
 const ROUND_TRIP_EVERY_INTERVALS = 6;
 
+/** How often a connection is looked at for a peer that stopped mid-flow (watchFlowStopping). */
+const FLOW_LOOK_MS = 250;
+/** Bytes heard between two looks that make a flow (a full DATA frame); pings and their answers do not. */
+const FLOW_BYTES = 16 * 1024;
+/** How long, at least, a peer that stopped mid-flow has to show a sign of life. */
+const FLOW_STOP_CHECK_MS = 1000;
+
 /** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
 const TOO_MANY_PINGS_GRACE_MS = 1000;
 
@@ -44,6 +51,7 @@ export class AgentConnection {
   readonly calls = new Set<ServedCall>();
   private readonly keepalive: Keepalive;
   private closeTimer: NodeJS.Timeout | undefined;
+  private readonly flowTimer: NodeJS.Timeout;
   /** Highest stream the agent opened: GOAWAY names it so the calls in flight still finish. */
   private lastStreamID = 0;
 
@@ -65,6 +73,7 @@ export class AgentConnection {
     session.once('close', () => {
       this.keepalive.stop();
       clearTimeout(this.closeTimer);
+      clearInterval(this.flowTimer);
     });
     const timeoutMs = opts.keepaliveTimeoutMs;
     this.keepalive = new Keepalive(session, {
@@ -79,6 +88,42 @@ export class AgentConnection {
       },
     });
     this.keepalive.start();
+    this.flowTimer = this.watchFlowStopping();
+  }
+
+  /**
+   * An agent killed (kill -9) mid-flow: the kernel resets its connection at
+   * once, but node:http2 does not always read that reset (measured: about
+   * half the kills of an agent sending at full speed went unnoticed; the
+   * session read and wrote nothing more, its keepalive ping left queued), so
+   * keepalive would notice ~30 s later and only then would the resume window
+   * start. So a connection whose peer was sending DATA and then fell silent
+   * between two looks is asked for a sign of life (answers(), as a
+   * reconnected agent's older link is); with none, it is dropped as keepalive
+   * would drop it. A live agent that ends a flow costs one ping.
+   */
+  private watchFlowStopping(): NodeJS.Timeout {
+    const heard = transportBytesRead(this.session);
+    let last = heard();
+    let flowing = false;
+    let checking = false;
+    const timer = setInterval(() => {
+      const now = heard();
+      const stopped = flowing && now === last;
+      flowing = now - last >= FLOW_BYTES;
+      last = now;
+      if (!stopped || checking || this.calls.size === 0) return;
+      checking = true;
+      const timeoutMs = Math.max(FLOW_STOP_CHECK_MS, 4 * (this.roundTripMs ?? 0));
+      void this.answers(timeoutMs).then((alive) => {
+        checking = false;
+        if (alive || this.session.destroyed) return;
+        this.opts.log.warn('agent connection fell silent mid-flow and gave no sign of life; closing it', { remoteAddress: this.remoteAddress, timeoutMs });
+        this.drop(`no sign of life within ${timeoutMs} ms after the agent fell silent mid-flow`);
+      });
+    }, FLOW_LOOK_MS);
+    timer.unref();
+    return timer;
   }
 
   /** Round trip of the last keepalive ping, for /debug/agents. */
@@ -102,7 +147,8 @@ export class AgentConnection {
     const heard = transportBytesRead(session);
     const before = heard();
     return new Promise((resolve) => {
-      const timer = setTimeout(() => resolve(!session.destroyed && heard() !== before), timeoutMs);
+      // After a stalled event loop the timer runs before what arrived meanwhile is read: the next turn decides.
+      const timer = setTimeout(() => setImmediate(() => resolve(!session.destroyed && heard() !== before)), timeoutMs);
       timer.unref();
       const answered = (err: Error | null): void => {
         if (err !== null) return;
