@@ -387,7 +387,10 @@ export class AgentEndpoint {
       if (connection === undefined) continue;
       const timeoutMs = Math.max(LIVENESS_CHECK_MS, 4 * (connection.roundTripMs ?? 0));
       void connection.answers(timeoutMs).then((alive) => {
-        if (alive || backend.closed || old.closed || old.sessionLink?.transport !== call) return;
+        if (alive || backend.closed) return;
+        // Dropped meanwhile (its reset read late, or it fell silent mid-flow): its session was suspended after this link came.
+        if (old.closed) return this.tunnel.endSessionsLeftBehind(backend, owner, claims);
+        if (old.sessionLink?.transport !== call) return;
         this.limited.warn('an older link of a reconnected agent gave no sign of life; dropping it', {
           agentID: owner.agentID,
           stream: old.serial,
