@@ -376,21 +376,26 @@ export class AgentEndpoint {
    * (~30 s), and meanwhile new dials would go to it (of an agent's links the
    * oldest serves). A live agent keeps one link per server and closes a
    * duplicate at once, so such a link is asked for a sign of life; with none,
-   * and the new link still there, it is dropped and its session ends.
+   * and the new link still there, its session ends, even if the link dropped
+   * during the check (its reset read late, keepalive, AgentConnection's flow
+   * watch): suspended after this link came, its session would otherwise wait
+   * the whole window for an agent that is gone.
    */
   private replaceLinksLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
     this.tunnel.endSessionsLeftBehind(backend, owner, claims);
     for (const old of [...this.tunnel.registry.streamsOf(owner.agentID)]) {
-      const call = old.sessionLink?.transport;
-      if (old === backend || old.session === undefined || !isServedCall(call) || !sameOwner(old.session.owner, owner)) continue;
+      const link = old.sessionLink;
+      const call = link?.transport;
+      if (old === backend || old.session === undefined || link === undefined || !isServedCall(call) || !sameOwner(old.session.owner, owner)) continue;
       const connection = this.connectionOf.get(call);
       if (connection === undefined) continue;
       const timeoutMs = Math.max(LIVENESS_CHECK_MS, 4 * (connection.roundTripMs ?? 0));
+      const receivedBefore = link.received;
       void connection.answers(timeoutMs).then((alive) => {
-        if (alive || backend.closed) return;
-        // Dropped meanwhile (its reset read late, or it fell silent mid-flow): its session was suspended after this link came.
-        if (old.closed) return this.tunnel.endSessionsLeftBehind(backend, owner, claims);
-        if (old.sessionLink?.transport !== call) return;
+        // A packet of the session is an answer too: answers() says false for a link that died after answering.
+        if (alive || link.received !== receivedBefore || backend.closed || old.closed) return;
+        // Taken by a resume meanwhile: the agent holding it is alive.
+        if (link.transport !== undefined && link.transport !== call) return;
         this.limited.warn('an older link of a reconnected agent gave no sign of life; dropping it', {
           agentID: owner.agentID,
           stream: old.serial,

@@ -6,11 +6,14 @@
 // the new agent as soon as it connects. The real agent CLI, as a child process.
 // Which way the old link goes varies from run to run: the server has heard of
 // its reset and suspended it (ended at once), or not yet (ended after the
-// liveness check, ~1 s); both must meet the bounds.
+// liveness check, ~1 s), or it drops the link during that check (its reset
+// read late, or AgentConnection's watch of a link that fell silent mid-flow);
+// all must meet the bounds. The last way, made certain, is the third test.
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
+import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
 import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
@@ -120,4 +123,45 @@ test("a live agent's probes (a second link it closes at once) leave its session 
   assert.equal(echoed.toString(), 'still the same session');
   // A probe's own session lives as long as its link, a moment every 200 ms: the agent's is the one that stays.
   await waitFor('only the agent session, between probes', () => server.tunnel.sessions.size === 1, 5_000);
+});
+
+test('an older link whose drop the server hears only during its liveness check still has its session ended at once', { timeout: 30_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
+  const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+  const pki = testPKI();
+  const cert = pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1');
+  const tls = { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+  const first = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', tls, connection: { resumeWindowMs: 10_000 } });
+  await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+  const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
+  h.defer(() => conn.destroy());
+  let ended: { err: Error | undefined; at: number } | undefined;
+  conn.once('error', (err) => (ended ??= { err, at: performance.now() }));
+  conn.once('close', () => (ended ??= { err: undefined, at: performance.now() }));
+  conn.resume();
+
+  // The first process goes where the server cannot see it: its path goes dark, then it stops.
+  relay.freeze();
+  await first.stop();
+  startAgent(h, server.agentAddress, { nodeName: 'edge-1', tls, connection: { resumeWindowMs: 10_000 } });
+  await waitFor('the new link', () => server.tunnel.registry.streamsOf('edge-1').length === 2, 10_000);
+  const connectedAt = server.log.find('agent connected')[1]!.at;
+  // Its coming started the old link's liveness check (1 s); the old link's reset reaches the server now, during it.
+  relay.resetDark();
+  await waitFor('the server to hear of the reset', () => server.log.find('agent link dropped; keeping its connections for the resume window').length === 1);
+  const droppedAfter = server.log.find('agent link dropped; keeping its connections for the resume window')[0]!.at - connectedAt;
+  assert.ok(droppedAfter < 800, `the old link dropped ${Math.round(droppedAfter)} ms after the new one came: during the check`);
+
+  await waitFor('the old connection to end', () => ended !== undefined, 8000).catch(() => undefined);
+  const endedAfter = ended === undefined ? undefined : Math.round(ended.at - connectedAt);
+  assert.ok(
+    endedAfter !== undefined && endedAfter < PROMPTLY_MS,
+    `the old connection ended ${endedAfter ?? 'not within 8000'} ms after the new agent connected`,
+  );
+  assert.equal((ended!.err as { code?: string } | undefined)?.code, 'YT_ERR_AGENT_LOST');
+  assert.equal(server.tunnel.sessions.suspendedCount, 0);
+  assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1, 'only the new link is left');
 });

@@ -45,6 +45,8 @@ export interface BlipRelay {
   freeze(opts?: BlipOptions): void;
   /** Ends the blip now. */
   heal(): void;
+  /** Resets the connections a silent blip left dark (RST to both ends): their end reaches the peers at last. */
+  resetDark(): void;
   /** Connections through the relay that have not closed on both sides. */
   connections(): number;
   /** Connections accepted, and of those reset at once during reset blips. */
@@ -182,6 +184,15 @@ export async function startBlipRelay(h: Harness, targets: number[]): Promise<Bli
       start('silent', opts);
     },
     heal,
+    resetDark() {
+      for (const pair of pairs) {
+        if (pair.state !== 'paused' && pair.state !== 'dead') continue;
+        counts.reset++;
+        pair.state = 'dead';
+        reset(pair.client);
+        reset(pair.upstream);
+      }
+    },
     connections: () => pairs.size,
   };
 }
