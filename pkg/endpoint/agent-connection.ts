@@ -19,8 +19,14 @@ const ROUND_TRIP_EVERY_INTERVALS = 6;
 const FLOW_LOOK_MS = 250;
 /** Bytes heard between two looks that make a flow (a full DATA frame); pings and their answers do not. */
 const FLOW_BYTES = 16 * 1024;
-/** How long, at least, a peer that stopped mid-flow has to show a sign of life. */
-const FLOW_STOP_CHECK_MS = 1000;
+/**
+ * How long, at least, a peer that stopped mid-flow has to show a sign of life.
+ * Longer than the older-link check's second: here the link is the agent's only
+ * one, and a live agent whose event loop stalls (a loaded edge node, a long GC)
+ * must not lose it; a killed one's session is still suspended ~3.5 s after the
+ * kill instead of ~30 s.
+ */
+const FLOW_STOP_CHECK_MS = 3000;
 
 /** After GOAWAY too_many_pings, how long the streams in flight get to finish before the connection is destroyed. */
 const TOO_MANY_PINGS_GRACE_MS = 1000;

@@ -18,8 +18,8 @@ import { startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.
 const MiB = 1024 * 1024;
 /** The server's resume window here: short, so that the test is; keepalive (10 s interval) stays as deployed. */
 const RESUME_WINDOW_MS = 2000;
-/** How long after the kill the download must have failed: the window and room for a loaded machine. */
-const BOUND_MS = RESUME_WINDOW_MS + 2500;
+/** How long after the kill the download must have failed: the flow watch's look and 3 s check, the window, and room for a loaded machine. */
+const BOUND_MS = RESUME_WINDOW_MS + 3500 + 2500;
 /** Kills of an agent with a fast caller: each went unnoticed (without AgentConnection's flow watch) in about half the runs. */
 const FAST_ROUNDS = 4;
 /** How long the test waits for it: well under the ~35 s keepalive would take. */
