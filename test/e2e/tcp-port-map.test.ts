@@ -8,17 +8,13 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { connect, createServer, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { ServerConfig } from '../../pkg/kube/server-config.js';
 import type { TunnelServer } from '../../pkg/server/app.js';
-import { kubeletKubeconfig, startClusterServer, startTestAgent } from '../support/cluster.js';
-import { autoApprove, controlPlaneSkipReason, deleteObject, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
+import { controlPlaneSkipReason } from '../support/envtest/index.js';
 import { suiteHarness } from '../support/harness.js';
-import { MemoryLogger } from '../support/memory-logger.js';
+import type { MemoryLogger } from '../support/memory-logger.js';
+import { startServerConfigRig, type ServerConfigRig } from '../support/server-config-rig.js';
 import { closedPort, readAll, waitFor } from '../support/tunnel.js';
 
 const skip = controlPlaneSkipReason();
@@ -72,43 +68,14 @@ const sha256 = (b: Buffer): string => createHash('sha256').update(b).digest('hex
 
 describe('tcp-proxy-ports, live', { skip }, () => {
   const suite = suiteHarness();
-  let cp: ControlPlane;
   let server: TunnelServer;
   let log: MemoryLogger;
+  let setConfigMap: ServerConfigRig['setConfigMap'];
 
   before(async () => {
-    cp = await startControlPlane({ controllerManager: true });
-    suite.defer(() => cp.stop());
-    const approver = autoApprove(cp, 'yurttunnel-');
-    suite.defer(() => approver.stop());
-    const dir = await mkdtemp(join(tmpdir(), 'yt-tcpmap-'));
-    suite.defer(() => rm(dir, { recursive: true, force: true }));
-    await putNode(cp, 'edge-1', { internalIP: NODE_IP, kubeletPort: 10250 });
-    log = new MemoryLogger(2);
-    server = await startClusterServer(suite, cp, dir, { log });
-    await startTestAgent(suite, server, {
-      nodeName: 'edge-1',
-      nodeIP: NODE_IP,
-      certDir: join(dir, 'agent-pki'),
-      kubeSource: { kind: 'kubeconfig', path: await kubeletKubeconfig(cp, 'edge-1') },
-    });
-    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1, 20_000);
-    await server.cluster!.config.waitForSync();
+    ({ server, log, setConfigMap } = await startServerConfigRig(suite, NODE_IP));
   });
   after(() => suite.close());
-
-  /** Applies the ConfigMap (or deletes it, for undefined) and waits for the server to take the change. */
-  async function setConfigMap(data: Record<string, string> | undefined): Promise<ServerConfig> {
-    const changed = new Promise<ServerConfig>((resolve) => {
-      const off = server.cluster!.config.subscribe((now) => {
-        off();
-        resolve(now);
-      });
-    });
-    if (data === undefined) await deleteObject(cp, 'configmap', 'yurt-tunnel-server-cfg', 'kube-system');
-    else await cp.apply({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'yurt-tunnel-server-cfg', namespace: 'kube-system' }, data });
-    return changed;
-  }
 
   const listening = (port: number): boolean => server.tcpPorts!.addresses().some((a) => a.port === port);
 
