@@ -144,38 +144,20 @@ test(
     const denied = (await byJob('denied'))!;
     assert.equal(denied.health, 'down');
     assert.match(denied.lastError, /403 Forbidden/);
-    const r = await cloud.run('curl', [
-      '-s',
-      '--proxy',
-      `https://127.0.0.1:${PROXY_PORT}`,
-      '--proxy-cacert',
-      client.caFile,
-      '--proxy-cert',
-      client.certFile,
-      '--proxy-key',
-      client.keyFile,
-      '-w',
-      '\\n%{http_code}',
-      'http://edge-1:9101/metrics',
-    ]);
+    // curl through our HTTP proxy port, with the same client certificate.
+    const viaProxy = (args: string[]): ReturnType<typeof cloud.run> =>
+      cloud.run('curl', [
+        ...['--proxy', `https://127.0.0.1:${PROXY_PORT}`, '--proxy-cacert', client.caFile, '--proxy-cert', client.certFile, '--proxy-key', client.keyFile],
+        ...args,
+      ]);
+    const r = await viaProxy(['-s', '-w', '\\n%{http_code}', 'http://edge-1:9101/metrics']);
     assert.equal(
       r.stdout,
       'port 9101 of edge-1 is not open to the HTTP proxy: allowed ports are 9100,10250,10255 ' +
         '(--http-proxy-allowed-ports, or http-proxy-allowed-ports in the server ConfigMap)\n\n403',
     );
     // And the same through curl's proxy to the allowed port: node_exporter's page.
-    const ok = await cloud.run('curl', [
-      '-sf',
-      '--proxy',
-      `https://127.0.0.1:${PROXY_PORT}`,
-      '--proxy-cacert',
-      client.caFile,
-      '--proxy-cert',
-      client.certFile,
-      '--proxy-key',
-      client.keyFile,
-      'http://edge-1:9100/metrics',
-    ]);
+    const ok = await viaProxy(['-sf', 'http://edge-1:9100/metrics']);
     assert.equal(ok.code, 0, ok.stderr);
     assert.match(ok.stdout, /^node_memory_MemTotal_bytes \d/m);
   },
