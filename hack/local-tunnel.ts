@@ -92,17 +92,19 @@ export interface LocalTunnelOptions {
   agentDialPort?: (agentPort: number) => Promise<number>;
 }
 
-/** Issues an agent certificate for `nodeName` (IP 127.0.0.1) from the CA in `certDir`, with the real CLI. */
-export async function issueAgentCertificate(certDir: string, nodeName: string, outDir: string): Promise<void> {
+/** Issues an agent certificate for `nodeName` (IPs `nodeIP`, a comma list) from the CA in `certDir`, with the real CLI; its error output says why not. */
+export async function issueAgentCertificate(certDir: string, nodeName: string, outDir: string, nodeIP = '127.0.0.1'): Promise<void> {
   const issue = spawn(
     process.execPath,
-    [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', '127.0.0.1', '--out', outDir],
+    [SERVER_BIN, 'issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', nodeIP, '--out', outDir],
     {
-      stdio: ['ignore', 'ignore', 'inherit'],
+      stdio: ['ignore', 'ignore', 'pipe'],
     },
   );
-  const [code] = (await once(issue, 'exit')) as [number];
-  if (code !== 0) throw new Error(`issue-agent-cert exited with ${code}`);
+  let stderr = '';
+  issue.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text));
+  const [code] = (await once(issue, 'close')) as [number];
+  if (code !== 0) throw new Error(`issue-agent-cert for ${nodeName} exited with ${code}:\n${stderr}`);
 }
 
 /**

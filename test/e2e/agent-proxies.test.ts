@@ -27,9 +27,9 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { suiteHarness } from '../support/harness.js';
 import { NETNS_TOOL, NetworkNamespace, netnsSkipReason, run, vethPair } from '../support/netns/index.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, type Proc } from '../support/processes.js';
 import { connectVia, tempDir } from '../support/tunnel.js';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 import { createCA, issueCertificate } from '../../pkg/certs/pki.js';
 
 const SQUID_AUTH = '/usr/lib/squid/basic_ncsa_auth';
@@ -98,18 +98,7 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     ]);
     serverAddr = /address=(\S+)/.exec(await server.waitForLine(/listening for agents/, 60_000))![1]!;
     agentDir = join(dir, 'agent');
-    const issued = await runProcess(suite, SERVER_BIN, [
-      'issue-agent-cert',
-      '--cert-dir',
-      join(dir, 'pki'),
-      '--node-name',
-      'edge-1',
-      '--node-ip',
-      '127.0.0.1',
-      '--out',
-      agentDir,
-    ]);
-    assert.equal(issued.code, 0, issued.output);
+    await issueAgentCertificate(join(dir, 'pki'), 'edge-1', agentDir);
 
     // The agent's target: an echo server here, reached from the edge's loopback over a Unix socket.
     const echoPath = join(dir, 'echo.sock');

@@ -9,10 +9,10 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 import { harness, type Harness } from '../support/harness.js';
 import { metaGet, type MetaRequestOptions } from '../support/meta-get.js';
-import { AGENT_BIN, runProcess, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 60_000 };
@@ -32,10 +32,7 @@ async function startPair(h: Harness): Promise<{ server: Side; agent: Side; udsPa
   const agentPort = await closedPort();
   const server = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort, udsPath }), '--v', '0']);
   const started = await server.waitForLine(/yurt-tunnel-server started/, 20_000);
-  const issued = await runProcess(h, SERVER_BIN, [
-    ...['issue-agent-cert', '--cert-dir', join(dir, 'pki'), '--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--out', join(dir, 'agent')],
-  ]);
-  assert.equal(issued.code, 0, issued.output);
+  await issueAgentCertificate(join(dir, 'pki'), 'edge-1', join(dir, 'agent'));
   const agentMeta = await closedPort();
   const agent = startProcess(h, AGENT_BIN, [
     ...localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir: join(dir, 'agent') }),

@@ -14,11 +14,11 @@ import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
 import { findKonnectivity, goAgentArgs, goServerArgs } from '../../hack/konnectivity.js';
 import { freeLowPort } from '../../hack/ports.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 import { egressDial } from '../support/egress-client.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const bins = findKonnectivity();
 const SKIP = { skip: typeof bins === 'string' ? bins : false, timeout: 120_000 };
@@ -106,8 +106,7 @@ async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServ
     agentPort,
     async issueAgentCert(nodeName, nodeIPs) {
       const out = join(dir, `agent-${nodeName}`);
-      const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', certDir, '--node-name', nodeName, '--node-ip', nodeIPs, '--out', out]);
-      assert.equal(r.code, 0, r.output);
+      await issueAgentCertificate(certDir, nodeName, out, nodeIPs);
       return out;
     },
   };

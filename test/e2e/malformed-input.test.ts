@@ -16,9 +16,9 @@ import { encodePacket } from '../../pkg/protocol/codec.js';
 import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, startProcess } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess } from '../support/processes.js';
 import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const LIMIT = { timeout: 120_000 };
 
@@ -294,18 +294,7 @@ test('a corpus of malformed input to every listener of the real server: answers 
 
   // Every listener still serves: a real agent joins, a CONNECT echoes, both master ports answer.
   const agentDir = join(dir, 'agent');
-  const issued = await runProcess(h, SERVER_BIN, [
-    'issue-agent-cert',
-    '--cert-dir',
-    certDir,
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--out',
-    agentDir,
-  ]);
-  assert.equal(issued.code, 0, issued.output);
+  await issueAgentCertificate(certDir, 'edge-1', agentDir);
   const agent = startProcess(h, AGENT_BIN, localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir }));
   await agent.waitForLine(/connected to tunnel server/);
   const echo = await startEchoServer(h);

@@ -17,14 +17,14 @@ import { once } from 'node:events';
 import { createServer as createTCPServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 import { LoopGuard } from '../../pkg/frontend/loop-guard.js';
 import { Registry } from '../../pkg/metrics/prom.js';
 import { OwnListeners } from '../../pkg/net/own-listeners.js';
 import { harness, type Harness } from '../support/harness.js';
 import { startMaster } from '../support/master.js';
 import { metaGet } from '../support/meta-get.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
 
 const LIMIT = { timeout: 60_000 };
@@ -75,18 +75,7 @@ async function readmeSetup(h: Harness): Promise<{ server: Proc; dir: string; uds
   const server = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort, udsPath }), '--startup-rehearsal=false']);
   const started = await server.waitForLine(/yurt-tunnel-server started/);
   const port = (name: string): number => Number(new RegExp(`${name}=(\\d+)`).exec(started)![1]);
-  const cert = await runProcess(h, SERVER_BIN, [
-    'issue-agent-cert',
-    '--cert-dir',
-    join(dir, 'pki'),
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--out',
-    join(dir, 'agent'),
-  ]);
-  assert.equal(cert.code, 0, cert.output);
+  await issueAgentCertificate(join(dir, 'pki'), 'edge-1', join(dir, 'agent'));
   const agent = startProcess(h, AGENT_BIN, [
     ...localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir: join(dir, 'agent') }),
     '--startup-rehearsal=false',

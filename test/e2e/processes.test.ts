@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
 import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 interface Setup {
   dir: string;
@@ -45,20 +45,8 @@ async function setup(h: Harness): Promise<Setup> {
   return { dir, udsPath, port, startServer, startAgent };
 }
 
-async function issueAgentCert(h: Harness, s: Setup): Promise<void> {
-  const r = await runProcess(h, SERVER_BIN, [
-    'issue-agent-cert',
-    '--cert-dir',
-    join(s.dir, 'pki'),
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--out',
-    join(s.dir, 'agent'),
-  ]);
-  assert.equal(r.code, 0, r.output);
-}
+/** The agent's certificate, where startAgent() reads it. */
+const issueAgentCert = (s: Setup): Promise<void> => issueAgentCertificate(join(s.dir, 'pki'), 'edge-1', join(s.dir, 'agent'));
 
 test('an agent killed mid-stream closes the client within a second', async (t) => {
   const h = harness(t);
@@ -69,7 +57,7 @@ test('an agent killed mid-stream closes the client within a second', async (t) =
   assert.equal(server.lines.filter((l) => /DNS controller skipped: local mode has no cluster/.test(l)).length, 1);
   assert.equal(server.lines.filter((l) => /iptables manager skipped: local mode has no cluster/.test(l)).length, 1);
   assert.equal(server.lines.filter((l) => /certificates created .*files=ca\.crt,tunnel-server\.crt,tunnel-proxy-client\.crt/.test(l)).length, 1);
-  await issueAgentCert(h, s);
+  await issueAgentCert(s);
   // Killed, the agent is to the server a link that dropped; without session resume its clients close at once.
   const agent = await s.startAgent(['--resume-window', '0']);
   const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
@@ -88,7 +76,7 @@ test('after a server restart the agent reconnects and traffic flows again', asyn
   const echo = await startEchoServer(h);
   const s = await setup(h);
   const server1 = await s.startServer();
-  await issueAgentCert(h, s);
+  await issueAgentCert(s);
   const agent = await s.startAgent();
   server1.kill('SIGTERM');
   assert.equal(await server1.exited, 0, 'the server exits cleanly on SIGTERM');
@@ -107,7 +95,7 @@ test('SIGTERM makes the agent send DRAIN and exit once its connections finish', 
   const echo = await startEchoServer(h);
   const s = await setup(h);
   const server = await s.startServer();
-  await issueAgentCert(h, s);
+  await issueAgentCert(s);
   const agent = await s.startAgent(['--drain-timeout', '20s']);
   const res = await connectVia(s.udsPath, `127.0.0.1:${echo.port}`);
   assert.equal(res.status, 200);
@@ -126,7 +114,7 @@ test('SIGTERM during a 64 MiB transfer: no new clients, the transfer finishes by
   const h = harness(t);
   const s = await setup(h);
   const server = await s.startServer();
-  await issueAgentCert(h, s);
+  await issueAgentCert(s);
   await s.startAgent();
   const total = 64 * 1024 * 1024;
   const source = await startTCPServer(h, (sock) => writePattern(sock, total));

@@ -8,9 +8,9 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fetchAgents } from '../../pkg/meta/agents-status.js';
 import { harness, type Harness } from '../support/harness.js';
-import { AGENT_BIN, SERVER_BIN, runProcess, startProcess, type Proc } from '../support/processes.js';
+import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, roundTrip, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
-import { localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
 
 const NODES = ['edge-1', 'edge-2'];
 
@@ -70,9 +70,7 @@ test('three servers, no load balancer: every agent holds all three; one killed, 
   const agentDirs = new Map<string, string>();
   for (const node of NODES) {
     agentDirs.set(node, join(dir, node));
-    // prettier-ignore
-    const r = await runProcess(h, SERVER_BIN, ['issue-agent-cert', '--cert-dir', join(dir, 'pki'), '--node-name', node, '--node-ip', '127.0.0.1', '--out', join(dir, node)]);
-    assert.equal(r.code, 0, r.output);
+    await issueAgentCertificate(join(dir, 'pki'), node, join(dir, node));
   }
   // Spaces after the commas: the list is trimmed.
   const addresses = ports.map((p) => `127.0.0.1:${p}`).join(', ');
