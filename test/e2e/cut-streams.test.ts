@@ -24,6 +24,7 @@ import { Registry } from 'prom-client';
 import { GrpcProxyServer } from '../../pkg/frontend/grpc-proxy.js';
 import { GrpcStatus } from '../../pkg/grpc/status.js';
 import { ConnectionClosedError } from '../../pkg/protocol/errors.js';
+import { localAgentFlags } from '../../hack/local-tunnel.js';
 import { egressDial } from '../support/egress-client.js';
 import { harness, type Harness } from '../support/harness.js';
 import { apiserverClientCert, startKubelet, startMaster } from '../support/master.js';
@@ -46,22 +47,10 @@ async function startEgress(h: Harness, server: TestServer): Promise<string> {
 /** The real yurt-tunnel-agent for node edge-1 (127.0.0.1), connected to `server`. */
 async function startAgentProcess(h: Harness, server: TestServer, extra: string[] = []): Promise<Proc> {
   const pki = testPKI();
-  const files = await writePKIFiles(await tempDir(h), pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
+  const agentDir = await tempDir(h);
+  await writePKIFiles(agentDir, pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--tunnelserver-addr',
-    server.agentAddress,
-    '--meta-port',
-    '0',
-    '--ca-file',
-    files.caFile,
-    '--cert-file',
-    files.certFile,
-    '--key-file',
-    files.keyFile,
+    ...localAgentFlags({ nodeName: 'edge-1', serverPort: server.endpoint.address.port, agentDir }),
     '--v',
     '2',
     // Killed, the agent is to the server a link that dropped: with session resume its

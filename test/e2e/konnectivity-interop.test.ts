@@ -329,7 +329,8 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   // Our local CA makes the Go server's certificate (IP SAN 127.0.0.1) and our agent's.
   const { ensureLocalServerCertificates, writeAgentCertificate } = await import('../../pkg/certs/local-store.js');
   await ensureLocalServerCertificates({ certDir });
-  const agentFiles = await writeAgentCertificate({ certDir, nodeName: 'edge-1', nodeIPs: ['127.0.0.1'], outDir: join(dir, 'agent') });
+  const agentDir = join(dir, 'agent');
+  await writeAgentCertificate({ certDir, nodeName: 'edge-1', nodeIPs: ['127.0.0.1'], outDir: agentDir });
   const udsPath = join(dir, 'go.sock');
   const ports = { agentPort: await freeLowPort(), healthPort: await freeLowPort(), adminPort: await freeLowPort() };
   const startGoServer = async (): Promise<Proc> => {
@@ -339,20 +340,7 @@ test('our agent → Go server: echo, download, a refused dial, and back after th
   };
   let goServer = await startGoServer();
   const agent = startProcess(h, AGENT_BIN, [
-    '--node-name',
-    'edge-1',
-    '--node-ip',
-    '127.0.0.1',
-    '--tunnelserver-addr',
-    `127.0.0.1:${ports.agentPort}`,
-    '--meta-port',
-    '0',
-    '--ca-file',
-    agentFiles.caFile,
-    '--cert-file',
-    agentFiles.certFile,
-    '--key-file',
-    agentFiles.keyFile,
+    ...localAgentFlags({ nodeName: 'edge-1', serverPort: ports.agentPort, agentDir }),
     '--sync-interval',
     '200ms',
     '--sync-interval-cap',
