@@ -18,6 +18,7 @@ import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import type { LogRecord } from '../support/memory-logger.js';
 import { testPKI } from '../support/pki.js';
+import { digestToEnd } from '../support/stream-digest.js';
 import {
   connectVia,
   startAgent,
@@ -66,23 +67,6 @@ function pump(s: Socket, total: number): Promise<string> {
       s.end(() => resolve(hash.digest('hex')));
     };
     go();
-  });
-}
-
-/** Reads `s` to its end; resolves with the SHA-256 and the length; `progress` sees the count. */
-function drain(s: Socket, progress: (n: number) => void = () => {}): Promise<{ hash: string; bytes: number }> {
-  const hash = createHash('sha256');
-  let bytes = 0;
-  return new Promise((resolve, reject) => {
-    s.on('data', (c: Buffer) => {
-      hash.update(c);
-      bytes += c.length;
-      progress(bytes);
-    });
-    s.once('end', () => resolve({ hash: hash.digest('hex'), bytes }));
-    s.once('error', reject);
-    // connectVia leaves the socket paused.
-    s.resume();
   });
 }
 
@@ -211,7 +195,7 @@ for (const kind of ['reset', 'silent'] as const) {
     let got = res.rest.length;
     let blipped: Promise<void> | undefined;
     const hashIn = createHash('sha256').update(res.rest);
-    const received = drain(res.socket, (n) => {
+    const received = digestToEnd(res.socket, (n) => {
       got = res.rest.length + n;
       if (blipped === undefined && got >= 32 * MiB) blipped = relay.blip(kind, 3000);
     });
@@ -231,7 +215,7 @@ test('a 256 MiB upload survives a 3 s reset blip byte-exact', { timeout: 240_000
   const h = harness(t);
   let received: Promise<{ hash: string; bytes: number }> | undefined;
   const sink = await startTCPServer(h, (s) => {
-    received = drain(s, () => {});
+    received = digestToEnd(s, () => {});
     received.then(
       () => s.end(),
       () => {},
@@ -512,7 +496,7 @@ test('an agent whose certificate was renewed during a blip resumes its session w
   assert.equal(res.status, 200);
   let blipped: Promise<void> | undefined;
   const hashIn = createHash('sha256').update(res.rest);
-  const received = drain(res.socket, (n) => {
+  const received = digestToEnd(res.socket, (n) => {
     if (blipped !== undefined || n < 8 * MiB) return;
     blipped = relay.blip('reset', 2000);
     // Before the agent can redial: every dial from now on presents the renewed certificate.
@@ -655,7 +639,7 @@ test(
     assert.equal(res.status, 200);
     let blipped: Promise<void> | undefined;
     const hashIn = createHash('sha256').update(res.rest);
-    const received = drain(res.socket, (n) => {
+    const received = digestToEnd(res.socket, (n) => {
       if (blipped === undefined && n >= 16 * MiB) blipped = relay.blip('reset', 3000);
     });
     res.socket.on('data', (c: Buffer) => hashIn.update(c));

@@ -17,6 +17,7 @@ import { AgentCall } from '../../pkg/endpoint/agent-call.js';
 import { startBlipRelay } from '../support/blip-relay.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
+import { digestToEnd } from '../support/stream-digest.js';
 import { connectVia, readAll, startAgent, startServer, startTCPServer, waitFor, type TestServer } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -59,20 +60,6 @@ function pump(s: Socket, total: number): Promise<string> {
   });
 }
 
-function sink(s: Socket): Promise<{ hash: string; bytes: number }> {
-  const hash = createHash('sha256');
-  let bytes = 0;
-  return new Promise((resolve, reject) => {
-    s.on('data', (c: Buffer) => {
-      hash.update(c);
-      bytes += c.length;
-    });
-    s.once('end', () => resolve({ hash: hash.digest('hex'), bytes }));
-    s.once('error', reject);
-    s.resume();
-  });
-}
-
 test('an agent with --transport websocket joins, and 32 MiB cross byte-exact each way', LIMIT, async (t) => {
   const h = harness(t);
   let down: Promise<string> | undefined;
@@ -81,7 +68,7 @@ test('an agent with --transport websocket joins, and 32 MiB cross byte-exact eac
   });
   let up: Promise<{ hash: string; bytes: number }> | undefined;
   const target = await startTCPServer(h, (s) => {
-    up = sink(s);
+    up = digestToEnd(s);
     void up.then(() => s.end());
   });
   const server = await startServer(h);
@@ -96,7 +83,7 @@ test('an agent with --transport websocket joins, and 32 MiB cross byte-exact eac
   assert.equal(d.status, 200, d.head);
   const hashIn = createHash('sha256').update(d.rest);
   d.socket.on('data', (c: Buffer) => hashIn.update(c));
-  const got = await sink(d.socket);
+  const got = await digestToEnd(d.socket);
   assert.equal(got.bytes + d.rest.length, 32 * MiB);
   assert.equal(hashIn.digest('hex'), await down, 'download byte-exact');
 
