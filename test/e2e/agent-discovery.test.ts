@@ -13,11 +13,10 @@ import { autoApprove, controlPlaneSkipReason, deleteObject, putNode, startContro
 import { harness, suiteHarness } from '../support/harness.js';
 import { MemoryLogger } from '../support/memory-logger.js';
 import { tempDir, waitFor } from '../support/tunnel.js';
+import { startTcpForward } from '../support/tcp-forward.js';
 import { join } from 'node:path';
 import type { Harness } from '../support/harness.js';
 import { metaGet } from '../support/meta-get.js';
-import { connect, createServer, type Socket } from 'node:net';
-import { once } from 'node:events';
 
 const skip = controlPlaneSkipReason();
 
@@ -26,29 +25,6 @@ const SERVICE = {
   kind: 'Service',
   metadata: { name: 'x-tunnel-server-svc', namespace: 'kube-system', labels: { name: 'yurt-tunnel-server' } },
 };
-
-/** kube-proxy's part for a node port: 127.0.0.1:<listenPort> forwards to the server; counts connections. */
-async function nodePortRelay(h: Harness, listenPort: number, targetPort: number): Promise<{ connections: () => number }> {
-  let connections = 0;
-  const sockets = new Set<Socket>();
-  const relay = createServer((client) => {
-    connections++;
-    const upstream = connect(targetPort, '127.0.0.1');
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on('error', () => {});
-      s.on('close', () => (client.destroy(), upstream.destroy(), sockets.delete(s)));
-    }
-    client.pipe(upstream).pipe(client);
-  });
-  relay.listen(listenPort, '127.0.0.1');
-  await once(relay, 'listening');
-  h.defer(async () => {
-    for (const s of sockets) s.destroy();
-    await new Promise((r) => relay.close(r));
-  });
-  return { connections: () => connections };
-}
 
 describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip }, () => {
   const suite = suiteHarness();
@@ -99,7 +75,7 @@ describe('the agent finds the tunnel server from x-tunnel-server-svc', { skip },
     const nodePort = Number((await cp.kubectl(['get', 'svc', '-n', 'kube-system', 'x-tunnel-server-svc', '-o', 'jsonpath={.spec.ports[0].nodePort}'])).stdout);
     assert.ok(nodePort >= 30000 && nodePort <= 32767, `nodePort ${nodePort}`);
     // kube-proxy's part: the node port forwards to the server (a relay listening on 127.0.0.1:<nodePort>).
-    const relay = await nodePortRelay(h, nodePort, agentPort);
+    const relay = await startTcpForward(h, agentPort, nodePort);
     const { log } = await discoveringAgent(h, 'edge-np');
     await waitFor('agent edge-np to register', () => registered('edge-np'), 30_000);
     assert.ok(relay.connections() >= 1, 'the agent came through the node port');

@@ -14,9 +14,7 @@
 // approving by hand.
 
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
 import { readFile, writeFile } from 'node:fs/promises';
-import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { APPROVED_REASON } from '../../pkg/kube/csr-approver.js';
@@ -24,9 +22,10 @@ import { IMAGE_PLACEHOLDER, ROUTES, writeDeployKustomization } from '../../hack/
 import { LOCAL_IMAGE } from '../../hack/image.js';
 import { kubeletKubeconfig } from '../support/cluster.js';
 import { controlPlaneSkipReason, listCSRs, putNode, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
-import { harness, suiteHarness, type Harness } from '../support/harness.js';
+import { harness, suiteHarness } from '../support/harness.js';
 import { AGENT_BIN, runProcess, SERVER_BIN, startProcess } from '../support/processes.js';
 import { tempDir } from '../support/tunnel.js';
+import { startTcpForward } from '../support/tcp-forward.js';
 import { repoRoot } from '../support/upstream.js';
 import { localServerFlags } from '../../hack/local-tunnel.js';
 
@@ -94,26 +93,6 @@ function envOf(c: Container): Record<string, string> {
 
 function flagNames(args: string[]): string[] {
   return args.filter((a) => a.startsWith('--')).map((a) => a.split('=')[0]!);
-}
-
-/** kube-proxy's part for a node port: 127.0.0.1:<listenPort> forwards to `targetPort`. */
-async function nodePortRelay(h: Harness, listenPort: number, targetPort: number): Promise<void> {
-  const sockets = new Set<Socket>();
-  const relay = createServer((client) => {
-    const upstream = connect(targetPort, '127.0.0.1');
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on('error', () => {});
-      s.on('close', () => (client.destroy(), upstream.destroy(), sockets.delete(s)));
-    }
-    client.pipe(upstream).pipe(client);
-  });
-  relay.listen(listenPort, '127.0.0.1');
-  await once(relay, 'listening');
-  h.defer(async () => {
-    for (const s of sockets) s.destroy();
-    await new Promise((r) => relay.close(r));
-  });
 }
 
 describe('manifests with a real kube-apiserver', { skip }, () => {
@@ -422,7 +401,7 @@ describe('manifests with a real kube-apiserver', { skip }, () => {
     // The agent with its DaemonSet's arguments and its node's kubelet credentials where the DaemonSet mounts them (here
     // a kubeconfig of system:node:edge-m elsewhere); it finds the server from the NodePort Service.
     const nodePort = Number(await kubectl(['get', 'svc', '-n', 'kube-system', 'x-tunnel-server-svc', '-o', 'jsonpath={.spec.ports[0].nodePort}']));
-    await nodePortRelay(h, nodePort, agentPort);
+    await startTcpForward(h, agentPort, nodePort);
     const daemonSet = JSON.parse(await kubectl(['get', 'daemonset', '-n', 'kube-system', 'yurt-tunnel-agent', '-o', 'json'])) as Workload;
     const agentContainer = daemonSet.spec.template.spec.containers[0]!;
     const kubeletConf = await kubeletKubeconfig(cp, 'edge-m');

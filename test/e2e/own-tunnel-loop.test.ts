@@ -14,7 +14,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { createServer as createHTTPServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { once } from 'node:events';
-import { createServer as createTCPServer, connect, type AddressInfo, type Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
@@ -26,6 +26,7 @@ import { startMaster } from '../support/master.js';
 import { metaGet } from '../support/meta-get.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { closedPort, connectVia, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
+import { startTcpForward } from '../support/tcp-forward.js';
 
 const LIMIT = { timeout: 60_000 };
 /** An answer that does not come within this is a request that loops. */
@@ -133,30 +134,6 @@ test("the README's master-port request without its Host header is refused at onc
   assert.ok(after.rss - before.rss < 30 * 1024 * 1024, `RSS grew from ${before.rss} to ${after.rss} bytes`);
 });
 
-/** A TCP port forward to `port` on 127.0.0.1: an address of the server it cannot know for its own. */
-async function portForward(h: Harness, port: number): Promise<number> {
-  const sockets = new Set<Socket>();
-  const forward = createTCPServer((inbound) => {
-    const outbound = connect(port, '127.0.0.1');
-    for (const s of [inbound, outbound]) {
-      sockets.add(s);
-      s.on('error', () => {});
-      s.once('close', () => sockets.delete(s));
-    }
-    inbound.on('close', () => outbound.destroy());
-    outbound.on('close', () => inbound.destroy());
-    inbound.pipe(outbound).pipe(inbound);
-  });
-  forward.listen(0, '127.0.0.1');
-  await once(forward, 'listening');
-  h.defer(async () => {
-    for (const s of sockets) s.destroy();
-    forward.close();
-    await once(forward, 'close');
-  });
-  return (forward.address() as AddressInfo).port;
-}
-
 /** An HTTP proxy to `port` on 127.0.0.1 that drops Via, as a hop that rebuilds requests may. */
 async function viaDroppingProxy(h: Harness, port: number): Promise<number> {
   const proxy: Server = createHTTPServer((req, res) => {
@@ -186,7 +163,8 @@ test('a request that comes back into a master port through a port forward is ref
   const registry = new Registry();
   const loopGuard = new LoopGuard(new OwnListeners(), registry);
   const { insecurePort, master } = await startMaster(h, server, { loopGuard });
-  const forward = await portForward(h, insecurePort);
+  // A port forward: an address of the server it cannot know for its own.
+  const { port: forward } = await startTcpForward(h, insecurePort);
 
   const answer = await get(insecurePort, '/stats/summary', undefined, `127.0.0.1:${forward}`);
   // The second hop refused it; the first passed that answer back as its kubelet's.
