@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
-import { AGENT_BIN, startProcess } from '../support/processes.js';
+import { startEdgeAgentProcess, watchEnd } from '../support/processes.js';
 import { startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -30,10 +30,7 @@ async function killMidDownload(h: Harness, caller: 'fast' | 'slow'): Promise<voi
   const server = await startServer(h, { endpoint: { resumeWindowMs: RESUME_WINDOW_MS } });
   const pki = testPKI();
   const files = await writePKIFiles(await tempDir(h), pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1'), pki.ca);
-  const agent = startProcess(h, AGENT_BIN, [
-    ...['--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', server.agentAddress, '--meta-port', '0'],
-    ...['--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile],
-  ]);
+  const agent = startEdgeAgentProcess(h, server.agentAddress, files);
   await agent.waitForLine(/connected to tunnel server/, 20_000);
   await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
   assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
@@ -41,9 +38,7 @@ async function killMidDownload(h: Harness, caller: 'fast' | 'slow'): Promise<voi
   const download = await server.tunnel.dial(`127.0.0.1:${firehose.port}`);
   h.defer(() => download.destroy());
   let received = 0;
-  let ended: { how: 'end' | 'error'; err?: Error; at: number } | undefined;
-  download.once('end', () => (ended ??= { how: 'end', at: performance.now() }));
-  download.once('error', (err) => (ended ??= { how: 'error', err, at: performance.now() }));
+  const endOf = watchEnd(download);
   if (caller === 'fast') {
     download.on('data', (c: Buffer) => (received += c.length));
     await waitFor('the download to flow', () => received > 4 * MiB, 10_000);
@@ -66,7 +61,8 @@ async function killMidDownload(h: Harness, caller: 'fast' | 'slow'): Promise<voi
   await agent.exited;
   // The slow caller reads only to see the end: a paused stream emits no 'error' until its buffer is read or it is destroyed.
   if (caller === 'slow') download.resume();
-  await waitFor('the download to fail', () => ended !== undefined, WAIT_MS).catch(() => undefined);
+  await waitFor('the download to fail', () => endOf() !== undefined, WAIT_MS).catch(() => undefined);
+  const ended = endOf();
   const dropped = server.log.find('agent link dropped; keeping its connections for the resume window')[0];
   const endedAfter = ended === undefined ? undefined : Math.round(ended.at - killedAt);
   console.log(

@@ -16,7 +16,7 @@ import { test } from 'node:test';
 import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
-import { AGENT_BIN, startProcess, type Proc } from '../support/processes.js';
+import { startEdgeAgentProcess, watchEnd, type Proc } from '../support/processes.js';
 import { connectVia, readExactly, startAgent, startEchoServer, startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
@@ -29,10 +29,7 @@ const PROMPTLY_MS = 3000;
 
 /** The real agent for edge-1 with the certificate files `files`, the server's resume window (10 s) by default. */
 function startAgentProcess(h: Harness, address: string, files: { caFile: string; certFile: string; keyFile: string }): Proc {
-  return startProcess(h, AGENT_BIN, [
-    ...['--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', address, '--meta-port', '0', '--v', '2'],
-    ...['--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile],
-  ]);
+  return startEdgeAgentProcess(h, address, files, ['--v', '2']);
 }
 
 /** The `ms=` of an agent's log line. */
@@ -60,10 +57,8 @@ test(
     const download = await server.tunnel.dial(`127.0.0.1:${firehose.port}`);
     h.defer(() => download.destroy());
     let received = 0;
-    let ended: { how: 'end' | 'error'; err?: Error; at: number } | undefined;
     download.on('data', (c: Buffer) => (received += c.length));
-    download.once('end', () => (ended ??= { how: 'end', at: performance.now() }));
-    download.once('error', (err) => (ended ??= { how: 'error', err, at: performance.now() }));
+    const endOf = watchEnd(download);
     await waitFor('the download to flow', () => received > 4 * MiB, 10_000);
 
     first.kill('SIGKILL');
@@ -78,7 +73,8 @@ test(
     await waitFor('the new agent to register', () => server.log.find('agent connected').length === 2, 20_000);
     const connectedAt = server.log.find('agent connected')[1]!.at;
     const heardOfReset = server.log.find('agent link dropped; keeping its connections for the resume window').some((r) => r.at < connectedAt);
-    await waitFor('the old download to end', () => ended !== undefined, 15_000);
+    await waitFor('the old download to end', () => endOf() !== undefined, 15_000);
+    const ended = endOf();
     const { res, at: answeredAt } = await waiting;
     h.defer(() => res.socket.destroy());
     const endedAfter = Math.round(ended!.at - connectedAt);

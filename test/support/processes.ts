@@ -99,3 +99,27 @@ export async function runProcess(h: Harness, bin: string, args: string[]): Promi
   const code = await p.exited;
   return { code, output: p.lines.join('\n') };
 }
+
+/** The agent CLI as node edge-1 on 127.0.0.1, dialing `address` with the given certificate files; `extra` flags last. */
+export function startEdgeAgentProcess(h: Harness, address: string, files: { caFile: string; certFile: string; keyFile: string }, extra: string[] = []): Proc {
+  return startProcess(h, AGENT_BIN, [
+    ...['--node-name', 'edge-1', '--node-ip', '127.0.0.1', '--tunnelserver-addr', address, '--meta-port', '0'],
+    ...['--ca-file', files.caFile, '--cert-file', files.certFile, '--key-file', files.keyFile],
+    ...extra,
+  ]);
+}
+
+/** How and when a stream ended: its first 'end' or 'error'. */
+export interface StreamEnd {
+  how: 'end' | 'error';
+  err?: Error;
+  at: number;
+}
+
+/** Watches `stream` for its end; the returned function says it (undefined while it runs). */
+export function watchEnd(stream: NodeJS.EventEmitter): () => StreamEnd | undefined {
+  let ended: StreamEnd | undefined;
+  stream.once('end', () => (ended ??= { how: 'end', at: performance.now() }));
+  stream.once('error', (err: Error) => (ended ??= { how: 'error', err, at: performance.now() }));
+  return () => ended;
+}
