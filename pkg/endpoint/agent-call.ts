@@ -8,7 +8,7 @@ import type { GrpcPacketStreamOptions } from '../grpc/packet-stream.js';
 import { GrpcStatus } from '../grpc/status.js';
 import { ServerPacketCall } from '../grpc/server-call.js';
 import type { AgentLink, AgentLinkClose, AgentLinkEnd } from '../tunnel/agent-link.js';
-import type { Backend } from '../tunnel/backend.js';
+import type { AdmittedLink } from '../tunnel/sessions.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { GivenEnd } from './given-end.js';
 import type { ServedCall } from './served-call.js';
@@ -48,13 +48,13 @@ export function openAgentCall(stream: ServerHttp2Stream, tunnel: Tunnel, opts: O
   });
 }
 
-/** Starts `link`: its packets go into `tunnel` for `backend` until it ends; then `onEnd`, and the tunnel learns how it ended. */
-export function carryAgentPackets(tunnel: Tunnel, backend: Backend, link: ServedCall, onEnd: () => void): void {
+/** Starts `link`: its packets go where the tunnel admitted it (`admitted`) until it ends; then `onEnd`, and the tunnel learns how it ended. */
+export function carryAgentPackets(admitted: AdmittedLink, link: ServedCall, onEnd: () => void): void {
   link.start({
-    onPacket: (p) => tunnel.receive(backend, link, p),
+    onPacket: admitted.receive,
     onClose: (reason) => {
       onEnd();
-      tunnel.linkEnded(backend, link, link.endOf(reason));
+      admitted.ended(link.endOf(reason));
     },
   });
 }

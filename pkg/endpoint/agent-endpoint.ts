@@ -31,7 +31,8 @@ import { CONN_WINDOW_HEADER } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
 import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from '../protocol/resume.js';
 import type { Backend } from '../tunnel/backend.js';
-import { sameOwner, type ClaimResolution, type SessionOwner } from '../tunnel/session-table.js';
+import { sameOwner, type SessionOwner } from '../tunnel/session-table.js';
+import type { AdmittedLink, Claim } from '../tunnel/sessions.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentCertificate, type AgentMetadata, type Refusal } from './admission.js';
 import { carryAgentPackets, openAgentCall } from './agent-call.js';
@@ -40,7 +41,6 @@ import { agentServer, settingsOf, type AgentEndpointOptions, type AgentEndpointT
 import { AgentEndpointMetrics, type AgentRefusalReason } from './metrics.js';
 import { within } from '../timers/sleep.js';
 import { ClientCertificates, peerCertSubject } from './client-certificates.js';
-import { logClaimRefusals } from './claim-refusals.js';
 import { isServedCall, type AnsweringHead, type Arrival, type LinkConnection, type ServedCall } from './served-call.js';
 import { WsArrivals } from './ws-arrivals.js';
 
@@ -58,11 +58,10 @@ function ownerOf(meta: AgentMetadata): SessionOwner {
   return { agentID: meta.agentID, fingerprint: meta.fingerprint, identityVerified: meta.identityVerified };
 }
 
-/** An accepted agent call: its backend, the tunnel's link over it, and whether it resumed a session. */
+/** An accepted agent call: the tunnel's link over it (its backend, whether it resumed a session), and the call. */
 interface AcceptedCall {
-  backend: Backend;
+  admitted: AdmittedLink;
   link: ServedCall;
-  resumed: boolean;
   /** The resume window offered, if the link is resumable. */
   windowMs: number | undefined;
 }
@@ -273,31 +272,31 @@ export class AgentEndpoint {
       this.refuse(call, peer, connection);
       return;
     }
-    let claims: ClaimResolution<Backend> | undefined;
+    let claim: Claim | undefined;
     const meta = this.admission.admit(call, peer.cert, this.closing !== undefined, (m) => {
       if (this.resumeWindowFor(m) === undefined || m.claims.length === 0) return false;
-      claims = this.tunnel.sessions.resolve(m.claims, ownerOf(m));
-      return claims.found !== undefined;
+      claim = this.tunnel.sessions.claim(m.claims, ownerOf(m));
+      return claim.found !== undefined;
     });
     if ('code' in meta) {
       this.refuse(call, meta, connection);
       return;
     }
-    if (claims !== undefined && logClaimRefusals(this.tunnel, this.limited, claims, meta, remoteAddress)) {
-      this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: 'stale resume attempt: a newer call has taken the session', by: 'call' }, connection);
+    const stale = claim === undefined ? undefined : this.tunnel.sessions.refusal(claim, meta.agentID, remoteAddress);
+    if (stale !== undefined) {
+      this.refuse(call, { code: GrpcStatus.UNAVAILABLE, message: stale, by: 'call' }, connection);
       return;
     }
-    const accepted = this.acceptCall(arrival, meta, claims?.found, peer.cert);
-    this.serveCall(accepted, meta, connection);
+    this.serveCall(this.acceptCall(arrival, meta, claim, peer.cert), meta, connection);
   }
 
   /**
-   * Answers an admitted call and gives it its backend: the resumed session's
-   * (`found`), or a new one, resumable when the agent asked and we offer it.
+   * Answers an admitted call and hands it to the tunnel's sessions, which
+   * resume the session its claim found or open a new link (resumable when
+   * the agent asked and we offer it); here only the answer's headers are made.
    */
-  private acceptCall(arrival: Arrival, meta: AgentMetadata, found: ClaimResolution<Backend>['found'], cert: AgentCertificate | undefined): AcceptedCall {
+  private acceptCall(arrival: Arrival, meta: AgentMetadata, claim: Claim | undefined, cert: AgentCertificate | undefined): AcceptedCall {
     const { connection, remoteAddress } = arrival;
-    const certSubject = peerCertSubject(cert);
     // Flow control only when the agent announced its window and we offer one.
     const flow =
       meta.agentWindow !== undefined && this.opts.connWindow > 0
@@ -309,50 +308,48 @@ export class AgentEndpoint {
     const halfClose = meta.halfClose && this.opts.halfClose;
     if (halfClose) responseMetadata[HALF_CLOSE_HEADER] = '1';
     const link = arrival.open(this.log.child({ agentID: meta.agentID }));
-    const where = { remoteAddress, roundTripMs: () => connection?.roundTripMs };
     const windowMs = this.resumeWindowFor(meta);
-    const resume = found === undefined ? undefined : this.tunnel.prepareResume(found.session, found.claim);
-    if (found !== undefined && resume !== undefined) {
-      // A resume may arrive over the other transport: whichever link it supersedes, that one goes.
-      if (isServedCall(resume.superseded)) resume.superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
-      responseMetadata[RESUME_HEADER] = String(found.session.windowMs);
-      responseMetadata[SESSION_HEADER] = found.claim.token;
-      responseMetadata[RESUMED_HEADER] = String(resume.received);
-      arrival.accept(link, responseMetadata);
-      const backend = this.tunnel.completeResume(found.session, found.claim, link, { ...where, owner: ownerOf(meta), certSubject });
-      return { backend, link, resumed: true, windowMs };
-    }
+    const roundTripMs = (): number | undefined => connection?.roundTripMs;
     const info = {
       agentID: meta.agentID,
       identifiers: meta.identifiers,
-      certSubject,
+      certSubject: peerCertSubject(cert),
       flow,
       halfClose,
       probe: meta.probe,
-      ...where,
+      remoteAddress,
+      roundTripMs,
     };
-    let backend: Backend;
-    if (windowMs !== undefined) {
-      const opened = this.tunnel.attachResumableAgent(info, link, ownerOf(meta), windowMs);
-      backend = opened.backend;
-      responseMetadata[RESUME_HEADER] = String(windowMs);
-      responseMetadata[SESSION_HEADER] = opened.token;
-    } else {
-      backend = this.tunnel.attachAgent(info, link);
-    }
-    arrival.accept(link, responseMetadata);
-    return { backend, link, resumed: false, windowMs };
+    const admitted = this.tunnel.sessions.admit({
+      link,
+      info,
+      owner: ownerOf(meta),
+      windowMs,
+      claim,
+      answer: (session, superseded) => {
+        // A resume may arrive over the other transport: whichever link it supersedes, that one goes.
+        if (isServedCall(superseded)) superseded.abort('superseded by a resume of its session (the agent came back on a new call)');
+        if (session !== undefined) {
+          responseMetadata[RESUME_HEADER] = String(session.windowMs);
+          responseMetadata[SESSION_HEADER] = session.token;
+          if (session.received !== undefined) responseMetadata[RESUMED_HEADER] = String(session.received);
+        }
+        arrival.accept(link, responseMetadata);
+      },
+    });
+    return { admitted, link, windowMs };
   }
 
   /** Carries an accepted call's packets into the tunnel until the call ends. */
-  private serveCall({ backend, link, resumed, windowMs }: AcceptedCall, meta: AgentMetadata, connection: LinkConnection | undefined): void {
+  private serveCall({ admitted, link, windowMs }: AcceptedCall, meta: AgentMetadata, connection: LinkConnection | undefined): void {
+    const backend = admitted.backend;
     if (backend.closed) return;
     if (connection === undefined) {
       // The connection went away while we answered: one removal path, the tunnel's.
-      this.tunnel.linkEnded(backend, link, { kind: 'failed', message: 'connection closed before the call was served' });
+      admitted.ended({ kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
-    if (!resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
+    if (!admitted.resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined && connection.pings !== undefined)
       connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
@@ -360,7 +357,7 @@ export class AgentEndpoint {
     this.admission.hold(meta.identityKeys);
     connection.calls.add(link);
     this.connectionOf.set(link, connection);
-    carryAgentPackets(this.tunnel, backend, link, () => {
+    carryAgentPackets(admitted, link, () => {
       connection.calls.delete(link);
       this.admission.release(meta.identityKeys);
     });
@@ -370,7 +367,7 @@ export class AgentEndpoint {
    * `backend`, a new link of `owner`, resumed none of the agent's sessions: a
    * new process (an agent killed and started again), or a live agent's probe.
    * The sessions it left suspended cannot come back: they end now
-   * (Tunnel.endSessionsLeftBehind). An older link of the same owner that still
+   * (Sessions.endLeftBehind). An older link of the same owner that still
    * looks alive may be the killed process's too: node:http2 does not always
    * report the reset of a connection whose peer died until keepalive gives up
    * (~30 s), and meanwhile new dials would go to it (of an agent's links the
@@ -382,7 +379,7 @@ export class AgentEndpoint {
    * the whole window for an agent that is gone.
    */
   private replaceLinksLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
-    this.tunnel.endSessionsLeftBehind(backend, owner, claims);
+    this.tunnel.sessions.endLeftBehind(backend, owner, claims);
     for (const old of [...this.tunnel.registry.streamsOf(owner.agentID)]) {
       const link = old.sessionLink;
       const call = link?.transport;

@@ -80,10 +80,10 @@ export async function rehearseServer(opts: ServerRehearsalOptions): Promise<Rehe
           logger: silentLogger(),
         });
         const resume = opts.resumeWindowMs > 0;
-        const backend = resume
-          ? tunnel.attachResumableAgent(info, call, { agentID: AGENT_ID, fingerprint: '', identityVerified: false }, opts.resumeWindowMs).backend
-          : tunnel.attachAgent(info, call);
-        carryAgentPackets(tunnel, backend, call, () => {});
+        const owner = { agentID: AGENT_ID, fingerprint: '', identityVerified: false };
+        const windowMs = resume ? opts.resumeWindowMs : undefined;
+        const admitted = tunnel.sessions.admit({ link: call, info, owner, windowMs, claim: undefined, answer: () => {} });
+        carryAgentPackets(admitted, call, () => {});
         agentLink = standInAgent(l, flow, resume);
         for (let c = 1; c <= connections; c++) {
           const caller = l.track(connect({ path: join(dir, 'proxier.sock') }));

@@ -3,7 +3,9 @@
 // ResumableLink, which outlives the agent's calls; the call that carries it
 // now is the transport. When that call drops without a goodbye the session
 // has no transport (suspended) and its writers wait; a new call presenting
-// the session's token takes it back and what the agent lacks is resent.
+// the session's token takes it back and what the agent lacks is resent. The
+// agent's packets do not pass here: the call hands them to `resumable`
+// itself (sessions.ts), which takes them only from the call carrying it.
 
 import { ResumableLink } from '../mux/resumable-link.js';
 import type { ResumeBudget } from '../mux/resume-budget.js';
@@ -13,9 +15,9 @@ import type { AgentLink, AgentLinkClose } from './agent-link.js';
 
 export interface SessionLinkHandlers {
   /** A packet of the session, once, in order. */
-  onPacket(packet: Packet): void;
+  readonly onPacket: (packet: Packet) => void;
   /** The agent broke the session's numbering: it cannot go on. */
-  onBroken(err: ResumeError): void;
+  readonly onBroken: (err: ResumeError) => void;
 }
 
 export class SessionLink implements AgentLink {
@@ -24,7 +26,7 @@ export class SessionLink implements AgentLink {
 
   /** `budget`: the server's, shared with every other session (resume-budget.ts). */
   constructor(handlers: SessionLinkHandlers, budget?: ResumeBudget) {
-    this.resumable = new ResumableLink({ onPacket: (p) => handlers.onPacket(p), onBroken: (err) => handlers.onBroken(err), budget });
+    this.resumable = new ResumableLink({ onPacket: handlers.onPacket, onBroken: handlers.onBroken, budget });
   }
 
   /** The call carrying the session now, if any. */
@@ -54,11 +56,6 @@ export class SessionLink implements AgentLink {
     this.call = undefined;
     this.resumable.detach();
     return call;
-  }
-
-  /** A packet from `from`: taken only if it is the call carrying the session. */
-  receive(from: AgentLink, packet: Packet): void {
-    this.resumable.receive(from, packet);
   }
 
   sendData(connectID: bigint, data: Buffer, cb: (err?: Error | null) => void): void {

@@ -272,6 +272,11 @@ export class SessionTable<V> {
     return [...(this.suspendedByAgent.get(agentID) ?? [])];
   }
 
+  /** Every session held, live and suspended. */
+  all(): IterableIterator<Session<V>> {
+    return this.sessions.values();
+  }
+
   /** The sessions of one agent, for logs and /debug. */
   sessionsOf(agentID: string): Session<V>[] {
     return [...this.sessions.values()].filter((s) => s.owner.agentID === agentID);

@@ -136,7 +136,7 @@ test(
     // One packet per writer may pass it: a packet is taken before its writer is told to wait.
     const margin = names.length * MAX_DATA_PAYLOAD;
     assert.ok(sampled.max <= BUDGET + margin, `the links held ${sampled.max} bytes at most`);
-    const budget = server.tunnel.resumeBudget;
+    const budget = server.tunnel.sessions.budget;
     assert.ok(budget.exhausted, `the budget is spent (${budget.used} of ${BUDGET} bytes)`);
     assert.ok(budget.peak <= BUDGET + margin, `peak ${budget.peak} bytes`);
     let metrics = await metricsText(server);
@@ -220,7 +220,7 @@ test(
     assert.equal(bBackend.suspended, true);
     assert.equal(upB.closed, false);
     assert.equal(upC.written, 2 * MiB);
-    assert.equal(server.tunnel.resumeBudget.used, part + 2 * MiB, 'what edge-b and edge-c keep');
+    assert.equal(server.tunnel.sessions.budget.used, part + 2 * MiB, 'what edge-b and edge-c keep');
     const metrics = await metricsText(server);
     assert.match(metrics, /^yurttunnel_server_agent_sessions_expired_total\{reason="YT_ERR_RESUME_BUDGET"\} 1$/m);
     assert.match(metrics, /^yurttunnel_server_agent_sessions_expired_total\{reason="window"\} 0$/m);
@@ -230,6 +230,6 @@ test(
       [['edge-a', 'YT_ERR_RESUME_BUDGET', part]],
     );
     await server.stop();
-    assert.equal(server.tunnel.resumeBudget.used, 0, 'every byte kept is released, once');
+    assert.equal(server.tunnel.sessions.budget.used, 0, 'every byte kept is released, once');
   },
 );
