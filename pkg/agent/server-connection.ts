@@ -200,19 +200,15 @@ export class ServerConnection {
     // With flow control (our server), the link measures its round trip at once: the windows are sized by it.
     const flow = identity.flow && { ...identity.flow, roundTripMs: () => this.keepaliveLoop?.minRoundTripMs };
     const measureAtStart = flow !== undefined;
-    if (r !== undefined) {
-      this.startLivenessWatch(pings, received, r.windowMs, call, measureAtStart);
-      this.conns.linkUp({ link: r.link, flow, halfClose: identity.halfClose });
-      call.start({
-        onPacket: (p) => r.link.receive(call, p),
-        onClose: (reason) => this.callEnded(call, reason),
-      });
-      r.link.attach(call, peerReceived);
-    } else {
-      this.startKeepalive(pings, received, measureAtStart);
-      this.conns.linkUp({ link: call, flow, halfClose: identity.halfClose });
-      call.start({ onPacket: (p) => this.onPacket(p), onClose: (reason) => this.callEnded(call, reason) });
-    }
+    // With a session the call's packets go to its resumable link (which hands them on to onPacket), without one straight there.
+    if (r !== undefined) this.startLivenessWatch(pings, received, r.windowMs, call, measureAtStart);
+    else this.startKeepalive(pings, received, measureAtStart);
+    this.conns.linkUp({ link: r?.link ?? call, flow, halfClose: identity.halfClose });
+    call.start({
+      onPacket: r !== undefined ? (p) => r.link.receive(call, p) : (p) => this.onPacket(p),
+      onClose: (reason) => this.callEnded(call, reason),
+    });
+    r?.link.attach(call, peerReceived);
     if (gone()) this.callEnded(call, 'connection closed');
   }
 
