@@ -24,10 +24,12 @@
 //                            failure suspends the session for its window; a
 //                            goodbye, a shutdown or a cut-off ends it.
 //
-// A suspended session ends when its window passes, when its agent's new
+// A suspended session expires when its window passes, when its agent's new
 // process connects without claiming it (endLeftBehind, Tunnel.endReplaced),
-// when the budget is spent and it holds some of it, or when the agent breaks
-// the numbering; its connections then fail with YT_ERR_AGENT_LOST.
+// or when the budget is spent and it holds some of it: its connections then
+// fail with YT_ERR_AGENT_LOST, as they do when a claim brings a count the
+// session cannot resume from (the call then gets a fresh one). A session
+// whose agent breaks the numbering on a live call is cut off with the call.
 
 import type { LogLimiter } from '../log/log-limiter.js';
 import type { Logger } from '../log/logger.js';
