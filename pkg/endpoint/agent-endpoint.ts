@@ -29,9 +29,8 @@ import { listen, stopListening } from '../net/listen.js';
 import { errorMessage } from '../protocol/errors.js';
 import { CONN_WINDOW_HEADER } from '../protocol/flow-control.js';
 import { HALF_CLOSE_HEADER } from '../protocol/half-close.js';
-import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER, type SessionClaim } from '../protocol/resume.js';
-import type { Backend } from '../tunnel/backend.js';
-import { sameOwner, type SessionOwner } from '../tunnel/session-table.js';
+import { RESUMED_HEADER, RESUME_HEADER, SESSION_HEADER } from '../protocol/resume.js';
+import type { SessionOwner } from '../tunnel/session-table.js';
 import type { AdmittedLink, Claim } from '../tunnel/sessions.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
 import { Admission, type AgentCertificate, type AgentMetadata, type Refusal } from './admission.js';
@@ -43,12 +42,10 @@ import { within } from '../timers/sleep.js';
 import { ClientCertificates, peerCertSubject } from './client-certificates.js';
 import { isServedCall, type AnsweringHead, type Arrival, type LinkConnection, type ServedCall } from './served-call.js';
 import { WsArrivals } from './ws-arrivals.js';
+import { replaceLinksLeftBehind } from './links-left-behind.js';
 
 /** Pings a connection carrying a resumable call may send this often without strikes: the agent's liveness check. */
 const RESUME_MIN_PING_INTERVAL_MS = 1000;
-
-/** How long, at least, an older link of a reconnected agent has to show a sign of life (replaceLinksLeftBehind). */
-const LIVENESS_CHECK_MS = 1000;
 
 /** How often, at most, the connect rate limit's summary line is logged. */
 const RATE_LOG_INTERVAL_MS = 5000;
@@ -349,7 +346,8 @@ export class AgentEndpoint {
       admitted.ended({ kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
-    if (!admitted.resumed) this.replaceLinksLeftBehind(backend, ownerOf(meta), meta.claims);
+    if (!admitted.resumed)
+      replaceLinksLeftBehind({ tunnel: this.tunnel, connectionOf: this.connectionOf, limited: this.limited }, backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined && connection.pings !== undefined)
       connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);
@@ -361,49 +359,6 @@ export class AgentEndpoint {
       connection.calls.delete(link);
       this.admission.release(meta.identityKeys);
     });
-  }
-
-  /**
-   * `backend`, a new link of `owner`, resumed none of the agent's sessions: a
-   * new process (an agent killed and started again), or a live agent's probe.
-   * The sessions it left suspended cannot come back: they end now
-   * (Sessions.endLeftBehind). An older link of the same owner that still
-   * looks alive may be the killed process's too: node:http2 does not always
-   * report the reset of a connection whose peer died until keepalive gives up
-   * (~30 s), and meanwhile new dials would go to it (of an agent's links the
-   * oldest serves). A live agent keeps one link per server and closes a
-   * duplicate at once, so such a link is asked for a sign of life; with none,
-   * and the new link still there, its session ends, even if the link dropped
-   * during the check (its reset read late, keepalive, AgentConnection's flow
-   * watch): suspended after this link came, its session would otherwise wait
-   * the whole window for an agent that is gone.
-   */
-  private replaceLinksLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
-    this.tunnel.sessions.endLeftBehind(backend, owner, claims);
-    for (const old of [...this.tunnel.registry.streamsOf(owner.agentID)]) {
-      const link = old.sessionLink;
-      const call = link?.transport;
-      if (old === backend || old.session === undefined || link === undefined || !isServedCall(call) || !sameOwner(old.session.owner, owner)) continue;
-      const connection = this.connectionOf.get(call);
-      if (connection === undefined) continue;
-      const timeoutMs = Math.max(LIVENESS_CHECK_MS, 4 * (connection.roundTripMs ?? 0));
-      const receivedBefore = link.received;
-      void connection.answers(timeoutMs).then((alive) => {
-        // A packet of the session is an answer too: answers() says false for a link that died after answering.
-        if (alive || link.received !== receivedBefore || backend.closed || old.closed) return;
-        // Taken by a resume meanwhile: the agent holding it is alive.
-        if (link.transport !== undefined && link.transport !== call) return;
-        this.limited.warn('an older link of a reconnected agent gave no sign of life; dropping it', {
-          agentID: owner.agentID,
-          stream: old.serial,
-          newStream: backend.serial,
-          remoteAddress: connection.remoteAddress,
-          timeoutMs,
-        });
-        this.tunnel.endReplaced(old, backend);
-        connection.drop(`no sign of life within ${timeoutMs} ms after a new link of agent ${owner.agentID} connected`);
-      });
-    }
   }
 
   /**
