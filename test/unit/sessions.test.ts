@@ -11,31 +11,23 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Registry } from '../../pkg/metrics/prom.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
-import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import type { SessionClaim } from '../../pkg/protocol/resume.js';
 import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import type { SessionOwner } from '../../pkg/tunnel/session-table.js';
 import type { AdmittedLink, Claim, SessionAnswer } from '../../pkg/tunnel/sessions.js';
 import { Tunnel } from '../../pkg/tunnel/tunnel.js';
 import { MemoryLogger } from '../support/memory-logger.js';
+import { RecordingLink } from '../support/recording-link.js';
 
 const WINDOW_MS = 10_000;
 const EDGE1: SessionOwner = { agentID: 'edge-1', fingerprint: 'AA:01', identityVerified: true };
 const EDGE2: SessionOwner = { agentID: 'edge-2', fingerprint: 'AA:02', identityVerified: true };
 
-/** An agent's call as the tunnel sees it: what went out on it, and how the tunnel closed it. */
-class Call implements AgentLink {
-  readonly control: KnownPacket[] = [];
-  sendData(_connectID: bigint, _data: Buffer, cb: (err?: Error | null) => void): void {
-    cb();
+/** An agent's call as the tunnel sees it: what went out on it. */
+class Call extends RecordingLink {
+  constructor() {
+    super({ mayClose: true });
   }
-  sendControl(packet: KnownPacket): boolean {
-    this.control.push(packet);
-    return true;
-  }
-  pauseReceive(): void {}
-  resumeReceive(): void {}
-  close(): void {}
 }
 
 /** A call through the seam as the agent endpoint makes it: claims, refusal, admit; what the answer said. */

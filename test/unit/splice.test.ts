@@ -9,11 +9,10 @@ import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { test } from 'node:test';
 import { splice } from '../../pkg/mux/splice.js';
 import { emptyIdentifiers } from '../../pkg/protocol/identifiers.js';
-import type { KnownPacket } from '../../pkg/protocol/packet.js';
-import type { AgentLink } from '../../pkg/tunnel/agent-link.js';
 import { Backend } from '../../pkg/tunnel/backend.js';
 import { TunnelConn } from '../../pkg/tunnel/tunnel-conn.js';
 import { harness, type Harness } from '../support/harness.js';
+import { RecordingLink } from '../support/recording-link.js';
 
 const LIMIT = { timeout: 10_000 };
 
@@ -95,24 +94,16 @@ test('a clean end on one side is a clean end on the other, after the last bytes'
   assert.equal(callerSees.text(), 'the whole answer');
 });
 
-/** Records the packets a connection sends. */
-class RecordingLink implements AgentLink {
-  readonly control: KnownPacket[] = [];
-  sendData(_connectID: bigint, _data: Buffer, cb: (err?: Error | null) => void): void {
-    cb();
+/** Records the packets a connection sends; the tunnel may close it. */
+class ClosableLink extends RecordingLink {
+  constructor() {
+    super({ mayClose: true });
   }
-  sendControl(packet: KnownPacket): boolean {
-    this.control.push(packet);
-    return true;
-  }
-  pauseReceive(): void {}
-  resumeReceive(): void {}
-  close(): void {}
 }
 
 test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_REQ with the error, and a failed connection resets it', LIMIT, async (t) => {
   const h = harness(t);
-  const link = new RecordingLink();
+  const link = new ClosableLink();
   const backend = new Backend({ agentID: 'edge-1', identifiers: emptyIdentifiers(), remoteAddress: '127.0.0.1:1', certSubject: 'CN=x', halfClose: true }, link);
 
   // The caller resets: the agent is told it was a failure.
@@ -137,7 +128,7 @@ test('a socket spliced with a tunnelled connection: its reset goes out as CLOSE_
 });
 
 /** A link whose transport is gone (session resume) until resume(): DATA callbacks wait meanwhile. */
-class SuspendableLink extends RecordingLink {
+class SuspendableLink extends ClosableLink {
   suspended = true;
   private held: Array<() => void> = [];
   override sendData(_connectID: bigint, _data: Buffer, cb: (err?: Error | null) => void): void {
