@@ -8,7 +8,9 @@ import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingMessage, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { connect, type AddressInfo, type Socket } from 'node:net';
+import assert from 'node:assert/strict';
 import type { Harness } from './harness.js';
+import { waitFor, type TestAgent, type TestServer } from './tunnel.js';
 
 /** The credentials the proxy wants. */
 export const PROXY_USER = 'user';
@@ -61,4 +63,17 @@ export async function startConnectProxy(h: Harness, tls?: { cert: string; key: s
     await new Promise((r) => server.close(r));
   });
   return { port: (server.address() as AddressInfo).port, asked, tlsClientErrors };
+}
+
+/**
+ * The agent's first retry warning is the proxy's refusal with 407, named by
+ * `proxyURL` (without credentials); the wrong password is nowhere in its log
+ * and it never joined.
+ */
+export async function expectProxyRefused(agent: TestAgent, server: TestServer, proxyURL: string): Promise<void> {
+  await waitFor('a retry warning', () => agent.log.find('could not connect to the tunnel server').length > 0);
+  const [warning] = agent.log.find('could not connect to the tunnel server');
+  assert.equal(warning!.fields.error, `proxy ${proxyURL} (--proxy-url) refused CONNECT to ${server.agentAddress}: 407 Proxy Authentication Required`);
+  assert.doesNotMatch(JSON.stringify(agent.log.records), /wrong/);
+  assert.equal(server.tunnel.registry.agentCount, 0);
 }
