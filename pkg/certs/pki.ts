@@ -43,9 +43,15 @@ function newKeyPair(): { privateKey: forge.pki.rsa.PrivateKey; publicKey: forge.
   };
 }
 
-function serialNumber(): string {
+/**
+ * 126 random bits as a DER INTEGER's content, which forge writes as given: the
+ * first byte must be neither 0 (a non-minimal encoding, which Go's x509 refuses
+ * with "malformed serial number": kube-apiserver and Go agents, for 1 in 128
+ * certificates when the top bit alone was cleared) nor over 0x7f (negative).
+ */
+export function serialNumber(): string {
   const bytes = randomBytes(16);
-  bytes[0] = bytes[0]! & 0x7f; // positive
+  bytes[0] = (bytes[0]! & 0x3f) | 0x40;
   return bytes.toString('hex');
 }
 
