@@ -205,14 +205,20 @@ export function assertAlive(agent: Agent, when: string): void {
 
 /** waitFor, failing at once if the agent died meanwhile. */
 export async function whileAlive(agent: Agent, what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  await waitFor(
-    what,
-    () => {
-      assertAlive(agent, `while waiting for ${what}`);
-      return cond();
-    },
-    timeoutMs,
-  );
+  try {
+    await waitFor(
+      what,
+      () => {
+        assertAlive(agent, `while waiting for ${what}`);
+        return cond();
+      },
+      timeoutMs,
+    );
+  } catch (err: unknown) {
+    // The agent's last lines say what it was doing instead.
+    const last = agent.timed.slice(-40).map((l) => `  ${Math.round(l.at)} ${l.line}`);
+    throw new Error(`${(err as Error).message}; the agent's last lines:\n${last.join('\n')}`, { cause: err });
+  }
 }
 
 /** Lets `gapMs` to twice that of traffic pass after every connection moved BUSY_BYTES both ways since `from`. */
