@@ -12,6 +12,7 @@
 
 import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { constants } from 'node:os';
 import type { Harness } from '../harness.js';
 import { startProcess, type Proc, type StartOptions } from '../processes.js';
 
@@ -31,9 +32,11 @@ export function run(command: string, args: string[], opts: { timeoutMs?: number;
       (err, stdout, stderr) => {
         let code = 0;
         if (err !== null) {
-          const c = (err as { code?: unknown }).code;
-          code = typeof c === 'number' ? c : c === 'ENOENT' ? 127 : 1;
+          const { code: c, signal } = err as { code?: unknown; signal?: NodeJS.Signals | null };
+          code = typeof c === 'number' ? c : c === 'ENOENT' ? 127 : signal ? 128 + constants.signals[signal] : 1;
+          // Without an exit code the cause is the signal or the spawn's own error: say which, or the failure reads as empty.
           if (code === 127 && stderr === '') stderr = `${command}: not found`;
+          else if (typeof c !== 'number') stderr += `${stderr === '' ? '' : '\n'}${signal ? `killed by ${signal}` : err.message}`;
         }
         resolve({ code, stdout, stderr });
       },
