@@ -15,7 +15,12 @@ import type { ServedCall } from './served-call.js';
 /** An agent heard all the time is still pinged every this many keepalive intervals, so that /debug/agents shows a recent round trip. */
 const ROUND_TRIP_EVERY_INTERVALS = 6;
 
-/** How often a connection is looked at for a peer that stopped mid-flow (watchFlowStopping). */
+/**
+ * How often a connection is looked at for a peer that stopped mid-flow (watchFlowStopping).
+ * One interval per connection, measured (idle server, 1,000 agent links, 2 cores): the watch
+ * costs ~1 % of a core, mostly reading bytesRead; one endpoint-wide timer walking them all
+ * saved only the timers' own share (~0.3-0.7 points, within run-to-run noise), so it was not taken.
+ */
 const FLOW_LOOK_MS = 250;
 /** Bytes heard between two looks that make a flow (a full DATA frame); pings and their answers do not. */
 const FLOW_BYTES = 16 * 1024;
