@@ -5,10 +5,10 @@
 // removed. Then it checks that nothing is left and says what is, if anything.
 // With nothing up it does nothing and succeeds.
 
-import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
 import { run } from '../image.js';
 import { existingCgroupRoots, removeCgroup } from './cgroups.js';
-import { clusterPids, mountsUnder, stopAll } from './procs.js';
+import { clusterPids, holdNamespaces, mountsUnder, stopAll } from './procs.js';
 import { emptyState, readState, STATE_DIR, type ClusterState } from './state.js';
 import { ALL_NETNS, CLOUD_2, NODES } from './topology.js';
 
@@ -59,7 +59,12 @@ function processesNamingState(): string[] {
 /** What of the cluster is still there. */
 export async function leftovers(state: ClusterState): Promise<string[]> {
   const left: string[] = [];
-  for (const pid of clusterPids(state)) left.push(`process ${pid}`);
+  const held = holdNamespaces(state);
+  try {
+    for (const pid of clusterPids(state, held)) left.push(`process ${pid}`);
+  } finally {
+    held.release();
+  }
   left.push(...processesNamingState());
   for (const ns of await ourNetns()) left.push(`network namespace ${ns}`);
   const folders = [STATE_DIR, ...state.mountPoints];
@@ -78,8 +83,7 @@ export async function down(progress: (line: string) => void = () => undefined): 
   const t0 = Date.now();
   const since = (): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
   // By their network namespaces too: what an `up` whose state.json is lost left running.
-  const netnsLinks = netns.map((ns) => `net:[${statSync(`/run/netns/${ns}`).ino}]`);
-  const { killed, stuck } = await stopAll(state, netnsLinks);
+  const { killed, stuck } = await stopAll(state, netns);
   const note = killed.length === 0 ? '' : `; SIGKILL after the SIGTERM grace: ${killed.join(', ')}`;
   progress(stuck.length === 0 ? `processes ended (${since()}${note})` : `processes still running after SIGKILL: ${stuck.join(', ')}`);
   for (const ns of netns) await run('ip', ['netns', 'del', ns]);

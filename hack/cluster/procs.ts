@@ -3,7 +3,7 @@
 // every process in the kubelets' cgroups (the containers, which have
 // namespaces of their own).
 
-import { existsSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cgroupPids } from './cgroups.js';
 import type { ClusterState } from './state.js';
@@ -18,7 +18,7 @@ export function alive(pid: number): boolean {
   }
 }
 
-function link(pid: string, kind: string): string | undefined {
+function nsLink(pid: string, kind: string): string | undefined {
   try {
     return readlinkSync(`/proc/${pid}/ns/${kind}`);
   } catch {
@@ -26,20 +26,73 @@ function link(pid: string, kind: string): string | undefined {
   }
 }
 
-/** Every running process that belongs to the cluster `state` describes, or runs in one of `netns` (`net:[inode]`). */
-export function clusterPids(state: ClusterState, netns: string[] = []): number[] {
+/** The cluster's namespaces (`mnt:[…]`, `net:[…]`), each held open by a file descriptor until release(). */
+export interface HeldNamespaces {
+  links: ReadonlySet<string>;
+  release(): void;
+}
+
+/**
+ * Holds the cluster's namespaces open. The kernel gives a freed namespace's number to the next namespace
+ * made anywhere (every `ip netns exec` and `unshare --mount` makes one), so once a node's last process has
+ * ended, its recorded number may name a stranger's namespace: a probe of a test running beside `down` was
+ * killed so. A namespace held open is not freed, so a process in it is the node's. Each is held through a
+ * process recorded in `state` (the holder or one `up` started) still in it, or through its /run/netns name;
+ * one that cannot be held any more is not looked in (its processes are gone, or found by pid or cgroup).
+ */
+export function holdNamespaces(state: ClusterState, netnsNames: string[] = []): HeldNamespaces {
+  const fds: number[] = [];
+  const links = new Set<string>();
+  /** Holds the namespace at `path` if it is `link` (any, for undefined); true when held. */
+  const hold = (path: string, kind: 'mnt' | 'net', link?: string): boolean => {
+    let fd: number;
+    try {
+      fd = openSync(path, 'r');
+    } catch {
+      return false;
+    }
+    // The descriptor's inode is the namespace's number: it says what was opened, even if a pid was reused meanwhile.
+    const opened = `${kind}:[${fstatSync(fd).ino}]`;
+    if (link !== undefined && opened !== link) {
+      closeSync(fd);
+      return false;
+    }
+    fds.push(fd);
+    links.add(opened);
+    return true;
+  };
+  for (const node of state.nodes) {
+    const pids = [node.holderPid, ...node.processes.map((p) => p.pid)];
+    for (const [kind, link] of [
+      ['mnt', node.mntNS],
+      ['net', node.netNS],
+    ] as const) {
+      pids.some((pid) => nsLink(String(pid), kind) === link && hold(`/proc/${pid}/ns/${kind}`, kind, link));
+    }
+  }
+  // Deleted meanwhile, a name holds nothing, and there is nothing of it to look in.
+  for (const name of netnsNames) hold(`/run/netns/${name}`, 'net');
+  return {
+    links,
+    release: () => {
+      for (const fd of fds.splice(0)) closeSync(fd);
+    },
+  };
+}
+
+/** Every running process that belongs to the cluster `state` describes, or runs in one of the `held` namespaces. */
+export function clusterPids(state: ClusterState, held: HeldNamespaces): number[] {
   const pids = new Set<number>();
   for (const node of state.nodes) {
     pids.add(node.holderPid);
     for (const p of node.processes) pids.add(p.pid);
   }
   for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) pids.add(pid);
-  const namespaces = new Set([...state.nodes.flatMap((n) => [n.mntNS, n.netNS]), ...netns]);
-  if (namespaces.size > 0 && existsSync('/proc')) {
+  if (held.links.size > 0 && existsSync('/proc')) {
     for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-      const mnt = link(pid, 'mnt');
-      const net = link(pid, 'net');
-      if ((mnt !== undefined && namespaces.has(mnt)) || (net !== undefined && namespaces.has(net))) pids.add(Number(pid));
+      const mnt = nsLink(pid, 'mnt');
+      const net = nsLink(pid, 'net');
+      if ((mnt !== undefined && held.links.has(mnt)) || (net !== undefined && held.links.has(net))) pids.add(Number(pid));
     }
   }
   pids.delete(process.pid);
@@ -82,7 +135,16 @@ const KILL_AT_ONCE = ['kube-scheduler'];
  * waited in vain when all stopped at once. SIGKILL to what outlives `graceMs`
  * at any step.
  */
-export async function stopAll(state: ClusterState, netns: string[] = [], graceMs = 5000): Promise<StopResult> {
+export async function stopAll(state: ClusterState, netnsNames: string[] = [], graceMs = 5000): Promise<StopResult> {
+  const held = holdNamespaces(state, netnsNames);
+  try {
+    return await stopHeld(state, held, graceMs);
+  } finally {
+    held.release();
+  }
+}
+
+async function stopHeld(state: ClusterState, held: HeldNamespaces, graceMs: number): Promise<StopResult> {
   const pidsOf = (name: string): Set<number> => new Set(state.nodes.flatMap((n) => n.processes.filter((p) => p.name === name).map((p) => p.pid)));
   for (const dir of state.cgroups) for (const pid of cgroupPids(dir)) signal(pid, 'SIGKILL');
   for (const name of KILL_AT_ONCE) for (const pid of pidsOf(name)) signal(pid, 'SIGKILL');
@@ -98,16 +160,16 @@ export async function stopAll(state: ClusterState, netns: string[] = [], graceMs
   };
   for (let i = 0; i <= LAST.length; i++) {
     const later = new Set(LAST.slice(i).flatMap((name) => [...pidsOf(name)]));
-    await terminate(() => clusterPids(state, netns).filter((pid) => !later.has(pid)));
+    await terminate(() => clusterPids(state, held).filter((pid) => !later.has(pid)));
   }
   // Kill until nothing is left: a shim may start a process while we kill (bounded: 50 rounds).
   for (let round = 0; round < 50; round++) {
-    const left = clusterPids(state, netns);
+    const left = clusterPids(state, held);
     if (left.length === 0) return { killed, stuck: [] };
     for (const pid of left) signal(pid, 'SIGKILL');
     await sleep(100);
   }
-  return { killed, stuck: clusterPids(state, netns) };
+  return { killed, stuck: clusterPids(state, held) };
 }
 
 /** The lines of /proc/self/mountinfo whose mount point is `dir` or below it. */
