@@ -346,7 +346,9 @@ export class AgentEndpoint {
       admitted.ended({ kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
-    if (!admitted.resumed)
+    // A probe comes only from an agent holding a link to every server it knows (protocol/probe.ts): a live process,
+    // whose session here dropped without it noticing yet (a reset it reads late under load). It will resume it.
+    if (!admitted.resumed && !meta.probe)
       replaceLinksLeftBehind({ tunnel: this.tunnel, connectionOf: this.connectionOf, limited: this.limited }, backend, ownerOf(meta), meta.claims);
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined && connection.pings !== undefined)

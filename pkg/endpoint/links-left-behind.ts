@@ -19,8 +19,8 @@ export interface EndpointParts {
 }
 
 /**
- * `backend`, a new link of `owner`, resumed none of the agent's sessions: a
- * new process (an agent killed and started again), or a live agent's probe.
+ * `backend`, a new link of `owner`, resumed none of the agent's sessions and
+ * is no probe: a new process (an agent killed and started again).
  * The sessions it left suspended cannot come back: they end now
  * (Sessions.endLeftBehind). An older link of the same owner that still
  * looks alive may be the killed process's too: node:http2 does not always

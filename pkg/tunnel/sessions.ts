@@ -290,9 +290,8 @@ export class Sessions {
    * A live agent presents a claim for every session it waits to resume
    * (pkg/agent/client-set.ts), so the process that held them is gone (killed
    * and started again): none can come back, and each ends now (endReplaced).
-   * (A live agent that probes before it notices its link dropped would lose
-   * the session too; its liveness watch notices within about half the window,
-   * a probe comes every 30 s.)
+   * (A live agent's probe is not asked here: it may come before the agent
+   * noticed its link dropped, and would end the session it is about to resume.)
    */
   endLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
     const suspended = this.table.suspendedOf(owner.agentID);

@@ -161,3 +161,31 @@ test('an older link whose drop the server hears only during its liveness check s
   assert.equal(server.tunnel.sessions.suspendedCount, 0);
   assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1, 'only the new link is left');
 });
+
+test("a live agent's probe made before it noticed its link dropped leaves the session it then resumes", { timeout: 30_000 }, async (t) => {
+  const h = harness(t);
+  const echo = await startEchoServer(h);
+  const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
+  const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+  const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', probeIntervalMs: 200, connection: { resumeWindowMs: 10_000 } });
+  await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+  const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
+  h.defer(() => conn.destroy());
+
+  // The link goes dark and only the server hears of its reset (busy-link-resets saw an agent under load read its
+  // reset 1.9 s late): the agent learns of the drop by its own liveness watch, and its probes come meanwhile.
+  relay.freeze();
+  relay.heal();
+  relay.resetDark('server');
+  await waitFor('the server to suspend the session', () => server.tunnel.sessions.suspendedCount === 1);
+  const suspendedAt = server.log.find('agent link dropped; keeping its connections for the resume window')[0]!.at;
+  await waitFor('a probe while the session waits', () => server.log.find('agent connected').some((r) => r.at > suspendedAt), 10_000);
+  await waitFor('the agent to notice the drop and resume', () => server.log.find('agent link resumed').length === 1, 10_000);
+
+  assert.deepEqual(server.log.find('agent session expired; closing its connections'), []);
+  assert.ok(agent.log.find('already connected to this server').length >= 1, 'the probe reached the server the agent holds');
+  conn.write('still the same session');
+  const [echoed] = (await once(conn, 'data')) as [Buffer];
+  assert.equal(echoed.toString(), 'still the same session');
+});

@@ -45,8 +45,12 @@ export interface BlipRelay {
   freeze(opts?: BlipOptions): void;
   /** Ends the blip now. */
   heal(): void;
-  /** Resets the connections a silent blip left dark (RST to both ends): their end reaches the peers at last. */
-  resetDark(): void;
+  /**
+   * Resets the connections a silent blip left dark (RST to both ends): their end reaches the peers at last.
+   * `'server'`: only the server's end is reset, and the agent's stays dark (its RST lost, or read late under
+   * load): the server hears of the drop before the agent does.
+   */
+  resetDark(ends?: 'both' | 'server'): void;
   /** Connections through the relay that have not closed on both sides. */
   connections(): number;
   /** Connections accepted, and of those reset at once during reset blips. */
@@ -184,12 +188,12 @@ export async function startBlipRelay(h: Harness, targets: number[]): Promise<Bli
       start('silent', opts);
     },
     heal,
-    resetDark() {
+    resetDark(ends = 'both') {
       for (const pair of pairs) {
         if (pair.state !== 'paused' && pair.state !== 'dead') continue;
         counts.reset++;
         pair.state = 'dead';
-        reset(pair.client);
+        if (ends === 'both') reset(pair.client);
         reset(pair.upstream);
       }
     },
