@@ -255,12 +255,16 @@ export class Sessions {
   /**
    * The call `from` of `backend` ended: a failure suspends the session (its
    * connections wait for the agent for the window); a call that no longer
-   * carries it (a resume superseded it) changes nothing.
+   * carries it (a resume superseded it) changes nothing. A probe of a server
+   * the agent holds, with nothing on it, just ends: the agent closes it at
+   * once and never resumes it, so suspended it would only wait out the window
+   * and then expire with a warning.
    */
   private linkEnded(backend: Backend, from: AgentLink, end: AgentLinkEnd): void {
     const link = backend.sessionLink!;
     if (backend.closed || link.transport !== from) return;
-    if (endsWithoutGoodbye(end) && !backend.draining && !this.host.closed && backend.session !== undefined) {
+    const idleProbe = backend.duplicateProbe && backend.conns.size === 0 && backend.pendingDialCount === 0;
+    if (endsWithoutGoodbye(end) && !idleProbe && !backend.draining && !this.host.closed && backend.session !== undefined) {
       this.suspend(backend, end);
       return;
     }

@@ -13,6 +13,8 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
+import { dialServer } from '../../pkg/agent/server-dial.js';
+import { silentLogger } from '../../pkg/log/logger.js';
 import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
@@ -188,4 +190,37 @@ test("a live agent's probe made before it noticed its link dropped leaves the se
   conn.write('still the same session');
   const [echoed] = (await once(conn, 'data')) as [Buffer];
   assert.equal(echoed.toString(), 'still the same session');
+});
+
+test("a live agent's probe whose link fails before the agent closes it ends at once: no session waits for it, none expires", { timeout: 30_000 }, async (t) => {
+  const h = harness(t);
+  const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
+  const pki = testPKI();
+  const cert = pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1');
+  const tls = { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+  startAgent(h, server.agentAddress, { nodeName: 'edge-1', tls, connection: { resumeWindowMs: 10_000 } });
+  await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+
+  // The agent's probe, scripted, cut before the agent could close it (its connection ends with no goodbye).
+  const probe = await dialServer(
+    {
+      ...{ address: server.agentAddress, verifyName: '127.0.0.1', tls, agentID: 'edge-1', identifiers: 'ipv4=127.0.0.1&host=edge-1' },
+      ...{ receiveWindow: MiB, connWindow: MiB, halfClose: true, handshakeTimeoutMs: 10_000 },
+      resume: { windowMs: 10_000, claims: [] },
+      probe: true,
+    },
+    silentLogger(),
+  );
+  h.defer(() => probe.session.destroy());
+  assert.ok(probe.offer !== undefined, 'the probe was offered a session of its own');
+  await waitFor('the probe on the server', () => server.tunnel.registry.streamsOf('edge-1').length === 2);
+  probe.socket!.destroy();
+  probe.session.destroy();
+  const ends = ['agent disconnected', 'agent link dropped; keeping its connections for the resume window'];
+  await waitFor('the server to hear of the end', () => ends.some((e) => server.log.find(e).length > 0), 5000);
+
+  assert.equal(server.tunnel.sessions.suspendedCount, 0, 'the probe left no session waiting for the window');
+  assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1, 'the probe is gone');
+  assert.equal(server.tunnel.sessions.size, 1, "only the agent's session");
+  assert.equal(server.tunnel.registry.streamsOf('edge-1')[0]!.suspended, false, "the agent's own link is untouched");
 });
