@@ -444,12 +444,11 @@ test("a silent agent link is dropped by the server's keepalive; a silent server 
   });
   await waitFor('the link, on both sides', () => server.tunnel.registry.agentCount === 1 && agent.clients.connectedServers === 1);
   relay.freeze();
-  const frozenAt = performance.now();
-  await waitFor('the server to drop the agent', () => server.tunnel.registry.agentCount === 0, 3000);
+  // A frozen path gives TCP nothing to fail on: only the keepalive pings notice it (300 + 300 ms; 10 s of room for load).
+  await waitFor('the server to drop the agent', () => server.tunnel.registry.agentCount === 0, 10_000);
   assert.ok(server.log.find('did not answer a keepalive ping').length >= 1);
   assert.match(String(server.log.find('agent disconnected')[0]?.fields.reason), /^no answer to a keepalive ping within 300 ms$/);
-  await waitFor('the agent to notice', () => agent.log.find('lost connection to tunnel server').length >= 1, 3000);
-  assert.ok(performance.now() - frozenAt < 3000);
+  await waitFor('the agent to notice', () => agent.log.find('lost connection to tunnel server').length >= 1, 10_000);
   assert.ok(agent.log.find('tunnel server did not answer a keepalive ping').length >= 1, 'the agent noticed by its own pings');
 });
 

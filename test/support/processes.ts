@@ -12,7 +12,10 @@ export const AGENT_BIN = join(repoRoot(), 'dist/cmd/yurt-tunnel-agent/main.js');
 export interface Proc {
   child: ChildProcess;
   lines: string[];
-  /** Resolves with the first line (seen so far or later) matching `re`. */
+  /**
+   * Resolves with the first line (seen so far or later) matching `re`. Default limit 30 s: a server CLI making its
+   * local CA and serving certificates at start once took over 10 s to say "started" under CI's load.
+   */
   waitForLine(re: RegExp, timeoutMs?: number): Promise<string>;
   /** Resolves with the exit code (or signal name) once the process has exited. */
   exited: Promise<number | string>;
@@ -66,7 +69,7 @@ export function startProcess(h: Harness, bin: string, args: string[], env: NodeJ
     lines,
     exited,
     kill: (signal = 'SIGTERM') => child.kill(signal),
-    waitForLine(re, timeoutMs = 10_000) {
+    waitForLine(re, timeoutMs = 30_000) {
       const seen = lines.find((l) => re.test(l));
       if (seen !== undefined) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {

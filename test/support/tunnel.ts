@@ -30,8 +30,13 @@ export async function tempDir(h: Harness, prefix = 'yt-test-'): Promise<string> 
   return dir;
 }
 
-/** Polls `cond` every 10 ms until true; fails after `timeoutMs`. */
-export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
+/**
+ * Polls `cond` every 10 ms until true; fails after `timeoutMs`. The default is for a machine at load 15 on 2 cores (CI
+ * with two test files beside a real cluster): there an agent's TLS handshake, its reconnect or a server's first answer
+ * took several seconds where they take a fraction of one on an idle machine, so 5 s failed now and then. A wait ends as
+ * soon as `cond` holds: a long limit costs nothing when things go right.
+ */
+export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
