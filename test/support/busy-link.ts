@@ -221,9 +221,29 @@ export async function whileAlive(agent: Agent, what: string, cond: () => boolean
   }
 }
 
+/** Fails at once if a side of a connection read a wrong byte (it then closed its socket, and its traffic stopped). */
+export function assertNoWrongBytes(conns: Connection[], when: string): void {
+  for (const c of conns) {
+    for (const [side, end] of [
+      ['download (read by the caller)', c.client],
+      ['upload (read by the target)', c.target()],
+    ] as const) {
+      if (end?.wrong !== undefined) assert.fail(`connection ${c.id}, ${side}, ${when}: ${end.wrong.message}`);
+    }
+  }
+}
+
 /** Lets `gapMs` to twice that of traffic pass after every connection moved BUSY_BYTES both ways since `from`. */
 export async function busy(agent: Agent, conns: Connection[], from: Array<{ up: number; down: number }>, gapMs: number, what: string): Promise<void> {
-  await whileAlive(agent, `${what}: traffic on every connection`, () => conns.every((c, i) => movedSince(c, from[i]!, BUSY_BYTES)), 15_000);
+  await whileAlive(
+    agent,
+    `${what}: traffic on every connection`,
+    () => {
+      assertNoWrongBytes(conns, what);
+      return conns.every((c, i) => movedSince(c, from[i]!, BUSY_BYTES));
+    },
+    15_000,
+  );
   await sleep(gapMs * (1 + Math.random()));
   assertAlive(agent, what);
 }
