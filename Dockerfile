@@ -16,7 +16,10 @@ RUN npm ci --ignore-scripts
 COPY cmd ./cmd
 COPY pkg ./pkg
 COPY proto ./proto
-RUN npx tsc -p tsconfig.json && npm prune --omit=dev --ignore-scripts
+COPY hack/bundle.mjs ./hack/bundle.mjs
+# Each CLI bundled into dist/bin (hack/bundle.mjs: a third of the start time); node_modules stays for cluster mode's
+# @kubernetes/client-node, which is not bundled.
+RUN npx tsc -p tsconfig.json && node hack/bundle.mjs && npm prune --omit=dev --ignore-scripts
 
 FROM ${BASE_IMAGE}
 # The server's iptables manager needs iptables and conntrack (and root with NET_ADMIN); the agent needs neither.
@@ -31,12 +34,11 @@ ENV LD_PRELOAD=/usr/local/lib/libjemalloc.so.2 MALLOC_CONF=background_thread:tru
 WORKDIR /app
 COPY --from=build /src/package.json ./
 COPY --from=build /src/node_modules ./node_modules
-COPY --from=build /src/dist/cmd ./dist/cmd
-COPY --from=build /src/dist/pkg ./dist/pkg
+COPY --from=build /src/dist/bin ./dist/bin
 COPY --from=build /src/proto ./proto
-RUN chmod +x dist/cmd/*/main.js \
- && ln -s /app/dist/cmd/yurt-tunnel-server/main.js /usr/local/bin/yurt-tunnel-server \
- && ln -s /app/dist/cmd/yurt-tunnel-agent/main.js /usr/local/bin/yurt-tunnel-agent
+RUN chmod +x dist/bin/*/main.js \
+ && ln -s /app/dist/bin/yurt-tunnel-server/main.js /usr/local/bin/yurt-tunnel-server \
+ && ln -s /app/dist/bin/yurt-tunnel-agent/main.js /usr/local/bin/yurt-tunnel-agent
 # Non-root by default; a server that runs the iptables manager is given root and NET_ADMIN by its manifest.
 USER node
 # Meta ports: server 10265, agent 10266 (/healthz, /readyz, /metrics).

@@ -118,7 +118,7 @@ export function parseLogFormat(text: string): 'text' | 'json' {
   return text;
 }
 
-/** The package version, read from package.json next to dist/. */
+/** The package version, read from package.json next to dist/ (three folders up from dist/cmd/common/ and from each file of the bundles in dist/bin/: hack/bundle.mjs). */
 export function packageVersion(): string {
   try {
     const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };
