@@ -1,4 +1,4 @@
-// npm run bench -- cold-start [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips]' ...
+// npm run bench -- cold-start [--rounds N] [--log PREFIX] [--warm-client] 'label|node args|server+agent flags[|warm round trips[|entry]]' ...
 //
 // The cold figures of fresh pairs, configurations alternated round by round
 // (e.g. 'off||' 'on||--startup-rehearsal'): for each pair, the time to
@@ -17,11 +17,14 @@
 // floor at the machine's load of the moment, to hold the cold figures against.
 // --warm-client warms the client on a throwaway pair first (its path through a
 // pair, CONNECT over a Unix socket, is not the direct one it is warmed on).
+// A fifth field picks what runs: bundle (the default: dist/bin, what ships) or
+// modules (tsc's dist/cmd, each module a file): 'bundle||' 'modules|||0|modules'.
 
 import { appendFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
+import { MODULE_AGENT_BIN, MODULE_SERVER_BIN } from '../hack/cli-bins.js';
 import { ClientProcess } from './client-process.js';
 import { startPair, type Pair } from './pairs.js';
 import { percentile } from './stats.js';
@@ -37,6 +40,8 @@ interface Config {
   flags: string[];
   /** Round trips (and 20 connections) driven through the pair before it is measured: a warm pair to compare with. */
   warm: number;
+  /** The bundles (dist/bin) or tsc's modules (dist/cmd). */
+  entry: 'bundle' | 'modules';
 }
 
 const mb = (pid: number): string => (rssBytes(pid) / 1e6).toFixed(1);
@@ -50,6 +55,10 @@ async function one(c: Config, log: string | undefined, warmClient: boolean): Pro
     const ctx = await prepareOnePair(dir, children, c.nodeArgs);
     ctx.serverArgs = c.flags;
     ctx.agentArgs = c.flags;
+    if (c.entry === 'modules') {
+      ctx.serverBin = MODULE_SERVER_BIN;
+      ctx.agentBin = MODULE_AGENT_BIN;
+    }
     const t0 = performance.now();
     const stamp = (): string => (performance.now() - t0).toFixed(1);
     const mark = (what: string): void => {
@@ -143,20 +152,23 @@ async function one(c: Config, log: string | undefined, warmClient: boolean): Pro
 export const coldStartScenario: Scenario = {
   name: 'cold-start',
   summary: "the cold figures of fresh pairs of ours, configurations alternated (default: the rehearsal 'off' and 'on')",
-  usage: "[--rounds N] [--log PREFIX] [--warm-client] ['label|node args|server+agent flags[|warm round trips]' ...]",
+  usage: "[--rounds N] [--log PREFIX] [--warm-client] ['label|node args|server+agent flags[|warm round trips[|bundle or modules]]' ...]",
   options: { rounds: { type: 'string' }, log: { type: 'string' }, 'warm-client': { type: 'boolean' } },
   positionals: true,
   prepare(v, positionals) {
     const rounds = num(v, 'rounds', 3, 1, 100);
     const configs: Config[] = positionals.map((a) => {
-      const [label, nodeArgs, flags, warm] = a.split('|');
-      if (label === undefined || label === '' || !(Number(warm ?? 0) >= 0)) {
-        throw new UsageError(`a configuration is 'label|node args|server+agent flags[|warm round trips]', not ${a}`);
+      const [label, nodeArgs, flags, warm, entry = 'bundle'] = a.split('|');
+      if (label === undefined || label === '' || !(Number(warm || 0) >= 0) || (entry !== 'bundle' && entry !== 'modules')) {
+        throw new UsageError(`a configuration is 'label|node args|server+agent flags[|warm round trips[|bundle or modules]]', not ${a}`);
       }
-      return { label, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm ?? 0) };
+      return { label, nodeArgs: words(nodeArgs), flags: words(flags), warm: Number(warm || 0), entry };
     });
     if (configs.length === 0)
-      configs.push({ label: 'off', nodeArgs: [], flags: [], warm: 0 }, { label: 'on', nodeArgs: [], flags: ['--startup-rehearsal'], warm: 0 });
+      configs.push(
+        { label: 'off', nodeArgs: [], flags: [], warm: 0, entry: 'bundle' },
+        { label: 'on', nodeArgs: [], flags: ['--startup-rehearsal'], warm: 0, entry: 'bundle' },
+      );
     const log = text(v, 'log');
     const warmClient = flag(v, 'warm-client');
     return async () => {

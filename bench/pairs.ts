@@ -72,6 +72,9 @@ export interface PairContext {
   onOutput?: (who: 'server' | 'agent', text: string) => void;
   /** The port every pair's agent dials, given its server's agent port (bench/slow-link.ts puts a slow link there). Default the server's own. */
   agentDialPort?: (agentPort: number) => Promise<number>;
+  /** Our scripts, instead of the bundles that ship (bench/cold-start.ts runs tsc's modules to compare). */
+  serverBin?: string;
+  agentBin?: string;
 }
 
 /** The CA and one agent certificate per pair, made once so that no pair pays for key generation. */
@@ -177,6 +180,8 @@ async function startOurs(ctx: PairContext, resume: boolean, transport: 'grpc' | 
     serverEnv: ctx.env,
     agentEnv: ctx.env,
     ...(ctx.agentDialPort !== undefined ? { agentDialPort: ctx.agentDialPort } : {}),
+    serverBin: ctx.serverBin,
+    agentBin: ctx.agentBin,
     onOutput: (who, text) => {
       if (ctx.verbose) process.stderr.write(`[${who}] ${text}`);
       // Only the agent's own log lines: V8 traces (node args) would fill the cap first.

@@ -17,10 +17,10 @@ export interface HelpCommand {
 }
 
 export const HELP_COMMANDS: readonly HelpCommand[] = [
-  { title: 'yurt-tunnel-server', script: 'dist/cmd/yurt-tunnel-server/main.js', args: ['--help'] },
-  { title: 'yurt-tunnel-server issue-agent-cert', script: 'dist/cmd/yurt-tunnel-server/main.js', args: ['issue-agent-cert', '--help'] },
-  { title: 'yurt-tunnel-server agents', script: 'dist/cmd/yurt-tunnel-server/main.js', args: ['agents', '--help'] },
-  { title: 'yurt-tunnel-agent', script: 'dist/cmd/yurt-tunnel-agent/main.js', args: ['--help'] },
+  { title: 'yurt-tunnel-server', script: 'dist/bin/yurt-tunnel-server/main.js', args: ['--help'] },
+  { title: 'yurt-tunnel-server issue-agent-cert', script: 'dist/bin/yurt-tunnel-server/main.js', args: ['issue-agent-cert', '--help'] },
+  { title: 'yurt-tunnel-server agents', script: 'dist/bin/yurt-tunnel-server/main.js', args: ['agents', '--help'] },
+  { title: 'yurt-tunnel-agent', script: 'dist/bin/yurt-tunnel-agent/main.js', args: ['--help'] },
 ];
 
 /** The environment each --help runs in: fixed width, no colour, none of the env defaults the CLIs read. */

@@ -9,11 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AGENT_NODE_OPTIONS } from '../pkg/agent/node-options.js';
 import { SERVER_NODE_OPTIONS } from '../pkg/server/node-options.js';
+import { AGENT_BIN, SERVER_BIN } from './cli-bins.js';
 import { freeLowPort } from './ports.js';
 
-export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
-export const SERVER_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-server/main.js');
-export const AGENT_BIN = join(REPO_ROOT, 'dist/cmd/yurt-tunnel-agent/main.js');
+export { AGENT_BIN, REPO_ROOT, SERVER_BIN } from './cli-bins.js';
 
 /** Starts a node script; resolves once its output matches `ready` (with the match). */
 export function startProcess(
@@ -90,6 +89,9 @@ export interface LocalTunnelOptions {
   agent?: boolean;
   /** The port the agent dials, given the server's agent port: a relay in front of it (bench/slow-link.ts). Default the server's own. */
   agentDialPort?: (agentPort: number) => Promise<number>;
+  /** The scripts to run instead of the bundles (bench/cold-start.ts runs tsc's modules to compare). */
+  serverBin?: string;
+  agentBin?: string;
 }
 
 /** Issues an agent certificate for `nodeName` (IPs `nodeIP`, a comma list) from the CA in `certDir`, with the real CLI; its error output says why not. */
@@ -162,7 +164,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
   try {
     const started = await startProcess(
       children,
-      SERVER_BIN,
+      opts.serverBin ?? SERVER_BIN,
       [...localServerFlags({ certDir, agentPort, udsPath }), ...(opts.serverArgs ?? [])],
       /yurt-tunnel-server started .*securePort=(\d+) insecurePort=(\d+)/,
       (t) => opts.onOutput?.('server', t),
@@ -176,7 +178,7 @@ export async function startLocalTunnel(opts: LocalTunnelOptions = {}): Promise<L
       opts.onStep?.('agent-cert', join(agentDir, 'tls.crt'));
       await startProcess(
         children,
-        AGENT_BIN,
+        opts.agentBin ?? AGENT_BIN,
         [...localAgentFlags({ nodeName, serverPort: (await opts.agentDialPort?.(agentPort)) ?? agentPort, agentDir }), ...(opts.agentArgs ?? [])],
         /connected to tunnel server/,
         (t) => opts.onOutput?.('agent', t),

@@ -2,7 +2,8 @@
 // thread): every module loaded from node_modules through `import` is appended,
 // by URL, to the file the probe named, so that ES-module packages such as
 // @kubernetes/client-node, which never enter require's cache, are seen too;
-// and so is every module of our own (dist/pkg, dist/cmd).
+// and so is every module of our own (dist/pkg, dist/cmd) and every file of the
+// bundled CLIs (dist/bin).
 // Written synchronously, before the module is evaluated: nothing is in flight
 // when the process exits.
 
@@ -11,8 +12,8 @@ import type { InitializeHook, LoadHook } from 'node:module';
 
 let file: string | undefined;
 
-/** The project's own modules (dist/pkg, dist/cmd). */
-const OWN = /\/dist\/(pkg|cmd)\//;
+/** The project's own modules (dist/pkg, dist/cmd), and the bundles made of them (dist/bin). */
+const OWN = /\/dist\/(pkg|cmd|bin)\//;
 
 export const initialize: InitializeHook<{ file: string }> = (data) => {
   file = data.file;

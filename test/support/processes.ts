@@ -2,12 +2,11 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { join } from 'node:path';
+import { AGENT_BIN } from '../../hack/cli-bins.js';
 import type { Harness } from './harness.js';
-import { repoRoot } from './upstream.js';
 
-export const SERVER_BIN = join(repoRoot(), 'dist/cmd/yurt-tunnel-server/main.js');
-export const AGENT_BIN = join(repoRoot(), 'dist/cmd/yurt-tunnel-agent/main.js');
+// The bundles that ship (hack/cli-bins.ts checks they are not stale).
+export { AGENT_BIN, SERVER_BIN } from '../../hack/cli-bins.js';
 
 export interface Proc {
   child: ChildProcess;

@@ -33,7 +33,7 @@ test('a command line picks its scenario and options without starting anything', 
   assert.ok(slow.kind === 'run');
   assert.equal(slow.scenario.name, 'slow-link');
   assert.equal(slow.json, '/tmp/x.json');
-  const cold = parseBenchArgs(['cold-start', '--rounds', '1', 'off||--startup-rehearsal=false', 'on||']);
+  const cold = parseBenchArgs(['cold-start', '--rounds', '1', 'off||--startup-rehearsal=false', 'on||', 'modules||||modules']);
   assert.equal(cold.kind === 'run' && cold.scenario.name, 'cold-start');
   assert.deepEqual(parseBenchArgs(['scale', '--help']), { kind: 'help' });
 });
@@ -49,7 +49,8 @@ test('an unknown scenario, option or pair, a missing or wrong value, or a stray 
     [['slow-link', '--rate', 'x'], /^--rate takes a number from 16 to 100000, not x$/],
     [['idle-curve', '--idle', '10,soon'], /^--idle takes numbers from 0 to 600, comma-separated, not 10,soon$/],
     [['flood', '--env', 'NOEQUALS'], /^--env takes K=V pairs separated by spaces, not NOEQUALS$/],
-    [['cold-start', '|x|y'], /^a configuration is 'label\|node args\|server\+agent flags\[\|warm round trips\]', not \|x\|y$/],
+    [['cold-start', '|x|y'], /^a configuration is 'label\|node args\|server\+agent flags\[\|warm round trips\[\|bundle or modules\]\]', not \|x\|y$/],
+    [['cold-start', 'a||||tsc'], /^a configuration is .*, not a\|\|\|\|tsc$/],
   ] as const) {
     assert.throws(
       () => parseBenchArgs(argv),

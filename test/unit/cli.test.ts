@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { ensureLocalServerCertificates } from '../../pkg/certs/local-store.js';
 import { describeCertificate } from '../../pkg/certs/read-certificate.js';
+import { AGENT_BIN as AGENT, SERVER_BIN as SERVER } from '../support/processes.js';
 import { harness, type Harness } from '../support/harness.js';
 import { repoRoot } from '../support/upstream.js';
 
@@ -19,8 +20,6 @@ const LIMIT = { timeout: 60_000 };
 /** A run that has not exited by then is killed and fails its test. */
 const RUN_TIMEOUT_MS = 15_000;
 
-const SERVER = join(repoRoot(), 'dist/cmd/yurt-tunnel-server/main.js');
-const AGENT = join(repoRoot(), 'dist/cmd/yurt-tunnel-agent/main.js');
 const VERSION = (JSON.parse(await readFile(join(repoRoot(), 'package.json'), 'utf8')) as { version: string }).version;
 
 interface RunResult {

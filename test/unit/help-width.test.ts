@@ -5,15 +5,11 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { Command } from 'commander';
 import { wrapHelpToTerminal } from '../../cmd/common/help.js';
+import { AGENT_BIN as AGENT, SERVER_BIN as SERVER } from '../support/processes.js';
 import { harness } from '../support/harness.js';
-import { repoRoot } from '../support/upstream.js';
-
-const SERVER = join(repoRoot(), 'dist/cmd/yurt-tunnel-server/main.js');
-const AGENT = join(repoRoot(), 'dist/cmd/yurt-tunnel-agent/main.js');
 
 function longest(text: string): number {
   return Math.max(...text.split('\n').map((l) => l.length));

@@ -10,14 +10,16 @@
 // Each module loaded also costs start-up time: loading modules is most of
 // a CLI's time from start to ready, so what a mode does not use (ws without a
 // WebSocket agent, the start-up rehearsal, the iptables room) is imported
-// at its first use.
+// at its first use. The CLIs run here are the bundles that ship (dist/bin):
+// there an import() is a chunk of its own, and the probe names the packages
+// and modules in each chunk loaded.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { startLocalTunnel } from '../../hack/local-tunnel.js';
+import { AGENT_BIN, SERVER_BIN, startLocalTunnel } from '../../hack/local-tunnel.js';
 import { ensureLocalServerCertificates, writeAgentCertificate } from '../../pkg/certs/local-store.js';
 import { harness } from '../support/harness.js';
 import { tempDir } from '../support/tunnel.js';
@@ -34,7 +36,7 @@ interface Loaded {
 async function loadedAtStart(cli: 'yurt-tunnel-agent' | 'yurt-tunnel-server'): Promise<Loaded> {
   const env = { ...process.env };
   delete env.NODE_OPTIONS;
-  const child = spawn(process.execPath, ['--import', PROBE, join(repoRoot(), `dist/cmd/${cli}/main.js`), '--help'], {
+  const child = spawn(process.execPath, ['--import', PROBE, cli === 'yurt-tunnel-server' ? SERVER_BIN : AGENT_BIN, '--help'], {
     env,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
