@@ -2,8 +2,9 @@
 // Bundles each CLI, from tsc's output (dist/cmd/<cli>/main.js), into
 // dist/bin/<cli>/main.js: what package.json's bin, the image and the tests run.
 // Node 20 spends most of a CLI's start loading modules, and the cost is the
-// number of files: ~400 (commander, winston, prom-client, ours) take ~350 ms
-// of CPU before the first line of main runs, a bundle of ~20 takes ~190 ms.
+// number of files: `--help` from tsc's 220-270 files (commander, winston,
+// prom-client, ours) took ~345 ms of CPU, from the bundle's 23 ~185 ms
+// (a bare `node -e 0` 75; docs/benchmarks.md has start to ready).
 // What a mode does not use stays lazy: each `import()` (ws, socks, the
 // rehearsal, the iptables room, node-forge, cluster mode) becomes a chunk of
 // its own in dist/bin/chunks/, loaded at first use. @kubernetes/client-node
