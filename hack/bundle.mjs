@@ -46,4 +46,12 @@ const result = await build({
   metafile: true,
   logLevel: 'warning',
 });
+// A CommonJS package that is itself the target of an import() keeps only a default export in the bundle (Node
+// gives it named ones): the import() would find its names undefined at run time. Import it through a module of
+// ours that re-exports the names (pkg/agent/proxy/socks-client.ts).
+for (const [file, o] of Object.entries(result.metafile.outputs)) {
+  if (o.entryPoint?.includes('node_modules/') && o.exports.length === 1 && o.exports[0] === 'default') {
+    throw new Error(`${file}: import() of the CommonJS package ${o.entryPoint} keeps only its default export; import it through a module of ours`);
+  }
+}
 writeFileSync(join(out, 'meta.json'), JSON.stringify(result.metafile));

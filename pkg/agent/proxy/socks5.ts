@@ -42,7 +42,7 @@ export async function connectThroughSocks5(proxy: ProxyServer, target: SocketTar
   const onAbort = (): void => void socket.destroy();
   signal.addEventListener('abort', onAbort, { once: true });
   try {
-    const { SocksClient } = await import('socks');
+    const { SocksClient } = await import('./socks-client.js');
     await SocksClient.createConnection({
       proxy: { host: proxy.host, port: proxy.port, type: 5, userId: proxy.credentials?.username, password: proxy.credentials?.password },
       command: 'connect',
