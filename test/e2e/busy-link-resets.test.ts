@@ -7,10 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startBlipRelay } from '../support/blip-relay.js';
-import { assertAlive, busy, noticedAfter, open, progress, startAgentProcess, startTarget, summary, whileAlive, type Connection } from '../support/busy-link.js';
+import { assertAlive, busy, endAndCount, noticedAfter, progress, startResumingBusyLink, summary, whileAlive } from '../support/busy-link.js';
 import { harness } from '../support/harness.js';
-import { startServer, waitFor } from '../support/tunnel.js';
 
 const RESETS = 24;
 const CONNECTIONS = 4;
@@ -27,15 +25,7 @@ test(
   async (t) => {
     const h = harness(t);
     const windowMs = 3000;
-    const target = await startTarget(h);
-    const server = await startServer(h, { endpoint: { resumeWindowMs: windowMs } });
-    const relay = await startBlipRelay(h, [server.endpoint.address.port]);
-    const agent = await startAgentProcess(h, `127.0.0.1:${relay.port}`, ['--resume-window', `${windowMs}ms`]);
-    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
-    assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
-
-    const conns: Connection[] = [];
-    for (let id = 0; id < CONNECTIONS; id++) conns.push(await open(h, server, target, id));
+    const { server, relay, agent, conns } = await startResumingBusyLink(h, windowMs, CONNECTIONS);
     const resetAt: number[] = [];
     for (let r = 0; r < RESETS; r++) {
       await busy(agent, conns, conns.map(progress), GAP_MS, `before reset ${r + 1}`);
@@ -46,19 +36,7 @@ test(
     }
     await busy(agent, conns, conns.map(progress), GAP_MS, 'after the last reset');
 
-    for (const c of conns) {
-      c.client.writer.finish();
-      c.target()!.writer.finish();
-    }
-    await whileAlive(agent, 'every stream to end', () => conns.every((c) => c.client.ended !== undefined && c.target()!.ended !== undefined), 30_000);
-    for (const c of conns) {
-      const t = c.target()!;
-      assert.equal(c.client.wrong ?? t.wrong, undefined);
-      assert.equal(t.ended, 'end', `connection ${c.id}: the upload ended normally`);
-      assert.equal(c.client.ended, 'end', `connection ${c.id}: the download ended normally`);
-      assert.equal(t.verifier.received, c.client.writer.sent, `connection ${c.id}: every byte uploaded arrived once`);
-      assert.equal(c.client.verifier.received, t.writer.sent, `connection ${c.id}: every byte downloaded arrived once`);
-    }
+    await endAndCount(agent, conns);
     const moved = conns.reduce((n, c) => n + c.client.verifier.received + c.target()!.verifier.received, 0);
     assert.equal(server.log.find('agent session expired; closing its connections').length, 0, 'no session expired');
     const noticed = noticedAfter(agent, resetAt, /link to tunnel server dropped/);

@@ -12,10 +12,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startBlipRelay, type BlipRelay } from '../support/blip-relay.js';
-import { assertAlive, assertNoWrongBytes, open, progress, startAgentProcess, startTarget, whileAlive, type Connection } from '../support/busy-link.js';
+import type { BlipRelay } from '../support/blip-relay.js';
+import { assertAlive, assertNoWrongBytes, endAndCount, progress, startResumingBusyLink, whileAlive } from '../support/busy-link.js';
 import { harness } from '../support/harness.js';
-import { startServer, waitFor } from '../support/tunnel.js';
 
 const CONNECTIONS = 4;
 /** Each kind this many times, in turn. */
@@ -49,15 +48,7 @@ test(
   async (t) => {
     const h = harness(t);
     const windowMs = 3000;
-    const target = await startTarget(h);
-    const server = await startServer(h, { endpoint: { resumeWindowMs: windowMs } });
-    const relay = await startBlipRelay(h, [server.endpoint.address.port]);
-    const agent = await startAgentProcess(h, `127.0.0.1:${relay.port}`, ['--resume-window', `${windowMs}ms`]);
-    await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
-    assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
-
-    const conns: Connection[] = [];
-    for (let id = 0; id < CONNECTIONS; id++) conns.push(await open(h, server, target, id));
+    const { server, relay, agent, conns } = await startResumingBusyLink(h, windowMs, CONNECTIONS);
     const movedSince = (from: Array<{ up: number; down: number }>, bytes: number): boolean =>
       conns.every((c, i) => {
         const now = progress(c);
@@ -88,19 +79,7 @@ test(
       },
       20_000,
     );
-    for (const c of conns) {
-      c.client.writer.finish();
-      c.target()!.writer.finish();
-    }
-    await whileAlive(agent, 'every stream to end', () => conns.every((c) => c.client.ended !== undefined && c.target()!.ended !== undefined), 30_000);
-    assertNoWrongBytes(conns, 'at the end');
-    for (const c of conns) {
-      const t = c.target()!;
-      assert.equal(t.ended, 'end', `connection ${c.id}: the upload ended normally`);
-      assert.equal(c.client.ended, 'end', `connection ${c.id}: the download ended normally`);
-      assert.equal(t.verifier.received, c.client.writer.sent, `connection ${c.id}: every byte uploaded arrived once`);
-      assert.equal(c.client.verifier.received, t.writer.sent, `connection ${c.id}: every byte downloaded arrived once`);
-    }
+    await endAndCount(agent, conns);
     assert.equal(server.log.find('agent session expired; closing its connections').length, 0, 'no session expired');
     // The drops came while there was something to resend: the test exercised the replay, not only idle resumes.
     assert.ok(resent > 0, `the server resent packets on its resumes (${resent})`);

@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { startBlipRelay, type BlipRelay } from './blip-relay.js';
 import type { Harness } from './harness.js';
 import { testPKI, writePKIFiles } from './pki.js';
 import { AGENT_BIN, startProcess, type Proc } from './processes.js';
-import { connectVia, startTCPServer, tempDir, waitFor, type TestServer } from './tunnel.js';
+import { connectVia, startServer, startTCPServer, tempDir, waitFor, type TestServer } from './tunnel.js';
 
 /** Traffic between resets: each connection moves at least this much both ways (busy()), then a gap. */
 const BUSY_BYTES = 256 * 1024;
@@ -258,4 +259,41 @@ export function noticedAfter(agent: Agent, resetAt: number[], re: RegExp): numbe
 export function summary(ms: number[]): string {
   const sorted = [...ms].sort((a, b) => a - b);
   return `median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms, over 1 s: ${ms.filter((x) => x > 1000).length}/${ms.length}`;
+}
+
+/**
+ * A server with session resume (`windowMs`), the agent CLI reaching it through
+ * a blip relay, and `connections` connections busy both ways.
+ */
+export async function startResumingBusyLink(
+  h: Harness,
+  windowMs: number,
+  connections: number,
+): Promise<{ server: TestServer; relay: BlipRelay; agent: Agent; conns: Connection[] }> {
+  const target = await startTarget(h);
+  const server = await startServer(h, { endpoint: { resumeWindowMs: windowMs } });
+  const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+  const agent = await startAgentProcess(h, `127.0.0.1:${relay.port}`, ['--resume-window', `${windowMs}ms`]);
+  await waitFor('agent edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+  assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
+  const conns: Connection[] = [];
+  for (let id = 0; id < connections; id++) conns.push(await open(h, server, target, id));
+  return { server, relay, agent, conns };
+}
+
+/** Ends both directions of every connection; each must end normally with every byte arrived once, in order. */
+export async function endAndCount(agent: Agent, conns: Connection[]): Promise<void> {
+  for (const c of conns) {
+    c.client.writer.finish();
+    c.target()!.writer.finish();
+  }
+  await whileAlive(agent, 'every stream to end', () => conns.every((c) => c.client.ended !== undefined && c.target()!.ended !== undefined), 30_000);
+  assertNoWrongBytes(conns, 'at the end');
+  for (const c of conns) {
+    const t = c.target()!;
+    assert.equal(t.ended, 'end', `connection ${c.id}: the upload ended normally`);
+    assert.equal(c.client.ended, 'end', `connection ${c.id}: the download ended normally`);
+    assert.equal(t.verifier.received, c.client.writer.sent, `connection ${c.id}: every byte uploaded arrived once`);
+    assert.equal(c.client.verifier.received, t.writer.sent, `connection ${c.id}: every byte downloaded arrived once`);
+  }
 }
