@@ -42,7 +42,7 @@ import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { prometheusSkipReason, startPrometheus, type TestPrometheus } from '../support/prometheus.js';
-import { closedPort, connectVia, readExactly, startEchoServer, startFirehose, startHangingListener, tempDir } from '../support/tunnel.js';
+import { closedPort, connectVia, readExactly, startEchoServer, startFirehose, startHangingListener, tempDir, waitFor } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
 
 const PACK = join(repoRoot(), 'manifests/monitoring');
@@ -232,8 +232,16 @@ test(
 
     // Traffic all along: a dial and a round trip through server A every 250 ms (bounded by the test's end).
     const traffic = new AbortController();
+    // Paused while the hung dials below fill the per-agent limit: a dial of this loop in flight then would take one
+    // of the slots and leave the pending count below the alert's 80 % once it finished (seen once in CI: 3 of 4).
+    const loop = { paused: false, dialing: false };
     const trafficDone = (async () => {
       for (let i = 0; !traffic.signal.aborted && i < 2000; i++) {
+        if (loop.paused) {
+          await new Promise((r) => setTimeout(r, 250));
+          continue;
+        }
+        loop.dialing = true;
         try {
           const c = await connectVia(a.udsPath, `127.0.0.1:${echo.port}`, { headers: { 'X-Tunnel-Proxy-Host': 'edge-1' } });
           // Server A restarts below: a write may meet a closed socket (EPIPE) after readExactly is done with it.
@@ -245,6 +253,8 @@ test(
           c.socket.destroy();
         } catch {
           // Server A restarts below: its socket is gone for a moment.
+        } finally {
+          loop.dialing = false;
         }
         await new Promise((r) => setTimeout(r, 250));
       }
@@ -292,9 +302,12 @@ test(
     assert.match(failing.reason!, /^YT_ERR_/);
 
     // Dials the agent cannot finish (a listener whose backlog is full), up to the server's limit.
+    loop.paused = true;
+    await waitFor('the traffic loop to pause', () => !loop.dialing);
     const hung = Array.from({ length: MAX_PENDING }, () => connectNoWait(h, a.udsPath, `127.0.0.1:${hanging}`));
     await untilAlert(prom, 'YurtTunnelPendingDialsNearLimit', { instance: `127.0.0.1:${a.metaPort}` });
     for (const s of hung) s.destroy();
+    loop.paused = false;
 
     // Phase 3: the agent's link reset again and again; it comes back each time.
     for (let i = 0; i < 7; i++) {
