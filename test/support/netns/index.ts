@@ -19,15 +19,7 @@ export type ProbeResult = { ok: true; data: string } | { ok: false; code: string
 
 /** Connects from inside `ns` to host:port and reads until the peer closes (5 s at most). */
 export async function probeTCP(ns: NetworkNamespace, host: string, port: number): Promise<ProbeResult> {
-  const attempt = () => ns.run(process.execPath, [NETNS_TOOL, 'probe', host, String(port)]);
-  let r = await attempt();
-  // The probe's outcome is the line it prints; a probe process that died before printing one (seen once in CI: exit 1,
-  // nothing on stderr, under full load) says nothing about the route, so it is run once more, and both are named if not.
-  if (r.code !== 0 && r.stdout === '') {
-    const first = `(${r.code}) ${r.stderr.trim()}`;
-    r = await attempt();
-    if (r.code !== 0) throw new Error(`probe of ${host}:${port} in ${ns.name} failed twice: ${first}; (${r.code}) ${r.stderr.trim()} ${r.stdout.trim()}`);
-  }
+  const r = await ns.run(process.execPath, [NETNS_TOOL, 'probe', host, String(port)]);
   if (r.code !== 0) throw new Error(`probe of ${host}:${port} in ${ns.name} failed (${r.code}): ${r.stderr.trim()} ${r.stdout.trim()}`);
   return JSON.parse(r.stdout) as ProbeResult;
 }
