@@ -6,8 +6,9 @@
 
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-export const REPO_ROOT = new URL('../..', import.meta.url).pathname;
+export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const SERVER_BIN = join(REPO_ROOT, 'dist/bin/yurt-tunnel-server/main.js');
 export const AGENT_BIN = join(REPO_ROOT, 'dist/bin/yurt-tunnel-agent/main.js');
 /** tsc's modules the bundles are made from: they run too (bench/cold-start.ts compares the two). */

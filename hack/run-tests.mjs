@@ -14,6 +14,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /** The allowed skip reasons: each names a binary, tool or capability the test needs and how to provide it. */
 const ALLOWED = [
@@ -37,7 +38,7 @@ const ALLOWED = [
   },
 ];
 
-const root = new URL('..', import.meta.url).pathname;
+const root = fileURLToPath(new URL('..', import.meta.url));
 const testDir = join(root, 'dist', 'test');
 
 function find(dir) {

@@ -5,10 +5,10 @@
 
 import { execFileSync } from 'node:child_process';
 import { dirname, join, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 /** The repository root: this file runs as dist/test/support/v8-natives.js. */
-const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 /** A module of the repository (a path under it, e.g. dist/pkg/...), as a quoted file URL to paste into a script. */
 export function distUrl(path: string): string {

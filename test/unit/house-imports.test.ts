@@ -13,9 +13,10 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { test } from 'node:test';
 import ts from 'typescript';
+import { fileURLToPath } from 'node:url';
 
 /** The repository root: this file runs as dist/test/unit/house-imports.test.js. */
-const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const PKG = join(ROOT, 'pkg');
 
 interface Source {

@@ -10,9 +10,10 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 /** The repository root: this file runs as dist/test/unit/tuning-fence.test.js. */
-const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..', '..', '..');
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 /** What marks code as reaching below the public API or tuning V8. */
 const MARKERS: ReadonlyArray<[string, RegExp]> = [
