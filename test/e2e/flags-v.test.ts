@@ -13,7 +13,8 @@ import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../
 import { harness, type Harness } from '../support/harness.js';
 import { metaGet, type MetaRequestOptions } from '../support/meta-get.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
-import { closedPort, connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const LIMIT = { timeout: 60_000 };
 const ACCESS_LINE = /connection ended /;
@@ -29,11 +30,11 @@ interface Side {
 async function startPair(h: Harness): Promise<{ server: Side; agent: Side; udsPath: string }> {
   const dir = await tempDir(h);
   const udsPath = join(dir, 'proxier.sock');
-  const agentPort = await closedPort();
+  const agentPort = await freeLowPort();
   const server = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort, udsPath }), '--v', '0']);
   const started = await server.waitForLine(/yurt-tunnel-server started/, 20_000);
   await issueAgentCertificate(join(dir, 'pki'), 'edge-1', join(dir, 'agent'));
-  const agentMeta = await closedPort();
+  const agentMeta = await freeLowPort();
   const agent = startProcess(h, AGENT_BIN, [
     ...localAgentFlags({ nodeName: 'edge-1', serverPort: agentPort, agentDir: join(dir, 'agent') }),
     ...['--meta-host', '127.0.0.2', '--meta-port', String(agentMeta), '--v', '0'],

@@ -95,7 +95,7 @@ async function startOurServer(h: Harness, extra: string[] = []): Promise<OurServ
   const dir = await tempDir(h);
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
-  const agentPort = await closedPort();
+  const agentPort = await freeLowPort();
   const proc = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir, agentPort, udsPath }), '--v', '2', ...extra]);
   await proc.waitForLine(/yurt-tunnel-server started/);
   return {

@@ -17,8 +17,9 @@ import type { KnownPacket } from '../../pkg/protocol/packet.js';
 import { harness, type Harness } from '../support/harness.js';
 import { H2_PREFACE, h2Frame } from '../support/http2-frames.js';
 import { AGENT_BIN, SERVER_BIN, startProcess } from '../support/processes.js';
-import { closedPort, connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
+import { connectVia, readExactly, startEchoServer, tempDir } from '../support/tunnel.js';
 import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const LIMIT = { timeout: 120_000 };
 
@@ -113,8 +114,8 @@ test('a corpus of malformed input to every listener of the real server: answers 
   const certDir = join(dir, 'pki');
   const udsPath = join(dir, 'proxier.sock');
   const egressPath = join(dir, 'egress.sock');
-  const agentPort = await closedPort();
-  const proxyPort = await closedPort();
+  const agentPort = await freeLowPort();
+  const proxyPort = await freeLowPort();
   const server = startProcess(h, SERVER_BIN, [
     '--http-proxy-port',
     String(proxyPort),

@@ -61,7 +61,7 @@ interface ServerProc {
 async function serverProcess(h: Harness, name: string, extra: string[] = []): Promise<ServerProc> {
   const dir = await tempDir(h, `yt-mon-${name}-`);
   const udsPath = join(dir, 'proxier.sock');
-  const [agentPort, metaPort] = [await closedPort(), await closedPort()];
+  const [agentPort, metaPort] = [await freeLowPort(), await freeLowPort()];
   const s: ServerProc = {
     proc: undefined as unknown as Proc,
     udsPath,
@@ -193,7 +193,7 @@ test(
     const agentDir = join(await tempDir(h, 'yt-mon-agent-'), 'agent');
     const certDir = join(a.udsPath, '..', 'pki');
     await shortLivedAgentCertificate(certDir, agentDir);
-    const agentMeta = await closedPort();
+    const agentMeta = await freeLowPort();
     const startAgent = async (): Promise<Proc> => {
       const p = startProcess(h, AGENT_BIN, [
         ...localAgentFlags({ nodeName: 'edge-1', serverPort: relay.port, agentDir }),

@@ -25,8 +25,9 @@ import { harness, type Harness } from '../support/harness.js';
 import { startMaster } from '../support/master.js';
 import { metaGet } from '../support/meta-get.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
-import { closedPort, connectVia, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
+import { connectVia, startTunnel, tempDir, waitFor } from '../support/tunnel.js';
 import { startTcpForward } from '../support/tcp-forward.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const LIMIT = { timeout: 60_000 };
 /** An answer that does not come within this is a request that loops. */
@@ -72,7 +73,7 @@ function metric(text: string, line: string): number {
 async function readmeSetup(h: Harness): Promise<{ server: Proc; dir: string; udsPath: string; ports: Record<'secure' | 'insecure' | 'meta', number> }> {
   const dir = await tempDir(h);
   const udsPath = join(dir, 'proxier.sock');
-  const agentPort = await closedPort();
+  const agentPort = await freeLowPort();
   const server = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort, udsPath }), '--startup-rehearsal=false']);
   const started = await server.waitForLine(/yurt-tunnel-server started/);
   const port = (name: string): number => Number(new RegExp(`${name}=(\\d+)`).exec(started)![1]);

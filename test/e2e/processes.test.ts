@@ -8,8 +8,9 @@ import { test } from 'node:test';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
 import { PatternVerifier, writePattern } from '../support/standin-kubelet/index.js';
-import { closedPort, connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
+import { connectVia, readExactly, startEchoServer, startTCPServer, tempDir, waitFor } from '../support/tunnel.js';
 import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 interface Setup {
   dir: string;
@@ -22,7 +23,7 @@ interface Setup {
 async function setup(h: Harness): Promise<Setup> {
   const dir = await tempDir(h);
   const udsPath = join(dir, 'proxier.sock');
-  const port = await closedPort();
+  const port = await freeLowPort();
   const startServer = async (): Promise<Proc> => {
     const p = startProcess(h, SERVER_BIN, [...localServerFlags({ certDir: join(dir, 'pki'), agentPort: port, udsPath }), '--v', '2']);
     await p.waitForLine(/yurt-tunnel-server started/);

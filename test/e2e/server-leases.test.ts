@@ -15,8 +15,9 @@ import { kubeletKubeconfig } from '../support/cluster.js';
 import { autoApprove, controlPlaneSkipReason, startControlPlane, type ControlPlane } from '../support/envtest/index.js';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
-import { closedPort, tempDir, waitFor } from '../support/tunnel.js';
+import { tempDir, waitFor } from '../support/tunnel.js';
 import { repoRoot } from '../support/upstream.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const skip = controlPlaneSkipReason();
 const NAMESPACE = 'kube-system';
@@ -97,7 +98,7 @@ describe('server Leases with a real kube-apiserver', { skip }, () => {
   test('Leases as upstream writes them; GC of expired ones; the agent counts two, three, then two servers', { timeout: 180_000 }, async (t) => {
     const h = harness(t);
     const dir = await tempDir(h);
-    const ports = [await closedPort(), await closedPort(), await closedPort()];
+    const ports = [await freeLowPort(), await freeLowPort(), await freeLowPort()];
     const [a, b] = await Promise.all([startServer(h, dir, 'server-a', ports[0]!), startServer(h, dir, 'server-b', ports[1]!)]);
 
     // Field for field: name, namespace, labels, holder, duration; renewTime moves on.

@@ -9,8 +9,9 @@ import { test } from 'node:test';
 import { fetchAgents } from '../../pkg/meta/agents-status.js';
 import { harness, type Harness } from '../support/harness.js';
 import { AGENT_BIN, SERVER_BIN, startProcess, type Proc } from '../support/processes.js';
-import { closedPort, roundTrip, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
+import { roundTrip, startEchoServer, tempDir, waitFor } from '../support/tunnel.js';
 import { issueAgentCertificate, localAgentFlags, localServerFlags } from '../../hack/local-tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const NODES = ['edge-1', 'edge-2'];
 
@@ -63,7 +64,7 @@ test('three servers, no load balancer: every agent holds all three; one killed, 
   const h = harness(t);
   const dir = await tempDir(h);
   const echo = await startEchoServer(h);
-  const ports = [await closedPort(), await closedPort(), await closedPort()];
+  const ports = [await freeLowPort(), await freeLowPort(), await freeLowPort()];
   // The first creates the CA; the others find it.
   const servers = [await startOne(h, dir, 'server-a', ports[0]!)];
   servers.push(await startOne(h, dir, 'server-b', ports[1]!), await startOne(h, dir, 'server-c', ports[2]!));

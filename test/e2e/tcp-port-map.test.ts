@@ -16,6 +16,7 @@ import { suiteHarness } from '../support/harness.js';
 import type { MemoryLogger } from '../support/memory-logger.js';
 import { startServerConfigRig, type ServerConfigRig } from '../support/server-config-rig.js';
 import { closedPort, readAll, waitFor } from '../support/tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const skip = controlPlaneSkipReason();
 
@@ -84,7 +85,7 @@ describe('tcp-proxy-ports, live', { skip }, () => {
     suite.defer(() => a.close());
     const b = await startSink('B');
     suite.defer(() => b.close());
-    const port = await closedPort();
+    const port = await freeLowPort();
     const dead = await closedPort();
 
     // Added, with a bad entry beside it.
@@ -142,7 +143,7 @@ describe('tcp-proxy-ports, live', { skip }, () => {
   test('graceful shutdown: the mapped ports stop listening at once, an open connection finishes', async () => {
     const sink = await startSink('S');
     suite.defer(() => sink.close());
-    const port = await closedPort();
+    const port = await freeLowPort();
     await setConfigMap({ 'tcp-proxy-ports': `${port}=edge-1/${NODE_IP}:${sink.port}` });
     await waitFor('the mapped port to listen', () => listening(port));
     const open = await dialMapped(port);

@@ -9,7 +9,8 @@ import { delimiter, join } from 'node:path';
 import type { Harness } from './harness.js';
 import { metaGet } from './meta-get.js';
 import { startProcess } from './processes.js';
-import { closedPort, tempDir } from './tunnel.js';
+import { tempDir } from './tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 function onPath(name: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
@@ -57,7 +58,7 @@ export async function startPrometheus(h: Harness, config: string, files: Record<
   const dir = await tempDir(h, 'yt-prometheus-');
   for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
   await writeFile(join(dir, 'prometheus.yml'), config);
-  const port = await closedPort();
+  const port = await freeLowPort();
   const proc = startProcess(
     h,
     PROMETHEUS,

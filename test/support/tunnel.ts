@@ -376,7 +376,12 @@ export async function startHangingListener(h: Harness): Promise<number> {
   return port;
 }
 
-/** A loopback port with nothing listening (connect is refused). */
+/**
+ * A loopback port with nothing listening (connect is refused). Not for a port
+ * a process is told to listen on: this one is in the ephemeral range, where any
+ * listener on port 0 may take it first (CI saw a server's own master port take
+ * its --meta-port); freeLowPort (hack/ports.ts) picks below that range.
+ */
 export async function closedPort(): Promise<number> {
   const s = createServer();
   s.listen(0, '127.0.0.1');

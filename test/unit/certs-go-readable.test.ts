@@ -18,6 +18,7 @@ import { harness } from '../support/harness.js';
 import { findKonnectivity } from '../../hack/konnectivity.js';
 import { startProcess } from '../support/processes.js';
 import { closedPort, tempDir } from '../support/tunnel.js';
+import { freeLowPort } from '../../hack/ports.js';
 
 const LIMIT = { timeout: 30_000 };
 
@@ -136,7 +137,7 @@ test('the real Go agent loads our CA, and refuses an old-style one', { ...LIMIT,
   const agent = await writeAgentCertificate({ certDir, nodeName: 'edge-1', outDir: join(dir, 'agent') });
   const oldCA = join(dir, 'old-ca.crt');
   await writeFile(oldCA, oldStyleCA('yurt-tunnel-local-ca@1600000000').cert);
-  const [port, healthPort, adminPort] = [await closedPort(), await closedPort(), await closedPort()];
+  const [port, healthPort, adminPort] = [await closedPort(), await freeLowPort(), await freeLowPort()];
   const run = (caFile: string): ReturnType<typeof startProcess> =>
     startProcess(
       h,
