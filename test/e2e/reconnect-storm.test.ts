@@ -4,6 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { freeLowPort } from '../../hack/ports.js';
 import { harness } from '../support/harness.js';
 import { testPKI } from '../support/pki.js';
 import { startAgent, startServer, waitFor, type TestAgent } from '../support/tunnel.js';
@@ -18,8 +19,9 @@ test(`${AGENTS} agents reconnecting after a server restart are admitted at the c
   const shared = pki.agent('storm');
   const endpoint = { identityCheck: 'none' as const, maxStreamsPerAgent: 10 * AGENTS };
   // The first start admits everyone at once; the restart is the storm.
-  let server = await startServer(h, { endpoint: { ...endpoint, maxConnectRate: 0 } });
-  const port = Number(server.agentAddress.split(':')[1]);
+  // Below the ephemeral range: no listener on port 0 elsewhere can take it while the server is down.
+  const port = await freeLowPort();
+  let server = await startServer(h, { endpoint: { ...endpoint, maxConnectRate: 0 }, port });
   const agents: TestAgent[] = [];
   // Stopped together (the harness would stop them one after another).
   h.defer(() => Promise.all(agents.map((a) => a.stop())));
