@@ -346,10 +346,12 @@ export class AgentEndpoint {
       admitted.ended({ kind: 'failed', message: 'connection closed before the call was served' });
       return;
     }
-    // A probe comes only from an agent holding a link to every server it knows (protocol/probe.ts): a live process,
-    // whose session here dropped without it noticing yet (a reset it reads late under load). It will resume it.
-    if (!admitted.resumed && !meta.probe)
-      replaceLinksLeftBehind({ tunnel: this.tunnel, connectionOf: this.connectionOf, limited: this.limited }, backend, ownerOf(meta), meta.claims);
+    // A probe comes only from an agent holding a link to every server it knows (protocol/probe.ts), and a link that
+    // claims sessions (to resume one on another replica, reached through a balancer) from an agent that holds them:
+    // either is a live process, whose session here may have dropped without it noticing yet (a reset it reads late
+    // under load). It will resume that session. Only a link with neither is a new process.
+    if (!admitted.resumed && !meta.probe && meta.claims.length === 0)
+      replaceLinksLeftBehind({ tunnel: this.tunnel, connectionOf: this.connectionOf, limited: this.limited }, backend, ownerOf(meta));
     // The agent's liveness pings on a resumable link must not be strikes.
     if (windowMs !== undefined && connection.pings !== undefined)
       connection.pings.minTimeMs = Math.min(connection.pings.minTimeMs, RESUME_MIN_PING_INTERVAL_MS);

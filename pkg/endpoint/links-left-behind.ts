@@ -2,7 +2,6 @@
 // links and sessions that agent left behind.
 
 import type { LogLimiter } from '../log/log-limiter.js';
-import type { SessionClaim } from '../protocol/resume.js';
 import type { Backend } from '../tunnel/backend.js';
 import { sameOwner, type SessionOwner } from '../tunnel/session-table.js';
 import type { Tunnel } from '../tunnel/tunnel.js';
@@ -19,7 +18,7 @@ export interface EndpointParts {
 }
 
 /**
- * `backend`, a new link of `owner`, resumed none of the agent's sessions and
+ * `backend`, a new link of `owner`, claims none of the agent's sessions and
  * is no probe: a new process (an agent killed and started again).
  * The sessions it left suspended cannot come back: they end now
  * (Sessions.endLeftBehind). An older link of the same owner that still
@@ -33,8 +32,8 @@ export interface EndpointParts {
  * watch): suspended after this link came, its session would otherwise wait
  * the whole window for an agent that is gone.
  */
-export function replaceLinksLeftBehind(endpoint: EndpointParts, backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
-  endpoint.tunnel.sessions.endLeftBehind(backend, owner, claims);
+export function replaceLinksLeftBehind(endpoint: EndpointParts, backend: Backend, owner: SessionOwner): void {
+  endpoint.tunnel.sessions.endLeftBehind(backend, owner);
   for (const old of [...endpoint.tunnel.registry.streamsOf(owner.agentID)]) {
     const link = old.sessionLink;
     const call = link?.transport;

@@ -37,7 +37,7 @@ import type { Registry } from '../metrics/prom.js';
 import { DEFAULT_RESUME_MEMORY_BUDGET, ResumeBudget } from '../mux/resume-budget.js';
 import type { ResumeError } from '../protocol/errors.js';
 import type { Packet } from '../protocol/packet.js';
-import { parseSessionToken, type SessionClaim } from '../protocol/resume.js';
+import type { SessionClaim } from '../protocol/resume.js';
 import { endsWithoutGoodbye, type AgentLink, type AgentLinkEnd } from './agent-link.js';
 import type { Backend, BackendInfo } from './backend.js';
 import { ResumeMetrics, type SessionExpiry } from './resume-metrics.js';
@@ -289,20 +289,15 @@ export class Sessions {
   }
 
   /**
-   * `backend`, a new link of `owner`, took back none of the agent's sessions
-   * suspended here (`claims`, what its call presented, names none of them).
-   * A live agent presents a claim for every session it waits to resume
-   * (pkg/agent/client-set.ts), so the process that held them is gone (killed
-   * and started again): none can come back, and each ends now (endReplaced).
-   * (A live agent's probe is not asked here: it may come before the agent
-   * noticed its link dropped, and would end the session it is about to resume.)
+   * `backend`, a new link of `owner`, claims none of the agent's sessions and
+   * is no probe. A live agent presents a claim for every session it waits to
+   * resume (pkg/agent/client-set.ts), so the process that held the sessions
+   * suspended here is gone (killed and started again): none can come back,
+   * and each ends now (endReplaced).
    */
-  endLeftBehind(backend: Backend, owner: SessionOwner, claims: readonly SessionClaim[]): void {
-    const suspended = this.table.suspendedOf(owner.agentID);
-    if (suspended.length === 0) return;
-    const claimed = new Set(claims.map((c) => parseSessionToken(c.token)?.id));
-    for (const session of suspended) {
-      if (!claimed.has(session.id) && sameOwner(session.owner, owner)) this.host.endReplaced(session.value, backend);
+  endLeftBehind(backend: Backend, owner: SessionOwner): void {
+    for (const session of this.table.suspendedOf(owner.agentID)) {
+      if (sameOwner(session.owner, owner)) this.host.endReplaced(session.value, backend);
     }
   }
 

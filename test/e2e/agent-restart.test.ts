@@ -11,6 +11,7 @@
 // all must meet the bounds. The last way, made certain, is the third test.
 
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { dialServer } from '../../pkg/agent/server-dial.js';
@@ -191,6 +192,50 @@ test("a live agent's probe made before it noticed its link dropped leaves the se
   const [echoed] = (await once(conn, 'data')) as [Buffer];
   assert.equal(echoed.toString(), 'still the same session');
 });
+
+test(
+  "a live agent's resume of another replica's session, landing here before it noticed its link here dropped, leaves this session to be resumed",
+  { timeout: 30_000 },
+  async (t) => {
+    const h = harness(t);
+    const echo = await startEchoServer(h);
+    const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
+    const relay = await startBlipRelay(h, [server.endpoint.address.port]);
+    const pki = testPKI();
+    const cert = pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1');
+    const tls = { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
+    startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', tls, connection: { resumeWindowMs: 10_000 } });
+    await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
+    const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
+    h.defer(() => conn.destroy());
+
+    // Only the server hears of the link's reset; the agent learns of it later, by its own liveness watch.
+    relay.freeze();
+    relay.heal();
+    relay.resetDark('server');
+    await waitFor('the server to suspend the session', () => server.tunnel.sessions.suspendedCount === 1);
+    // Meanwhile the agent resumes its session with another replica, and the balancer sends that call here: it claims
+    // a session this server never had (scripted, as the agent's client set makes it).
+    const otherReplicas = { token: `${randomBytes(16).toString('base64url')}.${randomBytes(32).toString('base64url')}`, received: 0, attempt: 1 };
+    const elsewhere = await dialServer(
+      {
+        ...{ address: server.agentAddress, verifyName: '127.0.0.1', tls, agentID: 'edge-1', identifiers: 'ipv4=127.0.0.1&host=edge-1' },
+        ...{ receiveWindow: MiB, connWindow: MiB, halfClose: true, handshakeTimeoutMs: 10_000 },
+        resume: { windowMs: 10_000, claims: [otherReplicas] },
+      },
+      silentLogger(),
+    );
+    h.defer(() => elsewhere.session.destroy());
+    await waitFor('the claiming link on the server', () => server.log.find('agent connected').length === 2);
+
+    // A claim comes from a live process: the session here waits for it, and it comes back.
+    await waitFor('the agent to notice the drop and resume', () => server.log.find('agent link resumed').length === 1, 10_000);
+    assert.deepEqual(server.log.find('agent session expired; closing its connections'), []);
+    conn.write('still the same session');
+    const [echoed] = (await once(conn, 'data')) as [Buffer];
+    assert.equal(echoed.toString(), 'still the same session');
+  },
+);
 
 test("a live agent's probe whose link fails before the agent closes it ends at once: no session waits for it, none expires", { timeout: 30_000 }, async (t) => {
   const h = harness(t);
