@@ -13,6 +13,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import type { Duplex } from 'node:stream';
 import { test } from 'node:test';
 import { dialServer } from '../../pkg/agent/server-dial.js';
 import { silentLogger } from '../../pkg/log/logger.js';
@@ -20,7 +21,19 @@ import { startBlipRelay } from '../support/blip-relay.js';
 import { harness, type Harness } from '../support/harness.js';
 import { testPKI, writePKIFiles } from '../support/pki.js';
 import { startEdgeAgentProcess, watchEnd, type Proc } from '../support/processes.js';
-import { connectVia, readExactly, startAgent, startEchoServer, startFirehose, startServer, tempDir, waitFor } from '../support/tunnel.js';
+import {
+  connectVia,
+  readExactly,
+  startAgent,
+  startEchoServer,
+  startFirehose,
+  startServer,
+  tempDir,
+  waitFor,
+  type TestAgent,
+  type TestAgentOptions,
+  type TestServer,
+} from '../support/tunnel.js';
 
 const MiB = 1024 * 1024;
 /**
@@ -165,32 +178,45 @@ test('an older link whose drop the server hears only during its liveness check s
   assert.equal(server.tunnel.registry.streamsOf('edge-1').length, 1, 'only the new link is left');
 });
 
-test("a live agent's probe made before it noticed its link dropped leaves the session it then resumes", { timeout: 30_000 }, async (t) => {
-  const h = harness(t);
+/**
+ * edge-1's agent through a relay, with a connection through it, and then the
+ * link's reset heard by the server only: the agent learns of the drop later,
+ * by its own liveness watch.
+ */
+async function sessionDroppedUnnoticed(h: Harness, agentOpts: Partial<TestAgentOptions>): Promise<{ server: TestServer; agent: TestAgent; conn: Duplex }> {
   const echo = await startEchoServer(h);
   const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
   const relay = await startBlipRelay(h, [server.endpoint.address.port]);
-  const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', probeIntervalMs: 200, connection: { resumeWindowMs: 10_000 } });
+  const agent = startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', connection: { resumeWindowMs: 10_000 }, ...agentOpts });
   await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
   assert.equal(server.tunnel.sessions.size, 1, 'the link negotiated session resume');
   const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
   h.defer(() => conn.destroy());
-
-  // The link goes dark and only the server hears of its reset (busy-link-resets saw an agent under load read its
-  // reset 1.9 s late): the agent learns of the drop by its own liveness watch, and its probes come meanwhile.
   relay.freeze();
   relay.heal();
   relay.resetDark('server');
   await waitFor('the server to suspend the session', () => server.tunnel.sessions.suspendedCount === 1);
+  return { server, agent, conn };
+}
+
+/** Bytes still go both ways on `conn`: its session was kept. */
+async function assertSameSession(conn: Duplex): Promise<void> {
+  conn.write('still the same session');
+  const [echoed] = (await once(conn, 'data')) as [Buffer];
+  assert.equal(echoed.toString(), 'still the same session');
+}
+
+test("a live agent's probe made before it noticed its link dropped leaves the session it then resumes", { timeout: 30_000 }, async (t) => {
+  const h = harness(t);
+  // busy-link-resets saw an agent under load read its reset 1.9 s late: its probes come meanwhile.
+  const { server, agent, conn } = await sessionDroppedUnnoticed(h, { probeIntervalMs: 200 });
   const suspendedAt = server.log.find('agent link dropped; keeping its connections for the resume window')[0]!.at;
   await waitFor('a probe while the session waits', () => server.log.find('agent connected').some((r) => r.at > suspendedAt), 10_000);
   await waitFor('the agent to notice the drop and resume', () => server.log.find('agent link resumed').length === 1, 10_000);
 
   assert.deepEqual(server.log.find('agent session expired; closing its connections'), []);
   assert.ok(agent.log.find('already connected to this server').length >= 1, 'the probe reached the server the agent holds');
-  conn.write('still the same session');
-  const [echoed] = (await once(conn, 'data')) as [Buffer];
-  assert.equal(echoed.toString(), 'still the same session');
+  await assertSameSession(conn);
 });
 
 test(
@@ -198,22 +224,10 @@ test(
   { timeout: 30_000 },
   async (t) => {
     const h = harness(t);
-    const echo = await startEchoServer(h);
-    const server = await startServer(h, { endpoint: { resumeWindowMs: 10_000 } });
-    const relay = await startBlipRelay(h, [server.endpoint.address.port]);
     const pki = testPKI();
     const cert = pki.agent('edge-1', 'ipv4=127.0.0.1&host=edge-1');
     const tls = { ca: pki.ca.cert, cert: cert.cert, key: cert.key };
-    startAgent(h, `127.0.0.1:${relay.port}`, { nodeName: 'edge-1', tls, connection: { resumeWindowMs: 10_000 } });
-    await waitFor('edge-1 to register', () => server.tunnel.registry.agentCount === 1);
-    const conn = await server.tunnel.dial(`127.0.0.1:${echo.port}`);
-    h.defer(() => conn.destroy());
-
-    // Only the server hears of the link's reset; the agent learns of it later, by its own liveness watch.
-    relay.freeze();
-    relay.heal();
-    relay.resetDark('server');
-    await waitFor('the server to suspend the session', () => server.tunnel.sessions.suspendedCount === 1);
+    const { server, conn } = await sessionDroppedUnnoticed(h, { tls });
     // Meanwhile the agent resumes its session with another replica, and the balancer sends that call here: it claims
     // a session this server never had (scripted, as the agent's client set makes it).
     const otherReplicas = { token: `${randomBytes(16).toString('base64url')}.${randomBytes(32).toString('base64url')}`, received: 0, attempt: 1 };
@@ -231,9 +245,7 @@ test(
     // A claim comes from a live process: the session here waits for it, and it comes back.
     await waitFor('the agent to notice the drop and resume', () => server.log.find('agent link resumed').length === 1, 10_000);
     assert.deepEqual(server.log.find('agent session expired; closing its connections'), []);
-    conn.write('still the same session');
-    const [echoed] = (await once(conn, 'data')) as [Buffer];
-    assert.equal(echoed.toString(), 'still the same session');
+    await assertSameSession(conn);
   },
 );
 
