@@ -131,7 +131,8 @@ describe('the agent through squid, tinyproxy and dante', { skip }, () => {
     await writeFile(join(dir, 'squid.crt'), serving.cert, { mode: 0o644 });
     // Read by squid's unprivileged user; a key made for this test alone.
     await writeFile(join(dir, 'squid.key'), serving.key, { mode: 0o644 });
-    const htpasswd = await run('openssl', ['passwd', '-apr1', password]);
+    // `--`: a base64url password may begin with '-' (1 in 64), which openssl would take for an option.
+    const htpasswd = await run('openssl', ['passwd', '-apr1', '--', password]);
     assert.equal(htpasswd.code, 0, htpasswd.stderr);
     await writeFile(join(dir, 'squid.passwd'), `edge:${htpasswd.stdout.trim()}\n`, { mode: 0o644 });
     const conf = [
