@@ -4,12 +4,11 @@
 
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { once } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Harness } from './harness.js';
+import { startTCPServer } from './tunnel.js';
 
 /** The repository root (the directory holding our package.json), found from this file. */
 export function repoRoot(): string {
@@ -144,15 +143,7 @@ export async function scriptedServer(
   // then waits for the peer's EOF; when the HTTP/2 session had already read it,
   // the socket stayed open for good (1 run in ~20 of flow-control.test.ts).
   const injector = server.createConnectionInjector(creds);
-  const sockets = new Set<Socket>();
-  const listener = createServer((socket) => {
-    sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
-    injector.injectConnection(socket);
-  });
-  listener.listen(0, '127.0.0.1');
-  await once(listener, 'listening');
-  const port = (listener.address() as AddressInfo).port;
+  const tcp = await startTCPServer(h, (socket) => injector.injectConnection(socket));
   let stopped = false;
   const stop = async (): Promise<void> => {
     if (stopped) return;
@@ -160,11 +151,11 @@ export async function scriptedServer(
     for (const c of calls) c.destroy();
     server.forceShutdown();
     injector.destroy();
-    for (const socket of sockets) socket.destroy();
-    await new Promise<void>((resolve) => listener.close(() => resolve()));
+    for (const socket of tcp.sockets) socket.destroy();
+    await new Promise((resolve) => tcp.server.close(resolve));
   };
   h.defer(stop);
   const nextCall = (): Promise<ScriptedCall> =>
     handedOut < calls.length ? Promise.resolve(calls[handedOut++]!) : new Promise((resolve) => waiting.push(resolve));
-  return { port, calls, nextCall, stop };
+  return { port: tcp.port, calls, nextCall, stop };
 }
